@@ -1,0 +1,13 @@
+//! `ray.io/v1` RayCluster (stub; filled in field for field from KubeRay).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[kube(group = "ray.io", version = "v1", kind = "RayCluster", namespaced)]
+#[serde(rename_all = "camelCase")]
+pub struct RayClusterSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+}

@@ -1,0 +1,215 @@
+//! `raypipe.dev/v1alpha1` ServePipeline: a model graph in a registry, served on Ray.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::raycluster::RayClusterSpec;
+use super::rayservice::RayServiceUpgradeStrategy;
+
+/// A model graph (a protobuf DAG) fetched from a registry and served as one Ray Serve
+/// application on a RayService that this pipeline owns.
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "raypipe.dev",
+    version = "v1alpha1",
+    kind = "ServePipeline",
+    namespaced,
+    shortname = "spl",
+    category = "raypipe",
+    status = "ServePipelineStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.graph.nodes"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.graph.version"}"#,
+    printcolumn = r#"{"name":"RayService","type":"string","jsonPath":".status.rayServiceName"}"#,
+    printcolumn = r#"{"name":"Digest","type":"string","priority":1,"jsonPath":".status.source.digest"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ServePipelineSpec {
+    /// Where the model graph lives.
+    pub source: GraphSource,
+    /// The RayCluster the pipeline runs on; passed unchanged to the RayService.
+    pub ray_cluster_config: RayClusterSpec,
+    /// Defaults for the rendered Serve application.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<ServeOptions>,
+    /// Passed to the RayService (`NewCluster`, `None`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<RayServiceUpgradeStrategy>,
+    /// Suspends the RayService (its cluster is deleted; the pipeline keeps its state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+}
+
+/// A model graph at an HTTP(S) address.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GraphSource {
+    /// HTTPS address of the protobuf graph. `http://` only with `allowInsecureHttp`.
+    #[schemars(regex(pattern = r"^https?://[^\s]+$"))]
+    pub url: String,
+    /// Secret (in the pipeline's namespace) holding the bearer token sent as
+    /// `Authorization: Bearer <token>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_secret_ref: Option<SecretKeySelector>,
+    /// Pin: the hex sha256 of the graph; anything else is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(sha256:)?[0-9a-f]{64}$"))]
+    pub sha256: Option<String>,
+    /// How often to look for a new version (a duration such as `30s`, `5m`, `1h`); the
+    /// request carries the last ETag, so an unchanged graph costs one 304. Unset: fetched only
+    /// when the pipeline or its Secret changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub refresh_interval: Option<String>,
+    /// Secret (in the pipeline's namespace) with PEM CA certificates to trust for this source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle_secret_ref: Option<SecretKeySelector>,
+    /// Total time allowed for one download (default `30s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
+    /// Largest graph accepted, in bytes (default 16 MiB); enforced while downloading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_bytes: Option<i64>,
+    /// Allows a plain `http://` URL (the token then travels unencrypted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_insecure_http: Option<bool>,
+}
+
+/// A key in a Secret of the pipeline's own namespace.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub struct SecretKeySelector {
+    pub name: String,
+    pub key: String,
+}
+
+/// Defaults for the rendered Serve application; the graph's own values win where it sets them,
+/// except `deploymentOverrides`, which a platform team uses to resize a running pipeline.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServeOptions {
+    /// Serve application name (default: the pipeline's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_name: Option<String>,
+    /// Route prefix, e.g. `/sentiment` (default: the graph's, else `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_prefix: Option<String>,
+    /// End-to-end request timeout at the Serve proxy, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_s: Option<f64>,
+    /// Keep-alive timeout of the Serve proxy, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive_timeout_s: Option<i32>,
+    /// Per-node overrides, keyed by node name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deployment_overrides: BTreeMap<String, DeploymentOverride>,
+}
+
+/// Overrides for one node's Serve deployment.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub num_replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_ongoing_requests: Option<i32>,
+}
+
+/// What the controller observed and did.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServePipelineStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Pending`, `Deploying`, `Ready`, `Degraded` (serving the last good graph while a newer
+    /// one is refused), `Failed` (no good graph yet) or `Suspended`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The graph currently applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceStatus>,
+    /// Shape of the graph currently applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphStatus>,
+    /// The RayService this pipeline owns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_service_name: Option<String>,
+    /// Serve application status, copied from the RayService, keyed by application name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub applications: BTreeMap<String, ApplicationStatus>,
+    /// `SourceReady`, `GraphValid`, `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStatus {
+    /// `sha256:<hex>` of the bytes applied.
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetched_at: Option<Time>,
+    pub bytes: i64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GraphStatus {
+    pub nodes: i32,
+    pub edges: i32,
+    pub ingress: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Per node: the Serve deployment's status.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deployments: BTreeMap<String, NodeStatus>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Condition types.
+pub mod condition_types {
+    pub const SOURCE_READY: &str = "SourceReady";
+    pub const GRAPH_VALID: &str = "GraphValid";
+    pub const READY: &str = "Ready";
+}
+
+/// A list of metav1.Conditions as a list-map keyed by `type`, so server-side apply merges
+/// conditions per type.
+pub fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<Condition>>();
+    let map = schema.ensure_object();
+    map.insert("x-kubernetes-list-type".into(), "map".into());
+    map.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    schema
+}

@@ -1,0 +1,1 @@
+//! See DESIGN.md: filled in by later work.

@@ -1,0 +1,14 @@
+//! raypipe: a Kubernetes operator for model-serving pipelines on Ray.
+//!
+//! The data flow is ServePipeline → source (fetch) → graph (decode, validate) → serve (render)
+//! → RayService → RayCluster → Pods; see DESIGN.md in the repository.
+
+pub mod api;
+pub mod cli;
+pub mod controllers;
+pub mod graph;
+pub mod k8s;
+pub mod ray;
+pub mod serve;
+pub mod source;
+pub mod testenv;

@@ -1,0 +1,1 @@
+//! The typed Ray Serve config and its rendering from a validated graph.

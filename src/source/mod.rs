@@ -1,0 +1,1 @@
+//! Fetching a model graph: HTTPS, bearer token, digest, ETag, limits, retries.
