@@ -9,6 +9,8 @@ pub mod servepipeline;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
+#[cfg(test)]
+use serde::Deserialize;
 
 pub use raycluster::RayCluster;
 pub use raycronjob::RayCronJob;
@@ -45,6 +47,15 @@ pub fn crds_yaml() -> String {
         .collect()
 }
 
+/// Writes every CRD to `dir/<plural>.<group>.yaml`.
+pub fn write_crd_files(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for crd in crds() {
+        std::fs::write(dir.join(crd_file_name(&crd)), crd_yaml(&crd))?;
+    }
+    Ok(())
+}
+
 /// Fails with a clear message when one of raypipe's CRDs is not installed and Established.
 pub async fn check_crds_installed(client: &kube::Client) -> anyhow::Result<()> {
     let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
@@ -63,4 +74,58 @@ pub async fn check_crds_installed(client: &kube::Client) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `crds/` must be exactly what the types generate. To regenerate after changing a type:
+    /// `cargo run -- crds --out-dir crds`.
+    #[test]
+    fn crds_directory_matches_the_types() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+        let mut expected_files: Vec<String> = crds().iter().map(crd_file_name).collect();
+        expected_files.sort();
+        let mut present: Vec<String> = std::fs::read_dir(&dir)
+            .expect("crds/ exists")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".yaml"))
+            .collect();
+        present.sort();
+        assert_eq!(present, expected_files, "crds/ holds other files than the types generate");
+        for crd in crds() {
+            let file = dir.join(crd_file_name(&crd));
+            let on_disk = std::fs::read_to_string(&file).expect("CRD file is readable");
+            assert!(
+                on_disk == crd_yaml(&crd),
+                "{} drifted from the Rust types; run `cargo run -- crds --out-dir crds`",
+                file.display()
+            );
+        }
+    }
+
+    #[test]
+    fn every_crd_has_a_status_subresource_and_one_served_storage_version() {
+        for crd in crds() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            assert_eq!(crd.spec.versions.len(), 1, "{name}");
+            let v = &crd.spec.versions[0];
+            assert!(v.served && v.storage, "{name}");
+            assert!(
+                v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+                "{name} lacks the status subresource"
+            );
+        }
+    }
+
+    #[test]
+    fn crds_yaml_is_one_document_per_kind() {
+        let docs: Vec<CustomResourceDefinition> = serde_yaml::Deserializer::from_str(&crds_yaml())
+            .map(|d| CustomResourceDefinition::deserialize(d).expect("each document is a CRD"))
+            .collect();
+        let kinds: Vec<String> = docs.iter().map(|c| c.spec.names.kind.clone()).collect();
+        assert_eq!(kinds, ["ServePipeline", "RayCluster", "RayJob", "RayService", "RayCronJob"]);
+    }
 }

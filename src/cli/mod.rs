@@ -19,7 +19,11 @@ pub enum Command {
     /// Run the enabled controllers against the cluster in KUBECONFIG / in-cluster config.
     Run(RunArgs),
     /// Print every CustomResourceDefinition raypipe serves, as multi-document YAML.
-    Crds,
+    Crds {
+        /// Write one file per CRD into this directory instead (how `crds/` is generated).
+        #[arg(long)]
+        out_dir: Option<std::path::PathBuf>,
+    },
     /// Start a local control plane on 127.0.0.1, install the CRDs and run the controllers.
     Dev(dev::DevArgs),
     /// Validate, render, draw, encode and decode model graphs.
@@ -79,10 +83,17 @@ pub fn main() -> ExitCode {
     init_crypto();
     let cli = Cli::parse();
     match cli.command {
-        Command::Crds => {
+        Command::Crds { out_dir: None } => {
             print!("{}", crate::api::crds_yaml());
             ExitCode::SUCCESS
         }
+        Command::Crds { out_dir: Some(dir) } => match crate::api::write_crd_files(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: writing CRDs to {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        },
         Command::Dag(cmd) => dag::run(cmd),
         Command::Run(args) => {
             init_tracing(args.log_format);

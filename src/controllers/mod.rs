@@ -1,6 +1,8 @@
 //! One reconciler per kind; `run` starts the enabled ones.
 
-use crate::cli::RunArgs;
+pub mod servepipeline;
+
+use crate::cli::{ControllerKind, RunArgs};
 
 /// Runs the enabled controllers until SIGINT/SIGTERM.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -17,8 +19,31 @@ pub async fn run_with_client(
     // Fail early with a clear message when the CRDs are missing.
     crate::api::check_crds_installed(&client).await?;
     tracing::info!(?controllers, "raypipe controllers started");
+    // Every controller stops on the same shutdown signal.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let mut tasks = Vec::new();
+    for kind in controllers {
+        match kind {
+            ControllerKind::Servepipeline => tasks.push(tokio::spawn(servepipeline::run(
+                client.clone(),
+                servepipeline::Config::default(),
+                stopped(),
+            ))),
+            other => tracing::warn!(controller = ?other, "this controller is not built yet; skipping it"),
+        }
+    }
     shutdown.await;
     tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
     Ok(())
 }
 

@@ -1,1 +1,431 @@
-//! A real kube-apiserver + etcd on 127.0.0.1 for tests and `raypipe dev`.
+//! A real Kubernetes control plane on 127.0.0.1, for tests and `raypipe dev`: etcd and
+//! kube-apiserver (secure serving, an admin token, RBAC, service-account keys), optionally
+//! kube-controller-manager, kube-scheduler and kwok with one fake Node so Pods become Running.
+//! Binaries are built from their Go modules once per machine (see `binaries`).
+
+pub mod binaries;
+pub mod pki;
+pub mod process;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use binaries::Binaries;
+use pki::Pki;
+use process::ManagedProcess;
+
+/// Field manager under which the control plane installs CRDs.
+pub const CRD_FIELD_MANAGER: &str = "raypipe-crds";
+/// The fake Node that kwok manages when kwok runs.
+pub const KWOK_NODE: &str = "kwok-node-0";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TestEnvError {
+    #[error("provisioning the control-plane binaries failed: {0}")]
+    Provision(String),
+    #[error("generating certificates failed: {0}")]
+    Pki(String),
+    #[error("{0}: {1}")]
+    Io(String, #[source] std::io::Error),
+    #[error("cannot start {0}: {1}")]
+    Spawn(String, String),
+    #[error("{name} exited during start-up ({status}); last log lines:\n{log}")]
+    Exited { name: String, status: String, log: String },
+    #[error("timed out after {0:?} waiting for {1}")]
+    Timeout(Duration, String),
+    #[error("Kubernetes client: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+}
+
+/// What to start beside etcd and kube-apiserver.
+#[derive(Clone, Debug)]
+pub struct ControlPlaneOptions {
+    /// Garbage collection, namespace deletion, Jobs → Pods, EndpointSlices.
+    pub controller_manager: bool,
+    /// Binds Pods created without `nodeName`.
+    pub scheduler: bool,
+    /// Fake Node + Pods that become Running/Ready (and Job Pods that complete).
+    pub kwok: bool,
+    /// Install raypipe's CRDs and wait until they are Established.
+    pub install_crds: bool,
+    pub startup_timeout: Duration,
+}
+
+impl Default for ControlPlaneOptions {
+    fn default() -> Self {
+        ControlPlaneOptions {
+            controller_manager: false,
+            scheduler: false,
+            kwok: false,
+            install_crds: true,
+            startup_timeout: Duration::from_secs(180),
+        }
+    }
+}
+
+impl ControlPlaneOptions {
+    /// Everything: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
+    pub fn full() -> Self {
+        ControlPlaneOptions { controller_manager: true, scheduler: true, kwok: true, ..Default::default() }
+    }
+
+    fn needs_full_binaries(&self) -> bool {
+        self.controller_manager || self.scheduler || self.kwok
+    }
+}
+
+/// A running control plane. Dropping it stops every process it started (by pid, in reverse
+/// order) and removes its directory.
+pub struct ControlPlane {
+    /// Holds the PKI, tokens, kubeconfig, etcd data and logs.
+    pub dir: PathBuf,
+    pub api_url: String,
+    pub admin_token: String,
+    pub ca_pem: String,
+    /// Kubeconfig for the admin user (`system:masters`).
+    pub kubeconfig: PathBuf,
+    pub binaries: Binaries,
+    processes: Vec<ManagedProcess>,
+    keep_dir: bool,
+}
+
+fn free_port() -> Result<u16, TestEnvError> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| TestEnvError::Io("bind 127.0.0.1:0".into(), e))?;
+    let port = l.local_addr().map_err(|e| TestEnvError::Io("local_addr".into(), e))?.port();
+    Ok(port)
+}
+
+fn random_token() -> Result<String, TestEnvError> {
+    use std::io::Read;
+    let mut buf = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| TestEnvError::Io("read /dev/urandom".into(), e))?;
+    Ok(hex::encode(buf))
+}
+
+fn write(path: &Path, contents: &str) -> Result<(), TestEnvError> {
+    std::fs::write(path, contents).map_err(|e| TestEnvError::Io(format!("write {}", path.display()), e))
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// A fresh directory under `$TMPDIR/raypipe-testenv/`, after removing those left behind by
+/// processes that no longer run (a killed test run cannot clean up after itself).
+fn run_dir() -> Result<PathBuf, TestEnvError> {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let root = std::env::temp_dir().join("raypipe-testenv");
+    std::fs::create_dir_all(&root).map_err(|e| TestEnvError::Io(format!("create {}", root.display()), e))?;
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok())
+                && !pid_alive(pid)
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let dir = root.join(format!("{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
+    Ok(dir)
+}
+
+/// A kubeconfig for `token` against `server`, with the CA inline.
+pub fn kubeconfig_yaml(server: &str, ca_pem: &str, user: &str, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: raypipe-local\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: raypipe-local\n  context:\n    cluster: raypipe-local\n    user: {user}\n    namespace: default\ncurrent-context: raypipe-local\n"
+    )
+}
+
+impl ControlPlane {
+    /// Starts a control plane; blocks the calling thread on process start-up, so call it from a
+    /// blocking context (`spawn_blocking`) inside an async runtime.
+    pub async fn start(options: ControlPlaneOptions) -> Result<ControlPlane, TestEnvError> {
+        let started = Instant::now();
+        let need_full = options.needs_full_binaries();
+        let binaries = tokio::task::spawn_blocking(move || Binaries::locate(need_full))
+            .await
+            .map_err(|e| TestEnvError::Provision(e.to_string()))??;
+        let dir = run_dir()?;
+        let pki = Pki::generate()?;
+        let p = |name: &str| dir.join(name);
+        write(&p("ca.crt"), &pki.ca_cert)?;
+        write(&p("ca.key"), &pki.ca_key)?;
+        write(&p("apiserver.crt"), &pki.serving_cert)?;
+        write(&p("apiserver.key"), &pki.serving_key)?;
+        write(&p("sa.key"), &pki.service_account_key)?;
+        write(&p("sa.pub"), &pki.service_account_public_key)?;
+        let admin_token = random_token()?;
+        write(&p("tokens.csv"), &format!("{admin_token},admin,uid-admin,\"system:masters\"\n"))?;
+
+        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let api_url = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = p("admin.kubeconfig");
+        write(&kubeconfig, &kubeconfig_yaml(&api_url, &pki.ca_cert, "admin", &admin_token))?;
+
+        let mut plane = ControlPlane {
+            dir: dir.clone(),
+            api_url: api_url.clone(),
+            admin_token,
+            ca_pem: pki.ca_cert.clone(),
+            kubeconfig: kubeconfig.clone(),
+            binaries: binaries.clone(),
+            processes: Vec::new(),
+            keep_dir: std::env::var_os("RAYPIPE_TESTENV_KEEP").is_some(),
+        };
+        let d = |name: &str| p(name).display().to_string();
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        plane.processes.push(ManagedProcess::start(
+            "etcd",
+            &binaries.etcd,
+            &[
+                "--name=default".into(),
+                format!("--data-dir={}", d("etcd-data")),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                // No metrics listener beyond the client URL; no fsync: test data is disposable.
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+            &p("etcd.log"),
+        )?);
+
+        plane.processes.push(ManagedProcess::start(
+            "kube-apiserver",
+            &binaries.kube_apiserver,
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                // Advertising loopback needs the endpoint reconciler off (it rejects loopback).
+                "--advertise-address=127.0.0.1".into(),
+                "--endpoint-reconciler-type=none".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", d("certs")),
+                format!("--tls-cert-file={}", d("apiserver.crt")),
+                format!("--tls-private-key-file={}", d("apiserver.key")),
+                format!("--client-ca-file={}", d("ca.crt")),
+                format!("--token-auth-file={}", d("tokens.csv")),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", d("sa.pub")),
+                format!("--service-account-signing-key-file={}", d("sa.key")),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                // Pods may be created right after their namespace, before any default SA exists.
+                "--disable-admission-plugins=ServiceAccount".into(),
+                "--v=1".into(),
+            ],
+            &p("kube-apiserver.log"),
+        )?);
+
+        let client = plane.client().await?;
+        plane.wait_ready(&client, options.startup_timeout, started).await?;
+
+        if options.controller_manager
+            && let Some(kcm) = &binaries.kube_controller_manager
+        {
+            plane.processes.push(ManagedProcess::start(
+                "kube-controller-manager",
+                kcm,
+                &[
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    "--leader-elect=false".into(),
+                    "--bind-address=127.0.0.1".into(),
+                    "--secure-port=0".into(),
+                    format!("--service-account-private-key-file={}", d("sa.key")),
+                    format!("--root-ca-file={}", d("ca.crt")),
+                    "--service-cluster-ip-range=10.0.0.0/24".into(),
+                    // Fast garbage collection and Job handling for tests.
+                    "--concurrent-gc-syncs=5".into(),
+                    "--v=1".into(),
+                ],
+                &p("kube-controller-manager.log"),
+            )?);
+        }
+        if options.scheduler
+            && let Some(sched) = &binaries.kube_scheduler
+        {
+            let port = free_port()?;
+            plane.processes.push(ManagedProcess::start(
+                "kube-scheduler",
+                sched,
+                &[
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    "--leader-elect=false".into(),
+                    "--bind-address=127.0.0.1".into(),
+                    format!("--secure-port={port}"),
+                    "--v=1".into(),
+                ],
+                &p("kube-scheduler.log"),
+            )?);
+        }
+        if options.kwok
+            && let (Some(kwok), Some(stages)) = (&binaries.kwok, &binaries.kwok_stages)
+        {
+            let mut args = vec![
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--manage-all-nodes=true".to_owned(),
+                // Pod IPs are data only; nothing in raypipe's tests dials them.
+                "--cidr=10.244.0.0/16".to_owned(),
+                "--node-ip=127.0.0.1".to_owned(),
+            ];
+            let mut stage_files: Vec<PathBuf> = std::fs::read_dir(stages)
+                .map_err(|e| TestEnvError::Io(format!("read {}", stages.display()), e))?
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            stage_files.sort();
+            args.extend(stage_files.iter().map(|f| format!("--config={}", f.display())));
+            plane.processes.push(ManagedProcess::start("kwok", kwok, &args, &p("kwok.log"))?);
+            create_kwok_node(&client).await?;
+        }
+        if options.install_crds {
+            install_crds(&client, &crate::api::crds(), options.startup_timeout).await?;
+        }
+        tracing::info!(
+            api = %plane.api_url,
+            dir = %plane.dir.display(),
+            seconds = started.elapsed().as_secs_f64(),
+            "control plane ready"
+        );
+        Ok(plane)
+    }
+
+    /// A client for the admin user.
+    pub async fn client(&self) -> Result<kube::Client, TestEnvError> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Process ids of everything started, by name.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.processes.iter().map(|p| (p.name.clone(), p.pid())).collect()
+    }
+
+    /// The log file of a component (`etcd`, `kube-apiserver`, `kwok`, …).
+    pub fn log_path(&self, component: &str) -> PathBuf {
+        self.dir.join(format!("{component}.log"))
+    }
+
+    fn check_processes(&mut self) -> Result<(), TestEnvError> {
+        for proc in &mut self.processes {
+            if let Some(status) = proc.exited() {
+                return Err(TestEnvError::Exited { name: proc.name.clone(), status, log: proc.log_tail(30) });
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, client: &kube::Client, timeout: Duration, since: Instant) -> Result<(), TestEnvError> {
+        let deadline = since + timeout;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        loop {
+            self.check_processes()?;
+            let ready = client
+                .request_text(http::Request::get("/readyz").body(Vec::new()).expect("a static request is valid"))
+                .await
+                .is_ok_and(|body| body.trim() == "ok");
+            // Like envtest, wait for the `default` namespace too: the first writes need it.
+            if ready && namespaces.get_opt("default").await.ok().flatten().is_some() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TestEnvError::Timeout(
+                    timeout,
+                    format!("kube-apiserver /readyz; log: {}", self.log_path("kube-apiserver").display()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Stops every process (reverse start order) and removes the directory unless
+    /// `RAYPIPE_TESTENV_KEEP` is set.
+    pub fn stop(&mut self) {
+        while let Some(mut proc) = self.processes.pop() {
+            proc.stop(Duration::from_secs(10));
+        }
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn create_kwok_node(client: &kube::Client) -> Result<(), TestEnvError> {
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": KWOK_NODE,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "kubernetes.io/hostname": KWOK_NODE,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok"
+            }
+        }
+    }))
+    .expect("a static Node is valid");
+    let nodes: Api<Node> = Api::all(client.clone());
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Server-side applies `crds` (they are too large for client-side apply's annotation) and waits
+/// until every one is Established.
+pub async fn install_crds(
+    client: &kube::Client,
+    crds: &[CustomResourceDefinition],
+    timeout: Duration,
+) -> Result<(), TestEnvError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(CRD_FIELD_MANAGER).force();
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &params, &Patch::Apply(crd)).await?;
+    }
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let established = kube::runtime::wait::await_condition(
+            api.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(timeout, established)
+            .await
+            .map_err(|_| TestEnvError::Timeout(timeout, format!("CRD {name} to become Established")))?
+            .map_err(|e| TestEnvError::Timeout(timeout, format!("CRD {name}: {e}")))?;
+    }
+    Ok(())
+}

@@ -40,9 +40,9 @@ build_kube() {
   log "building Kubernetes $want (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl); cold: ~20-30 min on 2 cores"
   (
     cd "$w"
-    go mod download -json "k8s.io/kubernetes@$want" > kube.json
     local gomod
-    gomod=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["GoMod"])' kube.json)
+    gomod=$(go mod download -json "k8s.io/kubernetes@$want" | sed -nE 's/^[[:space:]]*"GoMod": "(.*)",?$/\1/p')
+    [ -f "$gomod" ] || { log "cannot download k8s.io/kubernetes@$want from the Go module proxy"; exit 1; }
     local godebug
     godebug=$(sed -nE 's/^godebug (.*)$/\1/p' "$gomod" | head -1)
     cat > go.mod <<GOMOD

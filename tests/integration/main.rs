@@ -1,4 +1,8 @@
 //! raypipe's integration tests: one binary, one module per area. Tests that need Kubernetes
-//! share one real kube-apiserver + etcd per run (see `support`).
+//! share one real control plane per run (see `support`).
 
+mod crds;
 mod source;
+mod support;
+mod dev;
+mod servepipeline;

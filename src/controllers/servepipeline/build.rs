@@ -1,0 +1,348 @@
+//! Pure builders for the ServePipeline controller: the desired RayService and the status.
+//! No client, no clock (time is passed in), no environment: unit-testable without a cluster.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use kube::{Resource, ResourceExt};
+
+use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
+use crate::api::rayservice::{RayService, RayServiceSpec};
+use crate::api::servepipeline::{
+    ApplicationStatus, GraphStatus, NodeStatus, ServePipeline, ServePipelineStatus, SourceStatus, condition_types,
+};
+use crate::k8s::{
+    ANNOTATION_APPLIED_HASH, ANNOTATION_GRAPH_DIGEST, K8sError, LABEL_MANAGED_BY, LABEL_PIPELINE, MANAGED_BY,
+};
+
+/// KubeRay's limit for RayService names (it appends suffixes to derive child names).
+pub const MAX_RAYSERVICE_NAME: usize = 47;
+
+/// Phases shown in `kubectl get servepipelines`.
+pub mod phases {
+    pub const PENDING: &str = "Pending";
+    pub const DEPLOYING: &str = "Deploying";
+    pub const READY: &str = "Ready";
+    pub const DEGRADED: &str = "Degraded";
+    pub const FAILED: &str = "Failed";
+    pub const SUSPENDED: &str = "Suspended";
+}
+
+/// Condition reasons the controller sets itself (source and graph reasons come from those modules).
+pub mod reasons {
+    pub const FETCHED: &str = "Fetched";
+    pub const VALID: &str = "Valid";
+    pub const NO_GRAPH: &str = "NoGraph";
+    pub const SERVING: &str = "Serving";
+    pub const SERVING_PREVIOUS_GRAPH: &str = "ServingPreviousGraph";
+    pub const RAYSERVICE_NOT_READY: &str = "RayServiceNotReady";
+    pub const SUSPENDED: &str = "Suspended";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
+    pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
+    pub const RENDER_FAILED: &str = "RenderFailed";
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+}
+
+/// The name of the RayService a pipeline owns: the pipeline's own name.
+pub fn rayservice_name(pipeline: &ServePipeline) -> String {
+    pipeline.name_any()
+}
+
+/// Parses a duration such as `30s`, `5m`, `1h30m`, `250ms` (the CRD's pattern).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("{text:?} is not a duration like 30s, 5m or 1h"));
+        }
+        let value: f64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration like 30s, 5m or 1h"))?;
+        rest = &rest[digits..];
+        let (unit_secs, len) = if rest.starts_with("ms") {
+            (0.001, 2)
+        } else if rest.starts_with('s') {
+            (1.0, 1)
+        } else if rest.starts_with('m') {
+            (60.0, 1)
+        } else if rest.starts_with('h') {
+            (3600.0, 1)
+        } else {
+            return Err(format!("{text:?}: unknown unit; use ms, s, m or h"));
+        };
+        rest = &rest[len..];
+        total += Duration::from_secs_f64(value * unit_secs);
+    }
+    Ok(total)
+}
+
+/// Checks what the CRD schema cannot: name length, URL scheme against `allowInsecureHttp`,
+/// durations. Every problem is listed.
+pub fn validate_spec(pipeline: &ServePipeline) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let name = rayservice_name(pipeline);
+    if name.len() > MAX_RAYSERVICE_NAME {
+        problems.push(format!(
+            "the pipeline name {name:?} has {} characters; the RayService it owns takes its name and may have at most {MAX_RAYSERVICE_NAME}",
+            name.len()
+        ));
+    }
+    let source = &pipeline.spec.source;
+    if source.url.starts_with("http://") && !source.allow_insecure_http.unwrap_or(false) {
+        problems.push(
+            "source.url uses plain http://; use https://, or set source.allowInsecureHttp: true".to_owned(),
+        );
+    }
+    for (field, value) in [("source.refreshInterval", &source.refresh_interval), ("source.timeout", &source.timeout)] {
+        if let Some(v) = value
+            && let Err(e) = parse_duration(v)
+        {
+            problems.push(format!("{field}: {e}"));
+        }
+    }
+    if let Some(interval) = source.refresh_interval.as_deref().and_then(|v| parse_duration(v).ok())
+        && interval < Duration::from_secs(1)
+    {
+        problems.push("source.refreshInterval must be at least 1s".to_owned());
+    }
+    if problems.is_empty() { Ok(()) } else { Err(problems) }
+}
+
+/// The RayService for a pipeline, carrying `serve_config_yaml`. Deterministic: equal inputs give
+/// equal objects, and `raypipe.dev/applied-hash` summarises everything we set.
+pub fn desired_rayservice(
+    pipeline: &ServePipeline,
+    serve_config_yaml: &str,
+    graph_digest: &str,
+) -> Result<RayService, K8sError> {
+    let owner = crate::k8s::controller_owner_ref(pipeline)?;
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
+    labels.insert(LABEL_PIPELINE.to_owned(), pipeline.name_any());
+    let spec = RayServiceSpec {
+        serve_config_v2: Some(serve_config_yaml.to_owned()),
+        ray_cluster_config: pipeline.spec.ray_cluster_config.clone(),
+        upgrade_strategy: pipeline.spec.upgrade_strategy.clone(),
+        suspend: pipeline.spec.suspend,
+        ..Default::default()
+    };
+    let mut annotations = BTreeMap::new();
+    annotations.insert(ANNOTATION_GRAPH_DIGEST.to_owned(), graph_digest.to_owned());
+    let mut rayservice = RayService {
+        metadata: ObjectMeta {
+            name: Some(rayservice_name(pipeline)),
+            namespace: pipeline.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    };
+    let hash = crate::k8s::stable_hash(&(&rayservice.metadata.labels, &rayservice.metadata.annotations, &rayservice.spec));
+    rayservice
+        .meta_mut()
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(ANNOTATION_APPLIED_HASH.to_owned(), hash);
+    Ok(rayservice)
+}
+
+/// Whether `existing` already carries what `desired` would apply (so applying can be skipped).
+pub fn is_up_to_date(existing: &RayService, desired: &RayService) -> bool {
+    let hash = |rs: &RayService| rs.annotations().get(ANNOTATION_APPLIED_HASH).cloned();
+    hash(existing).is_some() && hash(existing) == hash(desired)
+}
+
+/// The applied graph, as the status reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AppliedGraph {
+    pub digest: String,
+    pub etag: Option<String>,
+    pub size: u64,
+    pub fetched_at: Time,
+    pub nodes: usize,
+    pub edges: usize,
+    pub ingress: String,
+    pub version: Option<String>,
+}
+
+/// A problem of the latest attempt: which condition it belongs to, reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub condition: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Everything the status is computed from.
+pub struct StatusInputs<'a> {
+    pub pipeline: &'a ServePipeline,
+    /// The graph the RayService carries (or would, once applied).
+    pub applied: Option<&'a AppliedGraph>,
+    /// What went wrong in this reconcile, if anything.
+    pub problem: Option<&'a Problem>,
+    /// The RayService as last read or applied.
+    pub rayservice: Option<&'a RayService>,
+    pub now: Time,
+}
+
+fn rayservice_ready(rs: &RayService) -> (bool, String) {
+    let status = serde_json::to_value(&rs.status).unwrap_or_default();
+    let ready_condition = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned();
+    if let Some(c) = ready_condition {
+        let ready = c["status"] == TRUE;
+        let msg = c["message"].as_str().unwrap_or_default().to_owned();
+        return (ready, msg);
+    }
+    (status["serviceStatus"] == "Running", String::new())
+}
+
+/// Serve application statuses from the RayService's active (else pending) service status.
+pub fn applications_from(rs: &RayService) -> BTreeMap<String, ApplicationStatus> {
+    let status = serde_json::to_value(&rs.status).unwrap_or_default();
+    let apps = status["activeServiceStatus"]["applicationStatuses"]
+        .as_object()
+        .or_else(|| status["pendingServiceStatus"]["applicationStatuses"].as_object());
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+    apps.map(|apps| {
+        apps.iter()
+            .map(|(name, app)| {
+                let deployments = app["serveDeploymentStatuses"]
+                    .as_object()
+                    .map(|deps| {
+                        deps.iter()
+                            .map(|(d, s)| (d.clone(), NodeStatus { status: text(&s["status"]), message: text(&s["message"]) }))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (name.clone(), ApplicationStatus { status: text(&app["status"]), message: text(&app["message"]), deployments })
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Computes the pipeline's status. Conditions keep their transition times when their status
+/// does not change, so an unchanged world computes an identical status (and costs no write).
+pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
+    let pipeline = inputs.pipeline;
+    let generation = pipeline.metadata.generation;
+    let previous = pipeline.status.clone().unwrap_or_default();
+    let mut conds: Vec<Condition> = previous.conditions.clone();
+    let cond = |t: &str, s: &str, r: &str, m: String| conditions::condition(t, s, r, m, generation, inputs.now.clone());
+
+    let problem_for = |c: &str| inputs.problem.filter(|p| p.condition == c);
+
+    // SourceReady
+    if let Some(p) = problem_for(condition_types::SOURCE_READY) {
+        conditions::set_condition(&mut conds, cond(condition_types::SOURCE_READY, FALSE, &p.reason, p.message.clone()));
+    } else if let Some(g) = inputs.applied {
+        conditions::set_condition(
+            &mut conds,
+            cond(condition_types::SOURCE_READY, TRUE, reasons::FETCHED, format!("{} ({} bytes)", g.digest, g.size)),
+        );
+    }
+    // GraphValid
+    if let Some(p) = problem_for(condition_types::GRAPH_VALID) {
+        conditions::set_condition(&mut conds, cond(condition_types::GRAPH_VALID, FALSE, &p.reason, p.message.clone()));
+    } else if let Some(g) = inputs.applied {
+        if problem_for(condition_types::SOURCE_READY).is_none() {
+            let msg = format!("{} nodes, {} edges, ingress {}", g.nodes, g.edges, g.ingress);
+            conditions::set_condition(&mut conds, cond(condition_types::GRAPH_VALID, TRUE, reasons::VALID, msg));
+        }
+    } else if conditions::find(&conds, condition_types::GRAPH_VALID).is_none() {
+        conditions::set_condition(
+            &mut conds,
+            cond(condition_types::GRAPH_VALID, UNKNOWN, reasons::NO_GRAPH, "no graph has been fetched yet".into()),
+        );
+    }
+    if conditions::find(&conds, condition_types::SOURCE_READY).is_none() {
+        conditions::set_condition(
+            &mut conds,
+            cond(condition_types::SOURCE_READY, UNKNOWN, reasons::NO_GRAPH, "not fetched yet".into()),
+        );
+    }
+
+    // Ready and phase
+    let suspended = pipeline.spec.suspend.unwrap_or(false);
+    let (serving, rs_message) = inputs.rayservice.map(rayservice_ready).unwrap_or((false, String::new()));
+    let other_problem = inputs.problem.filter(|p| {
+        p.condition != condition_types::SOURCE_READY && p.condition != condition_types::GRAPH_VALID
+    });
+    let (ready_status, ready_reason, ready_message, phase) = if suspended {
+        (FALSE, reasons::SUSPENDED.to_owned(), "spec.suspend is true".to_owned(), phases::SUSPENDED)
+    } else if let Some(p) = other_problem {
+        (FALSE, p.reason.clone(), p.message.clone(), if inputs.applied.is_some() { phases::DEGRADED } else { phases::FAILED })
+    } else if inputs.applied.is_none() {
+        let (reason, message) = inputs
+            .problem
+            .map(|p| (p.reason.clone(), p.message.clone()))
+            .unwrap_or_else(|| (reasons::NO_GRAPH.to_owned(), "waiting for the first graph".to_owned()));
+        let phase = if inputs.problem.is_some() { phases::FAILED } else { phases::PENDING };
+        (FALSE, reason, message, phase)
+    } else if !serving {
+        let msg = if rs_message.is_empty() {
+            "waiting for the RayService to become Ready".to_owned()
+        } else {
+            format!("RayService: {rs_message}")
+        };
+        let phase = if inputs.problem.is_some() { phases::DEGRADED } else { phases::DEPLOYING };
+        (FALSE, reasons::RAYSERVICE_NOT_READY.to_owned(), msg, phase)
+    } else if let Some(p) = inputs.problem {
+        (
+            TRUE,
+            reasons::SERVING_PREVIOUS_GRAPH.to_owned(),
+            format!("serving the last good graph; the newest was refused: {}", p.message),
+            phases::DEGRADED,
+        )
+    } else {
+        (TRUE, reasons::SERVING.to_owned(), "the RayService is serving the graph".to_owned(), phases::READY)
+    };
+    conditions::set_condition(&mut conds, cond(condition_types::READY, ready_status, &ready_reason, ready_message));
+    for c in &mut conds {
+        c.message = crate::k8s::truncate(&c.message, 2048);
+    }
+
+    let (source, graph) = match inputs.applied {
+        Some(g) => (
+            Some(SourceStatus {
+                digest: g.digest.clone(),
+                etag: g.etag.clone(),
+                fetched_at: Some(g.fetched_at.clone()),
+                bytes: i64::try_from(g.size).unwrap_or(i64::MAX),
+            }),
+            Some(GraphStatus {
+                nodes: i32::try_from(g.nodes).unwrap_or(i32::MAX),
+                edges: i32::try_from(g.edges).unwrap_or(i32::MAX),
+                ingress: g.ingress.clone(),
+                version: g.version.clone(),
+            }),
+        ),
+        // Nothing applied by this process yet: keep what the status said (e.g. after a restart).
+        None => (previous.source.clone(), previous.graph.clone()),
+    };
+    ServePipelineStatus {
+        observed_generation: generation,
+        phase: Some(phase.to_owned()),
+        source,
+        graph,
+        ray_service_name: inputs
+            .rayservice
+            .map(|rs| rs.name_any())
+            .or(previous.ray_service_name.clone()),
+        applications: inputs.rayservice.map(applications_from).unwrap_or_default(),
+        conditions: conds,
+    }
+}

@@ -1,0 +1,89 @@
+//! `raypipe dev` as a user runs it: the binary starts a control plane, prints the kubeconfig
+//! line, serves the CRDs, and Ctrl-C (SIGINT) stops every process it started.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+
+fn alive(pid: u32) -> bool {
+    // A zombie (exited, not yet reaped by raypipe) counts as stopped.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
+    // Make sure the binaries exist first (shared with the other tests), so this test measures
+    // start-up rather than a cold build.
+    crate::support::control_plane();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_raypipe"))
+        .args(["dev", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("raypipe dev starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut pids = Vec::new();
+    let mut export_line = None;
+    while export_line.is_none() {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("raypipe dev printed its ready lines in time");
+        if let Some(procs) = line.split("processes ").nth(1) {
+            pids = procs
+                .trim_end_matches(')')
+                .split_whitespace()
+                .filter_map(|p| p.split('=').nth(1)?.parse::<u32>().ok())
+                .collect();
+        }
+        if line.trim_start().starts_with("export KUBECONFIG=") {
+            export_line = Some(line);
+        }
+    }
+    assert_eq!(pids.len(), 5, "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok");
+    assert!(export_line.expect("export line").contains(kubeconfig.to_str().expect("utf-8 path")));
+
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig written"),
+        &Default::default(),
+    )
+    .await
+    .expect("kubeconfig is valid");
+    let client = kube::Client::try_from(config).expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    crds.get("servepipelines.raypipe.dev").await.expect("CRDs are installed");
+
+    // SAFETY: signalling the child we started.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let stop_deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < stop_deadline, "raypipe dev did not stop after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "raypipe dev exited with {status}");
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} outlived raypipe dev");
+    }
+    assert!(!kubeconfig.exists(), "the kubeconfig of a stopped control plane is removed");
+}

@@ -1,0 +1,177 @@
+//! Shared test support: one real control plane per test binary, a namespace per test.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
+
+pub mod registry;
+
+/// The control plane every test in this binary shares: etcd, kube-apiserver,
+/// kube-controller-manager, kube-scheduler and kwok, with raypipe's CRDs installed. Started by
+/// the first test that asks; its processes die with the test binary (parent-death signal).
+pub fn control_plane() -> &'static ControlPlane {
+    static PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    let plane = PLANE.get_or_init(|| {
+        raypipe::cli::init_crypto();
+        // Its own runtime on its own thread: each #[tokio::test] has a runtime that ends with
+        // the test, and nothing the control plane needs may live on one of those.
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("a runtime starts");
+            rt.block_on(ControlPlane::start(ControlPlaneOptions::full()))
+        })
+        .join()
+        .expect("control-plane start-up did not panic")
+        .map_err(|e| e.to_string())
+    });
+    // A failed start is remembered, so the other tests fail fast with the same message.
+    match plane {
+        Ok(plane) => plane,
+        Err(e) => panic!("the test control plane failed to start: {e}"),
+    }
+}
+
+/// A client for the current test's runtime (clients hold connections tied to one runtime).
+pub async fn client() -> kube::Client {
+    let plane = control_plane();
+    plane.client().await.expect("a client for the test control plane")
+}
+
+/// Creates a namespace unique to this test run: `<prefix>-<n>`.
+pub async fn namespace(client: &kube::Client, prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let name = format!("{prefix}-{}", N.fetch_add(1, Ordering::Relaxed));
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+    }))
+    .expect("a valid Namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+    name
+}
+
+/// Path of the KubeRay sample objects (test data beside the repository).
+pub fn kuberay_samples_dir() -> std::path::PathBuf {
+    let dir = std::env::var_os("RAYPIPE_KUBERAY_SAMPLES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kuberay-samples"));
+    assert!(
+        dir.is_dir(),
+        "KubeRay samples not found at {}; set RAYPIPE_KUBERAY_SAMPLES",
+        dir.display()
+    );
+    dir
+}
+
+/// Every YAML document in the `*.yaml` files of `dir`, as (file name, document).
+pub fn yaml_documents(dir: &std::path::Path) -> Vec<(String, serde_json::Value)> {
+    use serde::Deserialize;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    let mut docs = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("sample is readable");
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let value = serde_json::Value::deserialize(doc)
+                .unwrap_or_else(|e| panic!("{}: not YAML: {e}", file.display()));
+            if !value.is_null() {
+                docs.push((file.file_name().unwrap_or_default().to_string_lossy().into_owned(), value));
+            }
+        }
+    }
+    docs
+}
+
+/// Asserts every field of `expected` is present with the same value in `actual` (which may
+/// carry more: server defaults, metadata). Reports the path of the first difference.
+pub fn assert_contains(expected: &serde_json::Value, actual: &serde_json::Value, path: &str) {
+    use serde_json::Value;
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => {
+            for (k, v) in e {
+                match a.get(k) {
+                    Some(av) => assert_contains(v, av, &format!("{path}.{k}")),
+                    None => panic!("{path}.{k} was dropped (expected {v})"),
+                }
+            }
+        }
+        (Value::Array(e), Value::Array(a)) => {
+            assert_eq!(e.len(), a.len(), "{path}: list length differs");
+            for (i, (ev, av)) in e.iter().zip(a).enumerate() {
+                assert_contains(ev, av, &format!("{path}[{i}]"));
+            }
+        }
+        // Quantities and numbers may be normalised; compare numerically where both are numbers.
+        (Value::Number(e), Value::Number(a)) => {
+            assert_eq!(e.as_f64(), a.as_f64(), "{path}");
+        }
+        (e, a) => assert_eq!(e, a, "{path}"),
+    }
+}
+
+/// Everything raypipe and kube log in this test binary (debug level), for asserting what never
+/// appears in a log line (tokens). Installed once, as the process-wide subscriber.
+pub fn captured_logs() -> String {
+    let buffer = log_buffer();
+    String::from_utf8_lossy(&buffer.lock().expect("log buffer")).into_owned()
+}
+
+fn log_buffer() -> &'static std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    static BUFFER: OnceLock<std::sync::Arc<std::sync::Mutex<Vec<u8>>>> = OnceLock::new();
+    BUFFER.get_or_init(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())))
+}
+
+#[derive(Clone)]
+struct BufferWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for BufferWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs the capturing subscriber (idempotent).
+pub fn capture_logs() {
+    static INIT: OnceLock<()> = OnceLock::new();
+    INIT.get_or_init(|| {
+        let writer = BufferWriter(log_buffer().clone());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("raypipe=trace,kube=debug,info"))
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .try_init();
+    });
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: std::time::Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
