@@ -58,12 +58,21 @@ mod tests {
     #[test]
     fn transition_time_moves_only_when_status_changes() {
         let mut cs = Vec::new();
-        set_condition(&mut cs, condition("Ready", FALSE, "Pending", "a", Some(1), at(10)));
-        set_condition(&mut cs, condition("Ready", FALSE, "StillPending", "b", Some(2), at(20)));
+        set_condition(
+            &mut cs,
+            condition("Ready", FALSE, "Pending", "a", Some(1), at(10)),
+        );
+        set_condition(
+            &mut cs,
+            condition("Ready", FALSE, "StillPending", "b", Some(2), at(20)),
+        );
         assert_eq!(cs.len(), 1);
         assert_eq!(cs[0].last_transition_time, at(10));
         assert_eq!(cs[0].reason, "StillPending");
-        set_condition(&mut cs, condition("Ready", TRUE, "Ready", "c", Some(2), at(30)));
+        set_condition(
+            &mut cs,
+            condition("Ready", TRUE, "Ready", "c", Some(2), at(30)),
+        );
         assert_eq!(cs[0].last_transition_time, at(30));
     }
 
@@ -72,7 +81,10 @@ mod tests {
         let mut cs = Vec::new();
         set_condition(&mut cs, condition("Ready", TRUE, "R", "", None, at(1)));
         set_condition(&mut cs, condition("GraphValid", TRUE, "G", "", None, at(1)));
-        set_condition(&mut cs, condition("SourceReady", TRUE, "S", "", None, at(1)));
+        set_condition(
+            &mut cs,
+            condition("SourceReady", TRUE, "S", "", None, at(1)),
+        );
         let types: Vec<_> = cs.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(types, ["GraphValid", "Ready", "SourceReady"]);
         assert_eq!(find(&cs, "Ready").unwrap().reason, "R");

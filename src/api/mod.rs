@@ -6,6 +6,7 @@ pub mod raycronjob;
 pub mod rayjob;
 pub mod rayservice;
 pub mod servepipeline;
+pub mod yaml;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -66,7 +67,10 @@ pub async fn check_crds_installed(client: &kube::Client) -> anyhow::Result<()> {
             .as_ref()
             .and_then(|c| c.status.as_ref())
             .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
         if !established {
             anyhow::bail!(
                 "CRD {name} is not installed or not Established; install them with `raypipe crds | kubectl apply --server-side -f -`"
@@ -94,7 +98,10 @@ mod tests {
             .filter(|n| n.ends_with(".yaml"))
             .collect();
         present.sort();
-        assert_eq!(present, expected_files, "crds/ holds other files than the types generate");
+        assert_eq!(
+            present, expected_files,
+            "crds/ holds other files than the types generate"
+        );
         for crd in crds() {
             let file = dir.join(crd_file_name(&crd));
             let on_disk = std::fs::read_to_string(&file).expect("CRD file is readable");
@@ -114,7 +121,10 @@ mod tests {
             let v = &crd.spec.versions[0];
             assert!(v.served && v.storage, "{name}");
             assert!(
-                v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+                v.subresources
+                    .as_ref()
+                    .and_then(|s| s.status.as_ref())
+                    .is_some(),
                 "{name} lacks the status subresource"
             );
         }
@@ -126,6 +136,15 @@ mod tests {
             .map(|d| CustomResourceDefinition::deserialize(d).expect("each document is a CRD"))
             .collect();
         let kinds: Vec<String> = docs.iter().map(|c| c.spec.names.kind.clone()).collect();
-        assert_eq!(kinds, ["ServePipeline", "RayCluster", "RayJob", "RayService", "RayCronJob"]);
+        assert_eq!(
+            kinds,
+            [
+                "ServePipeline",
+                "RayCluster",
+                "RayJob",
+                "RayService",
+                "RayCronJob"
+            ]
+        );
     }
 }

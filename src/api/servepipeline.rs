@@ -210,6 +210,9 @@ pub fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars:
     let mut schema = generator.subschema_for::<Vec<Condition>>();
     let map = schema.ensure_object();
     map.insert("x-kubernetes-list-type".into(), "map".into());
-    map.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    map.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
     schema
 }

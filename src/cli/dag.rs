@@ -1,18 +1,749 @@
-//! `raypipe dag …`: work with model graphs from the command line (filled in by the model-graph work).
+//! `raypipe dag …`: work with model graphs from the command line.
+//!
+//! Exit codes: 0 success; 1 the graph is invalid (every problem is listed); 2 the input could
+//! not be read or parsed, or the options are wrong.
 
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use crate::graph::{self, Format, GraphError, ValidatedGraph, ValidationErrors, proto};
+use crate::serve::{self, NodeOverride, RenderOptions};
+
+/// Success.
+pub const EXIT_OK: u8 = 0;
+/// The graph is invalid.
+pub const EXIT_INVALID: u8 = 1;
+/// The input could not be read or parsed, or an option is wrong.
+pub const EXIT_ERROR: u8 = 2;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum DagCommand {
     /// Validate a graph (protobuf, YAML or JSON); exit non-zero with every error listed.
-    Validate { file: std::path::PathBuf },
+    Validate(ValidateArgs),
+    /// Print the Ray Serve config (YAML, for RayService.spec.serveConfigV2) of a valid graph.
+    Render(RenderArgs),
+    /// Print a graph as Graphviz DOT (`raypipe dag dot g.yaml | dot -Tsvg > g.svg`).
+    Dot(InputArgs),
+    /// Encode a graph as protobuf (what a registry serves).
+    Encode(EncodeArgs),
+    /// Print a graph (e.g. a protobuf file) as YAML or JSON.
+    Decode(DecodeArgs),
 }
 
-pub fn run(cmd: DagCommand) -> ExitCode {
-    match cmd {
-        DagCommand::Validate { file } => {
-            eprintln!("not implemented yet: {}", file.display());
-            ExitCode::FAILURE
+/// The graph to read.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InputArgs {
+    /// Graph file: protobuf (.pb), YAML (.yaml, .yml) or JSON (.json); `-` reads standard input.
+    pub file: PathBuf,
+    /// Format of FILE, when its extension does not say (default: guessed from the content).
+    #[arg(long, value_enum)]
+    pub format: Option<InputFormat>,
+}
+
+/// Input formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InputFormat {
+    Protobuf,
+    Yaml,
+    Json,
+}
+
+impl From<InputFormat> for Format {
+    fn from(format: InputFormat) -> Self {
+        match format {
+            InputFormat::Protobuf => Format::Protobuf,
+            InputFormat::Yaml => Format::Yaml,
+            InputFormat::Json => Format::Json,
         }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Print the result as JSON on standard output (problems with their reason codes).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RenderArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Serve application name (default: the graph's name).
+    #[arg(long)]
+    pub app_name: Option<String>,
+    /// Route prefix (default: the graph's, else "/").
+    #[arg(long)]
+    pub route_prefix: Option<String>,
+    /// Import path of the graph runtime's application builder.
+    #[arg(long, default_value = serve::DEFAULT_RUNTIME_IMPORT_PATH)]
+    pub runtime_import_path: String,
+    /// URI of the graph runtime's package, added to py_modules (repeatable).
+    #[arg(long = "runtime-py-module")]
+    pub runtime_py_modules: Vec<String>,
+    /// Name of the deployment that executes the graph.
+    #[arg(long, default_value = serve::DEFAULT_EXECUTOR_DEPLOYMENT)]
+    pub executor_deployment: String,
+    /// http_options.request_timeout_s.
+    #[arg(long)]
+    pub request_timeout_s: Option<f64>,
+    /// http_options.keep_alive_timeout_s.
+    #[arg(long)]
+    pub keep_alive_timeout_s: Option<i32>,
+    /// http_options.host.
+    #[arg(long)]
+    pub http_host: Option<String>,
+    /// http_options.port.
+    #[arg(long)]
+    pub http_port: Option<u16>,
+    /// Pin a node's replicas: NODE=COUNT (repeatable).
+    #[arg(long = "replicas", value_parser = parse_assignment)]
+    pub replicas: Vec<(String, i32)>,
+    /// Set a node's max_ongoing_requests: NODE=COUNT (repeatable).
+    #[arg(long = "max-ongoing-requests", value_parser = parse_assignment)]
+    pub max_ongoing_requests: Vec<(String, i32)>,
+    /// Print JSON (the dashboard REST body) instead of YAML.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct EncodeArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Write here instead of standard output.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Encode even when the graph is invalid (for test fixtures).
+    #[arg(long)]
+    pub allow_invalid: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DecodeArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Print JSON instead of YAML.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_assignment(text: &str) -> Result<(String, i32), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected NODE=COUNT, got {text:?}"))?;
+    let value = value
+        .trim()
+        .parse()
+        .map_err(|e| format!("{value:?} is not a count: {e}"))?;
+    Ok((name.trim().to_string(), value))
+}
+
+/// Why a command failed before it could judge the graph.
+#[derive(Debug, thiserror::Error)]
+pub enum DagError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Graph { path: String, source: GraphError },
+    #[error(transparent)]
+    Render(#[from] serve::RenderError),
+}
+
+/// Runs a `raypipe dag` command on the process's standard output and error.
+pub fn run(cmd: DagCommand) -> ExitCode {
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    ExitCode::from(execute(cmd, &mut stdout.lock(), &mut stderr.lock()))
+}
+
+/// Runs a command with explicit output streams; returns the exit code.
+pub fn execute(cmd: DagCommand, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let result = match cmd {
+        DagCommand::Validate(args) => validate(&args, out, err),
+        DagCommand::Render(args) => render(&args, out, err),
+        DagCommand::Dot(args) => dot(&args, out),
+        DagCommand::Encode(args) => encode(&args, out, err),
+        DagCommand::Decode(args) => decode(&args, out),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+fn display_path(path: &Path) -> String {
+    if path == Path::new("-") {
+        "standard input".to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// Reads and parses the input (format from the flag, else the extension, else the content).
+pub fn read_graph(input: &InputArgs) -> Result<proto::PipelineGraph, DagError> {
+    let path = display_path(&input.file);
+    let bytes = if input.file == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .map_err(|source| DagError::Read {
+                path: path.clone(),
+                source,
+            })?;
+        bytes
+    } else {
+        std::fs::read(&input.file).map_err(|source| DagError::Read {
+            path: path.clone(),
+            source,
+        })?
+    };
+    let format = input
+        .format
+        .map(Format::from)
+        .or_else(|| Format::from_path(&input.file))
+        .unwrap_or_else(|| Format::sniff(&bytes));
+    graph::load(&bytes, format).map_err(|source| DagError::Graph { path, source })
+}
+
+fn write_problems(err: &mut dyn Write, path: &str, errors: &ValidationErrors) {
+    let _ = writeln!(
+        err,
+        "{path}: invalid graph, {} problem{}:",
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" }
+    );
+    for error in errors.errors() {
+        let _ = writeln!(err, "  error[{}]: {error}", error.reason());
+    }
+}
+
+fn validate(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8, DagError> {
+    let path = display_path(&args.input.file);
+    let parsed = read_graph(&args.input);
+    if args.json {
+        let report = match &parsed {
+            Err(e) => {
+                serde_json::json!({"valid": false, "errors": [{"reason": reason_of(e), "message": e.to_string()}]})
+            }
+            Ok(graph) => match graph::validate(graph.clone()) {
+                Ok(valid) => summary_json(&valid),
+                Err(errors) => serde_json::json!({
+                    "valid": false,
+                    "errors": errors.errors().iter().map(|e| serde_json::json!({"reason": e.reason(), "message": e.to_string()})).collect::<Vec<_>>(),
+                }),
+            },
+        };
+        let _ = writeln!(out, "{report:#}");
+        return Ok(match (&parsed, report["valid"].as_bool()) {
+            (Err(_), _) => EXIT_ERROR,
+            (Ok(_), Some(true)) => EXIT_OK,
+            _ => EXIT_INVALID,
+        });
+    }
+    match graph::validate(parsed?) {
+        Ok(valid) => {
+            let _ = writeln!(
+                out,
+                "{path}: valid graph {:?} version {:?}: {} nodes, {} edges, ingress {:?}, output {:?}, digest sha256:{}",
+                valid.name(),
+                valid.version(),
+                valid.node_count(),
+                valid.edge_count(),
+                valid.ingress(),
+                valid.output(),
+                valid.digest()
+            );
+            Ok(EXIT_OK)
+        }
+        Err(errors) => {
+            write_problems(err, &path, &errors);
+            Ok(EXIT_INVALID)
+        }
+    }
+}
+
+fn reason_of(error: &DagError) -> &'static str {
+    match error {
+        DagError::Read { .. } => "ReadError",
+        DagError::Write { .. } => "WriteError",
+        DagError::Graph { source, .. } => source.reason(),
+        DagError::Render(e) => e.reason(),
+    }
+}
+
+fn summary_json(valid: &ValidatedGraph) -> serde_json::Value {
+    serde_json::json!({
+        "valid": true,
+        "name": valid.name(),
+        "version": valid.version(),
+        "nodes": valid.node_count(),
+        "edges": valid.edge_count(),
+        "ingress": valid.ingress(),
+        "output": valid.output(),
+        "digest": format!("sha256:{}", valid.digest()),
+        "topological_order": valid.topological_order().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+    })
+}
+
+/// Render options from the command line.
+pub fn render_options(args: &RenderArgs) -> RenderOptions {
+    let mut node_overrides: BTreeMap<String, NodeOverride> = BTreeMap::new();
+    for (node, count) in &args.replicas {
+        node_overrides.entry(node.clone()).or_default().num_replicas = Some(*count);
+    }
+    for (node, count) in &args.max_ongoing_requests {
+        node_overrides
+            .entry(node.clone())
+            .or_default()
+            .max_ongoing_requests = Some(*count);
+    }
+    RenderOptions {
+        application_name: args.app_name.clone(),
+        route_prefix: args.route_prefix.clone(),
+        runtime_import_path: args.runtime_import_path.clone(),
+        runtime_py_modules: args.runtime_py_modules.clone(),
+        executor_deployment: args.executor_deployment.clone(),
+        request_timeout_s: args.request_timeout_s,
+        keep_alive_timeout_s: args.keep_alive_timeout_s,
+        http_host: args.http_host.clone(),
+        http_port: args.http_port,
+        proxy_location: None,
+        node_overrides,
+    }
+}
+
+fn render(args: &RenderArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8, DagError> {
+    let path = display_path(&args.input.file);
+    let valid = match graph::validate(read_graph(&args.input)?) {
+        Ok(valid) => valid,
+        Err(errors) => {
+            write_problems(err, &path, &errors);
+            return Ok(EXIT_INVALID);
+        }
+    };
+    let config = serve::render(&valid, &render_options(args))?;
+    let text = if args.json {
+        config.to_json() + "\n"
+    } else {
+        config.to_yaml()
+    };
+    out.write_all(text.as_bytes())
+        .map_err(|source| DagError::Write {
+            path: "standard output".into(),
+            source,
+        })?;
+    Ok(EXIT_OK)
+}
+
+fn dot(args: &InputArgs, out: &mut dyn Write) -> Result<u8, DagError> {
+    let graph = read_graph(args)?;
+    out.write_all(graph::dot::to_dot(&graph).as_bytes())
+        .map_err(|source| DagError::Write {
+            path: "standard output".into(),
+            source,
+        })?;
+    Ok(EXIT_OK)
+}
+
+fn encode(args: &EncodeArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8, DagError> {
+    let path = display_path(&args.input.file);
+    let graph = read_graph(&args.input)?;
+    if !args.allow_invalid
+        && let Err(errors) = graph::validate(graph.clone())
+    {
+        write_problems(err, &path, &errors);
+        let _ = writeln!(
+            err,
+            "nothing written (use --allow-invalid to encode it anyway)"
+        );
+        return Ok(EXIT_INVALID);
+    }
+    let bytes = graph::encode(&graph);
+    match &args.output {
+        Some(file) => std::fs::write(file, &bytes).map_err(|source| DagError::Write {
+            path: file.display().to_string(),
+            source,
+        })?,
+        None => out.write_all(&bytes).map_err(|source| DagError::Write {
+            path: "standard output".into(),
+            source,
+        })?,
+    }
+    Ok(EXIT_OK)
+}
+
+fn decode(args: &DecodeArgs, out: &mut dyn Write) -> Result<u8, DagError> {
+    let path = display_path(&args.input.file);
+    let graph = read_graph(&args.input)?;
+    let text = if args.json {
+        graph::to_json(&graph).map(|t| t + "\n")
+    } else {
+        graph::to_yaml(&graph)
+    }
+    .map_err(|source| DagError::Graph { path, source })?;
+    out.write_all(text.as_bytes())
+        .map_err(|source| DagError::Write {
+            path: "standard output".into(),
+            source,
+        })?;
+    Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn sample(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("samples/graphs")
+            .join(name)
+    }
+
+    fn input(file: PathBuf) -> InputArgs {
+        InputArgs { file, format: None }
+    }
+
+    /// Runs a command line (`dag ...`) and returns (exit code, stdout, stderr).
+    fn run_line(args: &[&str]) -> (u8, Vec<u8>, String) {
+        let mut line = vec!["raypipe", "dag"];
+        line.extend_from_slice(args);
+        let cli = Cli::try_parse_from(line).unwrap_or_else(|e| panic!("{e}"));
+        let Command::Dag(cmd) = cli.command else {
+            panic!("not a dag command")
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = execute(cmd, &mut out, &mut err);
+        (code, out, String::from_utf8(err).unwrap())
+    }
+
+    fn text(bytes: Vec<u8>) -> String {
+        String::from_utf8(bytes).unwrap()
+    }
+
+    const INVALID: &str = r#"
+name: broken
+ingress: request
+nodes:
+  - {name: request, input: {}}
+  - {name: a, model: {import_path: "samples.models:A", deployment: {num_replicas: -1}}}
+  - {name: a, model: {import_path: "samples.models:A"}}
+  - {name: b, model: {import_path: "nomodule"}}
+  - {name: response, output: {}}
+edges:
+  - {source: request, target: a}
+  - {source: a, target: b}
+  - {source: b, target: a}
+  - {source: b, target: response}
+  - {source: b, target: ghost}
+"#;
+
+    fn invalid_file(dir: &tempfile::TempDir) -> PathBuf {
+        let path = dir.path().join("broken.yaml");
+        std::fs::write(&path, INVALID).unwrap();
+        path
+    }
+
+    #[test]
+    fn validate_accepts_every_sample_in_every_format() {
+        for name in [
+            "sequence.yaml",
+            "sequence.pb",
+            "ensemble.yaml",
+            "ensemble.pb",
+            "switch-canary.yaml",
+            "switch-canary.pb",
+        ] {
+            let path = sample(name);
+            let (code, out, err) = run_line(&["validate", path.to_str().unwrap()]);
+            assert_eq!(code, EXIT_OK, "{name}: {err}");
+            let out = text(out);
+            assert!(
+                out.contains("valid graph") && out.contains("digest sha256:"),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn validate_lists_every_problem_and_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = invalid_file(&dir);
+        let (code, out, err) = run_line(&["validate", path.to_str().unwrap()]);
+        assert_eq!(code, EXIT_INVALID);
+        assert!(out.is_empty());
+        let expected = graph::validate(graph::from_yaml(INVALID).unwrap()).unwrap_err();
+        assert!(expected.len() >= 4, "{expected}");
+        let problem_lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.trim_start().starts_with("error["))
+            .collect();
+        assert_eq!(problem_lines.len(), expected.len(), "{err}");
+        for reason in [
+            "DuplicateNode",
+            "InvalidOptions",
+            "InvalidImportPath",
+            "UnknownNode",
+        ] {
+            assert!(
+                err.contains(&format!("error[{reason}]")),
+                "{reason} missing:\n{err}"
+            );
+        }
+        assert!(
+            err.contains(&format!("{} problems", expected.len())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn validate_json_reports_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = invalid_file(&dir);
+        let (code, out, _) = run_line(&["validate", "--json", path.to_str().unwrap()]);
+        assert_eq!(code, EXIT_INVALID);
+        let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(report["valid"], false);
+        let reasons: Vec<&str> = report["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["reason"].as_str().unwrap())
+            .collect();
+        assert!(reasons.contains(&"DuplicateNode"), "{reasons:?}");
+
+        let (code, out, _) = run_line(&[
+            "validate",
+            "--json",
+            sample("ensemble.yaml").to_str().unwrap(),
+        ]);
+        assert_eq!(code, EXIT_OK);
+        let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(report["valid"], true);
+        assert_eq!(report["nodes"], 6);
+        assert_eq!(report["ingress"], "request");
+        assert_eq!(report["topological_order"][0], "request");
+    }
+
+    #[test]
+    fn unreadable_input_is_exit_two() {
+        let (code, _, err) = run_line(&["validate", "/nonexistent/graph.yaml"]);
+        assert_eq!(code, EXIT_ERROR);
+        assert!(err.contains("cannot read /nonexistent/graph.yaml"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(&path, "nodes: {oops").unwrap();
+        let (code, _, err) = run_line(&["validate", path.to_str().unwrap()]);
+        assert_eq!(code, EXIT_ERROR);
+        assert!(err.contains("not a valid YAML graph"), "{err}");
+        let (code, out, _) = run_line(&["validate", "--json", path.to_str().unwrap()]);
+        assert_eq!(code, EXIT_ERROR);
+        let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(report["errors"][0]["reason"], "ParseError");
+    }
+
+    #[test]
+    fn render_prints_a_serve_config() {
+        let path = sample("ensemble.yaml");
+        let (code, out, err) = run_line(&[
+            "render",
+            path.to_str().unwrap(),
+            "--runtime-py-module",
+            "http://127.0.0.1:8080/runtime.zip",
+            "--replicas",
+            "model_b=3",
+            "--max-ongoing-requests",
+            "combine=7",
+            "--request-timeout-s",
+            "30",
+        ]);
+        assert_eq!(code, EXIT_OK, "{err}");
+        let config = serve::ServeConfig::from_yaml(&text(out)).unwrap();
+        let app = &config.applications[0];
+        assert_eq!(
+            app.runtime_env.as_ref().unwrap().py_modules,
+            ["http://127.0.0.1:8080/runtime.zip"]
+        );
+        let model_b = app
+            .deployments
+            .iter()
+            .find(|d| d.name == "model_b")
+            .unwrap();
+        assert_eq!(model_b.num_replicas, Some(serve::NumReplicas::Count(3)));
+        let combine = app
+            .deployments
+            .iter()
+            .find(|d| d.name == "combine")
+            .unwrap();
+        assert_eq!(combine.max_ongoing_requests, Some(7));
+
+        let (code, out, _) = run_line(&["render", "--json", path.to_str().unwrap()]);
+        assert_eq!(code, EXIT_OK);
+        let _: serve::ServeConfig = serde_json::from_slice(&out).unwrap();
+    }
+
+    #[test]
+    fn render_refuses_invalid_graphs_and_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = invalid_file(&dir);
+        let (code, out, err) = run_line(&["render", path.to_str().unwrap()]);
+        assert_eq!(code, EXIT_INVALID);
+        assert!(
+            out.is_empty() && err.contains("error[DuplicateNode]"),
+            "{err}"
+        );
+        let (code, _, err) = run_line(&[
+            "render",
+            sample("sequence.yaml").to_str().unwrap(),
+            "--route-prefix",
+            "nope",
+        ]);
+        assert_eq!(code, EXIT_ERROR);
+        assert!(err.contains("route prefix \"nope\""), "{err}");
+        assert!(
+            Cli::try_parse_from(["raypipe", "dag", "render", "x.yaml", "--replicas", "oops"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn dot_draws_the_graph() {
+        let (code, out, _) = run_line(&["dot", sample("switch-canary.pb").to_str().unwrap()]);
+        assert_eq!(code, EXIT_OK);
+        let dot = text(out);
+        assert!(dot.starts_with("digraph \"switch-canary\" {"), "{dot}");
+        assert!(
+            dot.contains("\"tier\" -> \"premium\" [label=\"when /request/tier == \\\"gold\\\"\"]"),
+            "{dot}"
+        );
+        assert!(dot.contains("90 (90%)") && dot.contains("default"), "{dot}");
+        assert!(dot.trim_end().ends_with('}'));
+    }
+
+    #[test]
+    fn encode_matches_the_sample_protobuf() {
+        let (code, out, err) = run_line(&["encode", sample("sequence.yaml").to_str().unwrap()]);
+        assert_eq!(code, EXIT_OK, "{err}");
+        assert_eq!(out, std::fs::read(sample("sequence.pb")).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.pb");
+        let (code, out, _) = run_line(&[
+            "encode",
+            sample("ensemble.yaml").to_str().unwrap(),
+            "-o",
+            target.to_str().unwrap(),
+        ]);
+        assert_eq!(code, EXIT_OK);
+        assert!(out.is_empty());
+        assert_eq!(
+            std::fs::read(&target).unwrap(),
+            std::fs::read(sample("ensemble.pb")).unwrap()
+        );
+    }
+
+    #[test]
+    fn encode_refuses_invalid_graphs_unless_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = invalid_file(&dir);
+        let target = dir.path().join("broken.pb");
+        let (code, _, err) = run_line(&[
+            "encode",
+            path.to_str().unwrap(),
+            "-o",
+            target.to_str().unwrap(),
+        ]);
+        assert_eq!(code, EXIT_INVALID);
+        assert!(!target.exists() && err.contains("nothing written"), "{err}");
+        let (code, _, _) = run_line(&[
+            "encode",
+            "--allow-invalid",
+            path.to_str().unwrap(),
+            "-o",
+            target.to_str().unwrap(),
+        ]);
+        assert_eq!(code, EXIT_OK);
+        let decoded = graph::decode(&std::fs::read(&target).unwrap()).unwrap();
+        assert_eq!(decoded, graph::from_yaml(INVALID).unwrap());
+    }
+
+    #[test]
+    fn decode_prints_yaml_or_json_that_reads_back() {
+        let original = graph::decode(&std::fs::read(sample("switch-canary.pb")).unwrap()).unwrap();
+        let (code, out, _) = run_line(&["decode", sample("switch-canary.pb").to_str().unwrap()]);
+        assert_eq!(code, EXIT_OK);
+        assert_eq!(graph::from_yaml(&text(out)).unwrap(), original);
+        let (code, out, _) = run_line(&[
+            "decode",
+            "--json",
+            sample("switch-canary.pb").to_str().unwrap(),
+        ]);
+        assert_eq!(code, EXIT_OK);
+        assert_eq!(graph::from_json(&text(out)).unwrap(), original);
+    }
+
+    #[test]
+    fn format_comes_from_the_flag_the_extension_or_the_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let no_extension = dir.path().join("graph");
+        std::fs::copy(sample("ensemble.pb"), &no_extension).unwrap();
+        let graph = read_graph(&input(no_extension.clone())).unwrap();
+        assert_eq!(graph.name, "ensemble");
+        std::fs::copy(sample("ensemble.yaml"), &no_extension).unwrap();
+        assert_eq!(
+            read_graph(&input(no_extension.clone())).unwrap().name,
+            "ensemble"
+        );
+        let forced = InputArgs {
+            file: no_extension,
+            format: Some(InputFormat::Protobuf),
+        };
+        assert!(matches!(read_graph(&forced), Err(DagError::Graph { .. })));
+    }
+
+    #[test]
+    fn render_options_collect_overrides() {
+        let cli = Cli::try_parse_from([
+            "raypipe",
+            "dag",
+            "render",
+            "g.yaml",
+            "--replicas",
+            "a=2",
+            "--max-ongoing-requests",
+            "a=9",
+            "--replicas",
+            "b=1",
+        ])
+        .unwrap();
+        let Command::Dag(DagCommand::Render(args)) = cli.command else {
+            panic!()
+        };
+        let opts = render_options(&args);
+        assert_eq!(
+            opts.node_overrides["a"],
+            NodeOverride {
+                num_replicas: Some(2),
+                max_ongoing_requests: Some(9)
+            }
+        );
+        assert_eq!(opts.node_overrides["b"].num_replicas, Some(1));
+        assert_eq!(opts.runtime_import_path, serve::DEFAULT_RUNTIME_IMPORT_PATH);
     }
 }

@@ -28,13 +28,19 @@ pub struct DevArgs {
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
-    let options = if args.minimal { ControlPlaneOptions::default() } else { ControlPlaneOptions::full() };
+    let options = if args.minimal {
+        ControlPlaneOptions::default()
+    } else {
+        ControlPlaneOptions::full()
+    };
     let started = std::time::Instant::now();
     eprintln!("raypipe dev: starting a local control plane on 127.0.0.1 …");
     let plane = ControlPlane::start(options).await?;
-    let kubeconfig = args
-        .kubeconfig
-        .unwrap_or_else(|| crate::testenv::binaries::cache_root().join("dev").join("kubeconfig"));
+    let kubeconfig = args.kubeconfig.unwrap_or_else(|| {
+        crate::testenv::binaries::cache_root()
+            .join("dev")
+            .join("kubeconfig")
+    });
     if let Some(parent) = kubeconfig.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -45,7 +51,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "kubectl".to_owned());
-    let pids: Vec<String> = plane.pids().iter().map(|(n, p)| format!("{n}={p}")).collect();
+    let pids: Vec<String> = plane
+        .pids()
+        .iter()
+        .map(|(n, p)| format!("{n}={p}"))
+        .collect();
     println!(
         "raypipe dev: ready in {:.1}s (API server {}; processes {})\n\n  export KUBECONFIG={}\n  alias kubectl={}\n  kubectl get crds\n  kubectl apply --server-side -f samples/\n  kubectl get servepipelines,rayservices,rayclusters,pods -A\n\nPress Ctrl-C to stop everything.",
         started.elapsed().as_secs_f64(),
@@ -55,7 +65,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         kubectl,
     );
     let client = plane.client().await?;
-    let result = crate::controllers::run_with_client(client, &args.controllers, crate::controllers::shutdown_signal()).await;
+    let result = crate::controllers::run_with_client(
+        client,
+        &args.controllers,
+        crate::controllers::shutdown_signal(),
+    )
+    .await;
     eprintln!("raypipe dev: stopping the control plane …");
     drop(plane);
     let _ = std::fs::remove_file(&kubeconfig);

@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "raypipe", version, about = "A Kubernetes operator for model-serving pipelines on Ray")]
+#[command(
+    name = "raypipe",
+    version,
+    about = "A Kubernetes operator for model-serving pipelines on Ray"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -107,7 +111,10 @@ pub fn main() -> ExitCode {
 }
 
 fn runtime_block_on(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -135,8 +142,11 @@ mod tests {
 
     #[test]
     fn controllers_flag_parses_a_subset() {
-        let cli = Cli::try_parse_from(["raypipe", "run", "--controllers", "servepipeline"]).unwrap();
-        let Command::Run(args) = cli.command else { panic!("expected run") };
+        let cli =
+            Cli::try_parse_from(["raypipe", "run", "--controllers", "servepipeline"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run")
+        };
         assert_eq!(args.controllers, vec![ControllerKind::Servepipeline]);
     }
 }

@@ -35,7 +35,9 @@ pub async fn run_with_client(
                 servepipeline::Config::default(),
                 stopped(),
             ))),
-            other => tracing::warn!(controller = ?other, "this controller is not built yet; skipping it"),
+            other => {
+                tracing::warn!(controller = ?other, "this controller is not built yet; skipping it")
+            }
         }
     }
     shutdown.await;
@@ -52,13 +54,14 @@ pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},

@@ -34,25 +34,35 @@ pub mod field_managers {
 #[derive(Debug, thiserror::Error)]
 pub enum K8sError {
     #[error("{kind} {name} has no {what}")]
-    MissingMetadata { kind: String, name: String, what: &'static str },
+    MissingMetadata {
+        kind: String,
+        name: String,
+        what: &'static str,
+    },
     #[error("server-side apply of {kind} {namespace}/{name} failed: {source}")]
     Apply {
         kind: String,
         namespace: String,
         name: String,
+        // Boxed: kube::Error is large, and this enum travels through every reconcile's Result.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
 /// A controller owner reference to `owner`, with blockOwnerDeletion so that a foreground
 /// deletion of the owner waits for its children.
-pub fn controller_owner_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Result<OwnerReference, K8sError> {
-    let mut reference = owner.controller_owner_ref(&()).ok_or_else(|| K8sError::MissingMetadata {
-        kind: K::kind(&()).into_owned(),
-        name: owner.name_any(),
-        what: "uid (it was not read from the API server)",
-    })?;
+pub fn controller_owner_ref<K: Resource<DynamicType = ()>>(
+    owner: &K,
+) -> Result<OwnerReference, K8sError> {
+    let mut reference =
+        owner
+            .controller_owner_ref(&())
+            .ok_or_else(|| K8sError::MissingMetadata {
+                kind: K::kind(&()).into_owned(),
+                name: owner.name_any(),
+                what: "uid (it was not read from the API server)",
+            })?;
     reference.block_owner_deletion = Some(true);
     Ok(reference)
 }
@@ -60,7 +70,8 @@ pub fn controller_owner_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Result<
 /// A hex sha256 over the canonical JSON of `value`. serde_json orders object keys, so equal
 /// values hash equal across processes and versions (unlike `DefaultHasher`).
 pub fn stable_hash<T: Serialize>(value: &T) -> String {
-    let json = serde_json::to_vec(&serde_json::to_value(value).unwrap_or(serde_json::Value::Null)).unwrap_or_default();
+    let json = serde_json::to_vec(&serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
+        .unwrap_or_default();
     hex::encode(Sha256::digest(&json))
 }
 
@@ -70,19 +81,26 @@ where
     K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
 {
     let name = obj.name_any();
-    api.patch(&name, &PatchParams::apply(field_manager).force(), &Patch::Apply(obj))
-        .await
-        .map_err(|source| K8sError::Apply {
-            kind: K::kind(&()).into_owned(),
-            namespace: obj.namespace().unwrap_or_default(),
-            name,
-            source,
-        })
+    api.patch(
+        &name,
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .map_err(|source| K8sError::Apply {
+        kind: K::kind(&()).into_owned(),
+        namespace: obj.namespace().unwrap_or_default(),
+        name,
+        source: Box::new(source),
+    })
 }
 
 /// An event recorder for one controller.
 pub fn recorder(client: kube::Client, controller: &str) -> Recorder {
-    let reporter = Reporter { controller: controller.to_owned(), instance: std::env::var("POD_NAME").ok() };
+    let reporter = Reporter {
+        controller: controller.to_owned(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
     Recorder::new(client, reporter)
 }
 

@@ -1,1 +1,88 @@
 //! The typed Ray Serve config and its rendering from a validated graph.
+//!
+//! One application per pipeline: `import_path` = the graph runtime's builder, `args` = the
+//! graph's wiring (see [`RuntimeArgs`]), `deployments` = per-node options named by node plus the
+//! executor, `runtime_env` = the graph's environment plus the runtime package. What Ray would
+//! only reject after accepting the config (route prefix shape, deployment names, autoscaling
+//! numbers) is checked here or in graph validation, so a bad graph never reaches a cluster.
+
+mod config;
+mod render;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::{
+    Application, AutoscalingConfig, Deployment, HttpOptions, LoggingConfig, NumReplicas,
+    ProxyLocation, RayActorOptions, RuntimeArgs, RuntimeEnvConfig, ServeConfig,
+};
+pub use render::{
+    DEFAULT_APPLICATION_NAME, DEFAULT_EXECUTOR_DEPLOYMENT, DEFAULT_RUNTIME_IMPORT_PATH,
+    NodeOverride, RUNTIME_ARGS_API_VERSION, RenderOptions, render,
+};
+
+/// Why a valid graph could not be rendered with the given options.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RenderError {
+    #[error("application name {name:?} {problem}")]
+    InvalidApplicationName { name: String, problem: &'static str },
+    #[error("route prefix {prefix:?} {problem}")]
+    InvalidRoutePrefix {
+        prefix: String,
+        problem: &'static str,
+    },
+    #[error("runtime import path {path:?} {problem}")]
+    InvalidRuntimeImportPath { path: String, problem: String },
+    #[error(
+        "runtime package {uri:?} is not a URI the cluster can fetch (https://..., s3://..., gs://...)"
+    )]
+    InvalidRuntimeModule { uri: String },
+    #[error("executor deployment name {name:?} {problem}")]
+    InvalidExecutorName { name: String, problem: &'static str },
+    #[error("a model node is named {name:?}, the name of the executor deployment; rename the node")]
+    ExecutorNameCollision { name: String },
+    #[error("an override names node {name:?}, which is not in the graph")]
+    UnknownOverrideNode { name: String },
+    #[error(
+        "an override names node {name:?}, which is not a model node (only models are deployments)"
+    )]
+    OverrideNotModel { name: String },
+    #[error("override of node {node:?}: {field} {problem}")]
+    InvalidOverride {
+        node: String,
+        field: &'static str,
+        problem: String,
+    },
+    #[error("http_options.{field} {problem}")]
+    InvalidHttpOption {
+        field: &'static str,
+        problem: String,
+    },
+    #[error(
+        "http_options.request_timeout_s ({request_timeout_s} s) is shorter than the graph's deadline ({deadline_ms} ms); Serve would cut requests the graph still allows"
+    )]
+    RequestTimeoutBelowDeadline {
+        request_timeout_s: f64,
+        deadline_ms: u32,
+    },
+}
+
+impl RenderError {
+    /// Stable machine reason code.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RenderError::InvalidApplicationName { .. } => "InvalidApplicationName",
+            RenderError::InvalidRoutePrefix { .. } => "InvalidRoutePrefix",
+            RenderError::InvalidRuntimeImportPath { .. }
+            | RenderError::InvalidRuntimeModule { .. } => "InvalidRuntime",
+            RenderError::InvalidExecutorName { .. } | RenderError::ExecutorNameCollision { .. } => {
+                "InvalidExecutorName"
+            }
+            RenderError::UnknownOverrideNode { .. }
+            | RenderError::OverrideNotModel { .. }
+            | RenderError::InvalidOverride { .. } => "InvalidOverride",
+            RenderError::InvalidHttpOption { .. }
+            | RenderError::RequestTimeoutBelowDeadline { .. } => "InvalidHttpOptions",
+        }
+    }
+}

@@ -36,15 +36,17 @@ pub fn cache_root() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
         return PathBuf::from(dir).join("raypipe");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
     home.join(".cache").join("raypipe")
 }
 
 /// The version-keyed directory `provision.sh` fills.
 pub fn cache_dir() -> PathBuf {
-    cache_root()
-        .join("k8s")
-        .join(format!("v{KUBE_VERSION}-etcd{ETCD_VERSION}-kwok{KWOK_VERSION}"))
+    cache_root().join("k8s").join(format!(
+        "v{KUBE_VERSION}-etcd{ETCD_VERSION}-kwok{KWOK_VERSION}"
+    ))
 }
 
 fn optional(dir: &Path, name: &str) -> Option<PathBuf> {
@@ -86,7 +88,8 @@ impl Binaries {
             let b = Binaries {
                 etcd: etcd.into(),
                 kube_apiserver: api.into(),
-                kube_controller_manager: std::env::var_os("TEST_ASSET_KUBE_CONTROLLER_MANAGER").map(Into::into),
+                kube_controller_manager: std::env::var_os("TEST_ASSET_KUBE_CONTROLLER_MANAGER")
+                    .map(Into::into),
                 kube_scheduler: std::env::var_os("TEST_ASSET_KUBE_SCHEDULER").map(Into::into),
                 kubectl: std::env::var_os("TEST_ASSET_KUBECTL").map(Into::into),
                 kwok: std::env::var_os("TEST_ASSET_KWOK").map(Into::into),
@@ -114,9 +117,12 @@ impl Binaries {
             return Ok(b);
         }
         provision(&dir)?;
-        from_dir(&dir)
-            .filter(complete)
-            .ok_or_else(|| TestEnvError::Provision(format!("{} is incomplete after provisioning", dir.display())))
+        from_dir(&dir).filter(complete).ok_or_else(|| {
+            TestEnvError::Provision(format!(
+                "{} is incomplete after provisioning",
+                dir.display()
+            ))
+        })
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod binaries;
 pub mod pki;
 pub mod process;
+pub mod registry;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -37,7 +38,11 @@ pub enum TestEnvError {
     #[error("cannot start {0}: {1}")]
     Spawn(String, String),
     #[error("{name} exited during start-up ({status}); last log lines:\n{log}")]
-    Exited { name: String, status: String, log: String },
+    Exited {
+        name: String,
+        status: String,
+        log: String,
+    },
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(Duration, String),
     #[error("Kubernetes client: {0}")]
@@ -75,7 +80,12 @@ impl Default for ControlPlaneOptions {
 impl ControlPlaneOptions {
     /// Everything: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
     pub fn full() -> Self {
-        ControlPlaneOptions { controller_manager: true, scheduler: true, kwok: true, ..Default::default() }
+        ControlPlaneOptions {
+            controller_manager: true,
+            scheduler: true,
+            kwok: true,
+            ..Default::default()
+        }
     }
 
     fn needs_full_binaries(&self) -> bool {
@@ -99,8 +109,12 @@ pub struct ControlPlane {
 }
 
 fn free_port() -> Result<u16, TestEnvError> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| TestEnvError::Io("bind 127.0.0.1:0".into(), e))?;
-    let port = l.local_addr().map_err(|e| TestEnvError::Io("local_addr".into(), e))?.port();
+    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| TestEnvError::Io("bind 127.0.0.1:0".into(), e))?;
+    let port = l
+        .local_addr()
+        .map_err(|e| TestEnvError::Io("local_addr".into(), e))?
+        .port();
     Ok(port)
 }
 
@@ -114,7 +128,8 @@ fn random_token() -> Result<String, TestEnvError> {
 }
 
 fn write(path: &Path, contents: &str) -> Result<(), TestEnvError> {
-    std::fs::write(path, contents).map_err(|e| TestEnvError::Io(format!("write {}", path.display()), e))
+    std::fs::write(path, contents)
+        .map_err(|e| TestEnvError::Io(format!("write {}", path.display()), e))
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -126,7 +141,8 @@ fn pid_alive(pid: u32) -> bool {
 fn run_dir() -> Result<PathBuf, TestEnvError> {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let root = std::env::temp_dir().join("raypipe-testenv");
-    std::fs::create_dir_all(&root).map_err(|e| TestEnvError::Io(format!("create {}", root.display()), e))?;
+    std::fs::create_dir_all(&root)
+        .map_err(|e| TestEnvError::Io(format!("create {}", root.display()), e))?;
     if let Ok(entries) = std::fs::read_dir(&root) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -137,9 +153,14 @@ fn run_dir() -> Result<PathBuf, TestEnvError> {
             }
         }
     }
-    let dir = root.join(format!("{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let dir = root.join(format!(
+        "{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
     Ok(dir)
 }
 
@@ -171,12 +192,18 @@ impl ControlPlane {
         write(&p("sa.key"), &pki.service_account_key)?;
         write(&p("sa.pub"), &pki.service_account_public_key)?;
         let admin_token = random_token()?;
-        write(&p("tokens.csv"), &format!("{admin_token},admin,uid-admin,\"system:masters\"\n"))?;
+        write(
+            &p("tokens.csv"),
+            &format!("{admin_token},admin,uid-admin,\"system:masters\"\n"),
+        )?;
 
         let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
         let api_url = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = p("admin.kubeconfig");
-        write(&kubeconfig, &kubeconfig_yaml(&api_url, &pki.ca_cert, "admin", &admin_token))?;
+        write(
+            &kubeconfig,
+            &kubeconfig_yaml(&api_url, &pki.ca_cert, "admin", &admin_token),
+        )?;
 
         let mut plane = ControlPlane {
             dir: dir.clone(),
@@ -239,7 +266,9 @@ impl ControlPlane {
         )?);
 
         let client = plane.client().await?;
-        plane.wait_ready(&client, options.startup_timeout, started).await?;
+        plane
+            .wait_ready(&client, options.startup_timeout, started)
+            .await?;
 
         if options.controller_manager
             && let Some(kcm) = &binaries.kube_controller_manager
@@ -295,8 +324,14 @@ impl ControlPlane {
                 .map(|e| e.path())
                 .collect();
             stage_files.sort();
-            args.extend(stage_files.iter().map(|f| format!("--config={}", f.display())));
-            plane.processes.push(ManagedProcess::start("kwok", kwok, &args, &p("kwok.log"))?);
+            args.extend(
+                stage_files
+                    .iter()
+                    .map(|f| format!("--config={}", f.display())),
+            );
+            plane
+                .processes
+                .push(ManagedProcess::start("kwok", kwok, &args, &p("kwok.log"))?);
             create_kwok_node(&client).await?;
         }
         if options.install_crds {
@@ -314,13 +349,17 @@ impl ControlPlane {
     /// A client for the admin user.
     pub async fn client(&self) -> Result<kube::Client, TestEnvError> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
         Ok(kube::Client::try_from(config)?)
     }
 
     /// Process ids of everything started, by name.
     pub fn pids(&self) -> Vec<(String, u32)> {
-        self.processes.iter().map(|p| (p.name.clone(), p.pid())).collect()
+        self.processes
+            .iter()
+            .map(|p| (p.name.clone(), p.pid()))
+            .collect()
     }
 
     /// The log file of a component (`etcd`, `kube-apiserver`, `kwok`, …).
@@ -331,19 +370,32 @@ impl ControlPlane {
     fn check_processes(&mut self) -> Result<(), TestEnvError> {
         for proc in &mut self.processes {
             if let Some(status) = proc.exited() {
-                return Err(TestEnvError::Exited { name: proc.name.clone(), status, log: proc.log_tail(30) });
+                return Err(TestEnvError::Exited {
+                    name: proc.name.clone(),
+                    status,
+                    log: proc.log_tail(30),
+                });
             }
         }
         Ok(())
     }
 
-    async fn wait_ready(&mut self, client: &kube::Client, timeout: Duration, since: Instant) -> Result<(), TestEnvError> {
+    async fn wait_ready(
+        &mut self,
+        client: &kube::Client,
+        timeout: Duration,
+        since: Instant,
+    ) -> Result<(), TestEnvError> {
         let deadline = since + timeout;
         let namespaces: Api<Namespace> = Api::all(client.clone());
         loop {
             self.check_processes()?;
             let ready = client
-                .request_text(http::Request::get("/readyz").body(Vec::new()).expect("a static request is valid"))
+                .request_text(
+                    http::Request::get("/readyz")
+                        .body(Vec::new())
+                        .expect("a static request is valid"),
+                )
                 .await
                 .is_ok_and(|body| body.trim() == "ok");
             // Like envtest, wait for the `default` namespace too: the first writes need it.
@@ -353,7 +405,10 @@ impl ControlPlane {
             if Instant::now() > deadline {
                 return Err(TestEnvError::Timeout(
                     timeout,
-                    format!("kube-apiserver /readyz; log: {}", self.log_path("kube-apiserver").display()),
+                    format!(
+                        "kube-apiserver /readyz; log: {}",
+                        self.log_path("kube-apiserver").display()
+                    ),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -424,7 +479,9 @@ pub async fn install_crds(
         );
         tokio::time::timeout(timeout, established)
             .await
-            .map_err(|_| TestEnvError::Timeout(timeout, format!("CRD {name} to become Established")))?
+            .map_err(|_| {
+                TestEnvError::Timeout(timeout, format!("CRD {name} to become Established"))
+            })?
             .map_err(|e| TestEnvError::Timeout(timeout, format!("CRD {name}: {e}")))?;
     }
     Ok(())

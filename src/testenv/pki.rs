@@ -1,8 +1,8 @@
 //! Certificates and keys for a loopback control plane, generated in-process (no openssl).
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
 
 use super::TestEnvError;
@@ -27,7 +27,9 @@ impl Pki {
     pub fn generate() -> Result<Pki, TestEnvError> {
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
         ca_params.distinguished_name = DistinguishedName::new();
-        ca_params.distinguished_name.push(DnType::CommonName, "raypipe-local-ca");
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "raypipe-local-ca");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let ca_key = KeyPair::generate().map_err(err)?;
@@ -44,11 +46,18 @@ impl Pki {
         .map_err(err)?;
         serving
             .subject_alt_names
-            .push(SanType::IpAddress(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)));
+            .push(SanType::IpAddress(std::net::IpAddr::V4(
+                std::net::Ipv4Addr::LOCALHOST,
+            )));
         serving.distinguished_name = DistinguishedName::new();
-        serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         serving.is_ca = IsCa::ExplicitNoCa;
-        serving.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        serving.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_key = KeyPair::generate().map_err(err)?;
         let serving_cert = serving.signed_by(&serving_key, &ca).map_err(err)?;

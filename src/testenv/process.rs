@@ -42,9 +42,17 @@ fn spawner() -> &'static Mutex<mpsc::Sender<SpawnRequest>> {
 
 impl ManagedProcess {
     /// Starts `program args…` with stdout and stderr appended to `log`.
-    pub fn start(name: &str, program: &Path, args: &[String], log: &Path) -> Result<ManagedProcess, TestEnvError> {
-        let out = File::create(log).map_err(|e| TestEnvError::Io(format!("create {}", log.display()), e))?;
-        let err = out.try_clone().map_err(|e| TestEnvError::Io("dup log".into(), e))?;
+    pub fn start(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+    ) -> Result<ManagedProcess, TestEnvError> {
+        let out = File::create(log)
+            .map_err(|e| TestEnvError::Io(format!("create {}", log.display()), e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| TestEnvError::Io("dup log".into(), e))?;
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
         // SAFETY: only async-signal-safe libc calls between fork and exec.
@@ -66,8 +74,14 @@ impl ManagedProcess {
         let child = rx
             .recv()
             .map_err(|_| TestEnvError::Spawn(name.to_owned(), "spawner thread gone".into()))?
-            .map_err(|e| TestEnvError::Spawn(name.to_owned(), format!("{}: {e}", program.display())))?;
-        Ok(ManagedProcess { name: name.to_owned(), log: log.to_owned(), child })
+            .map_err(|e| {
+                TestEnvError::Spawn(name.to_owned(), format!("{}: {e}", program.display()))
+            })?;
+        Ok(ManagedProcess {
+            name: name.to_owned(),
+            log: log.to_owned(),
+            child,
+        })
     }
 
     pub fn pid(&self) -> u32 {

@@ -59,7 +59,11 @@ async fn resource_for(client: &kube::Client, obj: &Value) -> ApiResource {
     resource
 }
 
-async fn create(client: &kube::Client, ns: &str, obj: &Value) -> Result<DynamicObject, kube::Error> {
+async fn create(
+    client: &kube::Client,
+    ns: &str,
+    obj: &Value,
+) -> Result<DynamicObject, kube::Error> {
     let resource = resource_for(client, obj).await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
     let dynamic: DynamicObject = serde_json::from_value(obj.clone()).expect("a Kubernetes object");
@@ -72,14 +76,24 @@ async fn all_crds_are_installed_and_established() {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in raypipe::api::crds() {
         let name = crd.metadata.name.clone().expect("CRD name");
-        let installed = api.get(&name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
-        let conditions = installed.status.and_then(|s| s.conditions).unwrap_or_default();
+        let installed = api
+            .get(&name)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let conditions = installed
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default();
         assert!(
-            conditions.iter().any(|c| c.type_ == "Established" && c.status == "True"),
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True"),
             "{name} is not Established: {conditions:?}"
         );
     }
-    raypipe::api::check_crds_installed(&client).await.expect("the operator's pre-flight check passes");
+    raypipe::api::check_crds_installed(&client)
+        .await
+        .expect("the operator's pre-flight check passes");
 }
 
 #[tokio::test]
@@ -90,24 +104,37 @@ async fn every_kind_is_created_read_and_its_status_written_through_the_subresour
         let kind = obj["kind"].as_str().expect("kind").to_owned();
         let resource = resource_for(&client, &obj).await;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
-        create(&client, &ns, &obj).await.unwrap_or_else(|e| panic!("create {kind}: {e}"));
+        create(&client, &ns, &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {kind}: {e}"));
 
         let patch = json!({"apiVersion": obj["apiVersion"], "kind": kind, "status": status});
         api.patch_status("minimal", &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap_or_else(|e| panic!("write {kind} status: {e}"));
-        let read = api.get("minimal").await.unwrap_or_else(|e| panic!("read {kind}: {e}"));
+        let read = api
+            .get("minimal")
+            .await
+            .unwrap_or_else(|e| panic!("read {kind}: {e}"));
         let read = serde_json::to_value(&read).expect("serializable");
         support::assert_contains(&status, &read["status"], &format!("{kind}.status"));
         support::assert_contains(&obj["spec"], &read["spec"], &format!("{kind}.spec"));
 
         // With a status subresource, a write to the main resource cannot change status.
         let main_patch = json!({"status": {"reason": "written-through-main-resource"}});
-        api.patch("minimal", &PatchParams::default(), &Patch::Merge(&main_patch))
-            .await
-            .unwrap_or_else(|e| panic!("patch {kind}: {e}"));
-        let read = serde_json::to_value(api.get("minimal").await.expect("read")).expect("serializable");
-        assert!(read["status"].get("reason").is_none(), "{kind}: status changed through the main resource");
+        api.patch(
+            "minimal",
+            &PatchParams::default(),
+            &Patch::Merge(&main_patch),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patch {kind}: {e}"));
+        let read =
+            serde_json::to_value(api.get("minimal").await.expect("read")).expect("serializable");
+        assert!(
+            read["status"].get("reason").is_none(),
+            "{kind}: status changed through the main resource"
+        );
     }
 }
 
@@ -119,12 +146,27 @@ async fn typed_clients_read_what_the_api_server_stores() {
         create(&client, &ns, &obj).await.expect("create");
     }
     use raypipe::api::{RayCluster, RayCronJob, RayJob, RayService, ServePipeline};
-    let pipeline = Api::<ServePipeline>::namespaced(client.clone(), &ns).get("minimal").await.expect("ServePipeline");
+    let pipeline = Api::<ServePipeline>::namespaced(client.clone(), &ns)
+        .get("minimal")
+        .await
+        .expect("ServePipeline");
     assert_eq!(pipeline.spec.source.url, "https://127.0.0.1:1/g.pb");
-    Api::<RayCluster>::namespaced(client.clone(), &ns).get("minimal").await.expect("RayCluster");
-    Api::<RayJob>::namespaced(client.clone(), &ns).get("minimal").await.expect("RayJob");
-    Api::<RayService>::namespaced(client.clone(), &ns).get("minimal").await.expect("RayService");
-    Api::<RayCronJob>::namespaced(client.clone(), &ns).get("minimal").await.expect("RayCronJob");
+    Api::<RayCluster>::namespaced(client.clone(), &ns)
+        .get("minimal")
+        .await
+        .expect("RayCluster");
+    Api::<RayJob>::namespaced(client.clone(), &ns)
+        .get("minimal")
+        .await
+        .expect("RayJob");
+    Api::<RayService>::namespaced(client.clone(), &ns)
+        .get("minimal")
+        .await
+        .expect("RayService");
+    Api::<RayCronJob>::namespaced(client.clone(), &ns)
+        .get("minimal")
+        .await
+        .expect("RayCronJob");
 }
 
 /// Creates every document of every file in `dir` in a fresh namespace and checks that what the
@@ -148,7 +190,11 @@ async fn assert_samples_accepted(dir: &std::path::Path, prefix: &str) -> usize {
             if let Some(expected) = doc.get(section)
                 && section != "stringData"
             {
-                support::assert_contains(expected, &stored[section], &format!("{file} {kind}.{section}"));
+                support::assert_contains(
+                    expected,
+                    &stored[section],
+                    &format!("{file} {kind}.{section}"),
+                );
             }
         }
         count += 1;
@@ -159,7 +205,10 @@ async fn assert_samples_accepted(dir: &std::path::Path, prefix: &str) -> usize {
 #[tokio::test]
 async fn every_kuberay_sample_is_accepted_without_losing_a_field() {
     let n = assert_samples_accepted(&support::kuberay_samples_dir(), "kuberay").await;
-    assert!(n >= 9, "expected at least the 9 KubeRay sample objects, created {n}");
+    assert!(
+        n >= 9,
+        "expected at least the 9 KubeRay sample objects, created {n}"
+    );
 }
 
 #[tokio::test]
@@ -174,11 +223,18 @@ fn expect_invalid(result: Result<DynamicObject, kube::Error>, must_mention: &[&s
         Err(kube::Error::Api(status)) => {
             assert_eq!(status.code, 422, "expected 422 Invalid, got {status:?}");
             for needle in must_mention {
-                assert!(status.message.contains(needle), "error does not mention {needle:?}: {}", status.message);
+                assert!(
+                    status.message.contains(needle),
+                    "error does not mention {needle:?}: {}",
+                    status.message
+                );
             }
         }
         Err(other) => panic!("expected the API server to reject the object, got {other}"),
-        Ok(obj) => panic!("the API server accepted an invalid object: {:?}", obj.metadata.name),
+        Ok(obj) => panic!(
+            "the API server accepted an invalid object: {:?}",
+            obj.metadata.name
+        ),
     }
 }
 
@@ -188,7 +244,10 @@ async fn invalid_objects_are_rejected_with_the_api_servers_error() {
     let ns = support::namespace(&client, "invalid").await;
 
     let missing_head = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "no-head"}, "spec": {}});
-    expect_invalid(create(&client, &ns, &missing_head).await, &["headGroupSpec", "Required"]);
+    expect_invalid(
+        create(&client, &ns, &missing_head).await,
+        &["headGroupSpec", "Required"],
+    );
 
     let wrong_type = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "wrong-type"},
         "spec": {"headGroupSpec": head_group(), "workerGroupSpecs": [{"groupName": "g", "replicas": "three",
@@ -197,12 +256,18 @@ async fn invalid_objects_are_rejected_with_the_api_servers_error() {
 
     let no_source = json!({"apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline", "metadata": {"name": "no-source"},
         "spec": {"rayClusterConfig": {"headGroupSpec": head_group()}}});
-    expect_invalid(create(&client, &ns, &no_source).await, &["source", "Required"]);
+    expect_invalid(
+        create(&client, &ns, &no_source).await,
+        &["source", "Required"],
+    );
 
     let bad_interval = json!({"apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline", "metadata": {"name": "bad-interval"},
         "spec": {"source": {"url": "https://127.0.0.1:1/g.pb", "refreshInterval": "every day"},
                  "rayClusterConfig": {"headGroupSpec": head_group()}}});
-    expect_invalid(create(&client, &ns, &bad_interval).await, &["refreshInterval"]);
+    expect_invalid(
+        create(&client, &ns, &bad_interval).await,
+        &["refreshInterval"],
+    );
 
     let bad_url = json!({"apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline", "metadata": {"name": "bad-url"},
         "spec": {"source": {"url": "ftp://registry/g.pb"}, "rayClusterConfig": {"headGroupSpec": head_group()}}});

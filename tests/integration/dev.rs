@@ -11,7 +11,11 @@ use kube::api::Api;
 fn alive(pid: u32) -> bool {
     // A zombie (exited, not yet reaped by raypipe) counts as stopped.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z')))
+        .map(|s| {
+            !s.split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+        })
         .unwrap_or(false)
 }
 
@@ -56,8 +60,16 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
             export_line = Some(line);
         }
     }
-    assert_eq!(pids.len(), 5, "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok");
-    assert!(export_line.expect("export line").contains(kubeconfig.to_str().expect("utf-8 path")));
+    assert_eq!(
+        pids.len(),
+        5,
+        "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
+    );
+    assert!(
+        export_line
+            .expect("export line")
+            .contains(kubeconfig.to_str().expect("utf-8 path"))
+    );
 
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig written"),
@@ -67,7 +79,9 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     .expect("kubeconfig is valid");
     let client = kube::Client::try_from(config).expect("client");
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    crds.get("servepipelines.raypipe.dev").await.expect("CRDs are installed");
+    crds.get("servepipelines.raypipe.dev")
+        .await
+        .expect("CRDs are installed");
 
     // SAFETY: signalling the child we started.
     unsafe {
@@ -78,12 +92,18 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         if let Some(status) = child.try_wait().expect("wait") {
             break status;
         }
-        assert!(Instant::now() < stop_deadline, "raypipe dev did not stop after Ctrl-C");
+        assert!(
+            Instant::now() < stop_deadline,
+            "raypipe dev did not stop after Ctrl-C"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(status.success(), "raypipe dev exited with {status}");
     for pid in pids {
         assert!(!alive(pid), "process {pid} outlived raypipe dev");
     }
-    assert!(!kubeconfig.exists(), "the kubeconfig of a stopped control plane is removed");
+    assert!(
+        !kubeconfig.exists(),
+        "the kubeconfig of a stopped control plane is removed"
+    );
 }

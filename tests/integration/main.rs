@@ -2,7 +2,7 @@
 //! share one real control plane per run (see `support`).
 
 mod crds;
-mod source;
-mod support;
 mod dev;
 mod servepipeline;
+mod source;
+mod support;

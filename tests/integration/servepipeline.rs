@@ -18,7 +18,8 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// The encoded sample graph `samples/graphs/<name>.pb`.
 fn sample_graph(name: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("samples/graphs/{name}.pb"));
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("samples/graphs/{name}.pb"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -48,9 +49,15 @@ fn cyclic_graph() -> Vec<u8> {
 
 /// The Serve config the controller must render for `bytes` in a pipeline named `name`.
 fn expected_serve_config(bytes: &[u8], name: &str) -> String {
-    let graph = raypipe::graph::validate(raypipe::graph::decode(bytes).expect("decodes")).expect("valid");
-    let options = raypipe::serve::RenderOptions { application_name: Some(name.to_owned()), ..Default::default() };
-    raypipe::serve::render(&graph, &options).expect("renders").to_yaml()
+    let graph =
+        raypipe::graph::validate(raypipe::graph::decode(bytes).expect("decodes")).expect("valid");
+    let options = raypipe::serve::RenderOptions {
+        application_name: Some(name.to_owned()),
+        ..Default::default()
+    };
+    raypipe::serve::render(&graph, &options)
+        .expect("renders")
+        .to_yaml()
 }
 
 struct Fixture {
@@ -78,11 +85,19 @@ async fn fixture(prefix: &str, token: &str) -> Fixture {
     registry.put("graphs/pipeline.pb", sample_graph("sequence"));
     put_secret(&client, &ns, "registry-token", token).await;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let config = Config { namespace: Some(ns.clone()), ..Default::default() };
+    let config = Config {
+        namespace: Some(ns.clone()),
+        ..Default::default()
+    };
     tokio::spawn(servepipeline::run(client.clone(), config, async move {
         let _ = rx.await;
     }));
-    Fixture { client, ns, registry, shutdown: Some(tx) }
+    Fixture {
+        client,
+        ns,
+        registry,
+        shutdown: Some(tx),
+    }
 }
 
 async fn put_secret(client: &kube::Client, ns: &str, name: &str, token: &str) {
@@ -92,7 +107,11 @@ async fn put_secret(client: &kube::Client, ns: &str, name: &str, token: &str) {
     }))
     .expect("a Secret");
     Api::<Secret>::namespaced(client.clone(), ns)
-        .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&secret))
+        .patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&secret),
+        )
         .await
         .expect("apply Secret");
 }
@@ -125,7 +144,10 @@ impl Fixture {
         Api::namespaced(self.client.clone(), &self.ns)
     }
     async fn create(&self, p: &ServePipeline) {
-        self.pipelines().create(&PostParams::default(), p).await.expect("create ServePipeline");
+        self.pipelines()
+            .create(&PostParams::default(), p)
+            .await
+            .expect("create ServePipeline");
     }
     async fn rayservice(&self, name: &str) -> RayService {
         let api = self.rayservices();
@@ -136,57 +158,102 @@ impl Fixture {
         .await
     }
     /// Waits until condition `type_` of pipeline `name` has `status` and `reason`.
-    async fn condition(&self, name: &str, type_: &str, status: &str, reason: &str) -> ServePipeline {
+    async fn condition(
+        &self,
+        name: &str,
+        type_: &str,
+        status: &str,
+        reason: &str,
+    ) -> ServePipeline {
         let api = self.pipelines();
-        eventually(WAIT, &format!("{name}: {type_}={status} ({reason})"), || {
-            let api = api.clone();
-            async move {
-                let p = api.get(name).await.expect("get ServePipeline");
-                let conds = p.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-                conditions::find(&conds, type_)
-                    .is_some_and(|c| c.status == status && c.reason == reason)
-                    .then_some(p)
-            }
-        })
+        eventually(
+            WAIT,
+            &format!("{name}: {type_}={status} ({reason})"),
+            || {
+                let api = api.clone();
+                async move {
+                    let p = api.get(name).await.expect("get ServePipeline");
+                    let conds = p
+                        .status
+                        .as_ref()
+                        .map(|s| s.conditions.clone())
+                        .unwrap_or_default();
+                    conditions::find(&conds, type_)
+                        .is_some_and(|c| c.status == status && c.reason == reason)
+                        .then_some(p)
+                }
+            },
+        )
         .await
     }
 }
 
 fn serve_config(rs: &RayService) -> String {
-    rs.spec.serve_config_v2.clone().expect("serveConfigV2 is set")
+    rs.spec
+        .serve_config_v2
+        .clone()
+        .expect("serveConfigV2 is set")
 }
 
 #[tokio::test]
 async fn a_pipeline_gets_a_rayservice_with_the_rendered_serve_config_and_honest_status() {
     let f = fixture("sp-create", "token-create-1").await;
-    f.create(&pipeline("sentiment", &f.registry.url("graphs/pipeline.pb"), json!({}))).await;
+    f.create(&pipeline(
+        "sentiment",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({}),
+    ))
+    .await;
     let rs = f.rayservice("sentiment").await;
 
     let bytes = sample_graph("sequence");
-    assert_eq!(serve_config(&rs), expected_serve_config(&bytes, "sentiment"));
+    assert_eq!(
+        serve_config(&rs),
+        expected_serve_config(&bytes, "sentiment")
+    );
     let owner = &rs.owner_references()[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("ServePipeline", "sentiment", Some(true)));
-    assert_eq!(rs.labels().get("raypipe.dev/pipeline").map(String::as_str), Some("sentiment"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("ServePipeline", "sentiment", Some(true))
+    );
+    assert_eq!(
+        rs.labels().get("raypipe.dev/pipeline").map(String::as_str),
+        Some("sentiment")
+    );
 
-    let p = f.condition("sentiment", "GraphValid", "True", "Valid").await;
+    let p = f
+        .condition("sentiment", "GraphValid", "True", "Valid")
+        .await;
     let status = p.status.expect("status");
     assert_eq!(status.observed_generation, p.metadata.generation);
     let source = status.source.expect("source status");
     assert_eq!(source.digest, format!("sha256:{}", sha256_hex(&bytes)));
     assert_eq!(source.bytes, bytes.len() as i64);
     assert_eq!(status.ray_service_name.as_deref(), Some("sentiment"));
-    let graph = raypipe::graph::validate(raypipe::graph::decode(&bytes).expect("decodes")).expect("valid");
-    assert_eq!(status.graph.expect("graph status").nodes as usize, graph.node_count());
+    let graph =
+        raypipe::graph::validate(raypipe::graph::decode(&bytes).expect("decodes")).expect("valid");
+    assert_eq!(
+        status.graph.expect("graph status").nodes as usize,
+        graph.node_count()
+    );
     // Nothing serves yet (no RayService controller in this test): honest about it.
     assert_eq!(status.phase.as_deref(), Some("Deploying"));
     let ready = conditions::find(&status.conditions, "Ready").expect("Ready condition");
-    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "RayServiceNotReady"));
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "RayServiceNotReady")
+    );
 }
 
 #[tokio::test]
 async fn ready_follows_the_rayservice_and_serve_statuses_are_copied() {
     let f = fixture("sp-ready", "token-ready-1").await;
-    f.create(&pipeline("ready", &f.registry.url("graphs/pipeline.pb"), json!({}))).await;
+    f.create(&pipeline(
+        "ready",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({}),
+    ))
+    .await;
     f.rayservice("ready").await;
     let status = json!({
         "apiVersion": "ray.io/v1", "kind": "RayService",
@@ -205,15 +272,26 @@ async fn ready_follows_the_rayservice_and_serve_statuses_are_copied() {
     let p = f.condition("ready", "Ready", "True", "Serving").await;
     let status = p.status.expect("status");
     assert_eq!(status.phase.as_deref(), Some("Ready"));
-    let app = status.applications.get("ready").expect("application status copied");
+    let app = status
+        .applications
+        .get("ready")
+        .expect("application status copied");
     assert_eq!(app.status.as_deref(), Some("RUNNING"));
-    assert_eq!(app.deployments["preprocess"].status.as_deref(), Some("HEALTHY"));
+    assert_eq!(
+        app.deployments["preprocess"].status.as_deref(),
+        Some("HEALTHY")
+    );
 }
 
 #[tokio::test]
 async fn a_new_graph_at_the_registry_rolls_out_within_the_refresh_interval() {
     let f = fixture("sp-refresh", "token-refresh-1").await;
-    f.create(&pipeline("refresh", &f.registry.url("graphs/pipeline.pb"), json!({"refreshInterval": "1s"}))).await;
+    f.create(&pipeline(
+        "refresh",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({"refreshInterval": "1s"}),
+    ))
+    .await;
     let before = serve_config(&f.rayservice("refresh").await);
 
     let v2 = sample_graph_version("sequence", "v2-from-test");
@@ -242,48 +320,111 @@ async fn a_new_graph_at_the_registry_rolls_out_within_the_refresh_interval() {
 #[tokio::test]
 async fn an_unchanged_source_writes_nothing_to_the_api_server() {
     let f = fixture("sp-steady", "token-steady-1").await;
-    f.create(&pipeline("steady", &f.registry.url("graphs/pipeline.pb"), json!({"refreshInterval": "1s"}))).await;
+    f.create(&pipeline(
+        "steady",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({"refreshInterval": "1s"}),
+    ))
+    .await;
     f.rayservice("steady").await;
     f.condition("steady", "GraphValid", "True", "Valid").await;
     // Let the first reconciles (triggered by our own apply) settle.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rs_version = f.rayservices().get("steady").await.expect("get").resource_version();
-    let p_version = f.pipelines().get("steady").await.expect("get").resource_version();
+    let rs_version = f
+        .rayservices()
+        .get("steady")
+        .await
+        .expect("get")
+        .resource_version();
+    let p_version = f
+        .pipelines()
+        .get("steady")
+        .await
+        .expect("get")
+        .resource_version();
     let (requests_before, not_modified_before, _) = f.registry.counts();
 
     tokio::time::sleep(Duration::from_secs(4)).await;
     let (requests_after, not_modified_after, _) = f.registry.counts();
-    assert!(requests_after >= requests_before + 2, "the source was polled every refresh interval");
+    assert!(
+        requests_after >= requests_before + 2,
+        "the source was polled every refresh interval"
+    );
     assert_eq!(
         requests_after - requests_before,
         not_modified_after - not_modified_before,
         "every poll of an unchanged graph was answered 304"
     );
-    assert_eq!(f.rayservices().get("steady").await.expect("get").resource_version(), rs_version);
-    assert_eq!(f.pipelines().get("steady").await.expect("get").resource_version(), p_version);
+    assert_eq!(
+        f.rayservices()
+            .get("steady")
+            .await
+            .expect("get")
+            .resource_version(),
+        rs_version
+    );
+    assert_eq!(
+        f.pipelines()
+            .get("steady")
+            .await
+            .expect("get")
+            .resource_version(),
+        p_version
+    );
 }
 
 #[tokio::test]
 async fn an_invalid_graph_is_refused_and_the_rayservice_is_left_exactly_as_it_was() {
     let f = fixture("sp-invalid", "token-invalid-1").await;
-    f.create(&pipeline("invalid", &f.registry.url("graphs/pipeline.pb"), json!({"refreshInterval": "1s"}))).await;
+    f.create(&pipeline(
+        "invalid",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({"refreshInterval": "1s"}),
+    ))
+    .await;
     f.condition("invalid", "GraphValid", "True", "Valid").await;
     let rs_before = f.rayservice("invalid").await;
 
     f.registry.put("graphs/pipeline.pb", cyclic_graph());
-    let p = f.condition("invalid", "GraphValid", "False", "CycleDetected").await;
-    let message = &conditions::find(&p.status.as_ref().expect("status").conditions, "GraphValid").expect("cond").message;
-    assert!(message.contains("cycle"), "the message names the problem: {message}");
+    let p = f
+        .condition("invalid", "GraphValid", "False", "CycleDetected")
+        .await;
+    let message = &conditions::find(&p.status.as_ref().expect("status").conditions, "GraphValid")
+        .expect("cond")
+        .message;
+    assert!(
+        message.contains("cycle"),
+        "the message names the problem: {message}"
+    );
 
-    f.registry.put("graphs/pipeline.pb", b"\xff\xff\xff not a protobuf".to_vec());
-    let p = f.condition("invalid", "GraphValid", "False", "DecodeError").await;
-    assert_eq!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Degraded"));
+    f.registry.put(
+        "graphs/pipeline.pb",
+        b"\xff\xff\xff not a protobuf".to_vec(),
+    );
+    let p = f
+        .condition("invalid", "GraphValid", "False", "DecodeError")
+        .await;
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Degraded")
+    );
 
     let rs_after = f.rayservices().get("invalid").await.expect("get");
-    assert_eq!(rs_after.resource_version(), rs_before.resource_version(), "the RayService was not touched");
+    assert_eq!(
+        rs_after.resource_version(),
+        rs_before.resource_version(),
+        "the RayService was not touched"
+    );
     // The status still describes what runs.
-    let digest = p.status.and_then(|s| s.source).expect("source status").digest;
-    assert_eq!(digest, format!("sha256:{}", sha256_hex(&sample_graph("sequence"))));
+    let digest = p
+        .status
+        .and_then(|s| s.source)
+        .expect("source status")
+        .digest;
+    assert_eq!(
+        digest,
+        format!("sha256:{}", sha256_hex(&sample_graph("sequence")))
+    );
 }
 
 #[tokio::test]
@@ -291,20 +432,44 @@ async fn a_wrong_token_is_reported_as_unauthorized_and_a_rotated_token_is_picked
     let f = fixture("sp-token", "the-right-token-0001").await;
     put_secret(&f.client, &f.ns, "registry-token", "a-wrong-token-0002").await;
     // No refresh interval: only the Secret watch can trigger the next fetch.
-    f.create(&pipeline("token", &f.registry.url("graphs/pipeline.pb"), json!({}))).await;
-    let p = f.condition("token", "SourceReady", "False", "Unauthorized").await;
-    assert_eq!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed"));
-    assert!(f.rayservices().get_opt("token").await.expect("get").is_none(), "no RayService without a graph");
+    f.create(&pipeline(
+        "token",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({}),
+    ))
+    .await;
+    let p = f
+        .condition("token", "SourceReady", "False", "Unauthorized")
+        .await;
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Failed")
+    );
+    assert!(
+        f.rayservices()
+            .get_opt("token")
+            .await
+            .expect("get")
+            .is_none(),
+        "no RayService without a graph"
+    );
 
     put_secret(&f.client, &f.ns, "registry-token", "the-right-token-0001").await;
     f.condition("token", "SourceReady", "True", "Fetched").await;
     f.rayservice("token").await;
 
     // Neither token appears in the status, the events or any log line.
-    let status = serde_json::to_string(&f.pipelines().get("token").await.expect("get").status).expect("json");
-    let events = Api::<Event>::namespaced(f.client.clone(), &f.ns).list(&ListParams::default()).await.expect("events");
+    let status = serde_json::to_string(&f.pipelines().get("token").await.expect("get").status)
+        .expect("json");
+    let events = Api::<Event>::namespaced(f.client.clone(), &f.ns)
+        .list(&ListParams::default())
+        .await
+        .expect("events");
     let events = serde_json::to_string(&events.items).expect("json");
-    assert!(events.contains("Unauthorized"), "the failure was announced as an event");
+    assert!(
+        events.contains("Unauthorized"),
+        "the failure was announced as an event"
+    );
     let logs = support::captured_logs();
     for token in ["the-right-token-0001", "a-wrong-token-0002"] {
         assert!(!status.contains(token), "token in status");
@@ -317,38 +482,81 @@ async fn a_wrong_token_is_reported_as_unauthorized_and_a_rotated_token_is_picked
 async fn a_pinned_digest_that_does_not_match_is_refused() {
     let f = fixture("sp-pin", "token-pin-1").await;
     let wrong = "0".repeat(64);
-    f.create(&pipeline("pinned", &f.registry.url("graphs/pipeline.pb"), json!({"sha256": wrong}))).await;
-    let p = f.condition("pinned", "SourceReady", "False", "DigestMismatch").await;
-    let message = conditions::find(&p.status.expect("status").conditions, "SourceReady").expect("cond").message.clone();
-    assert!(message.contains(&sha256_hex(&sample_graph("sequence"))), "the message gives the actual digest: {message}");
-    assert!(f.rayservices().get_opt("pinned").await.expect("get").is_none());
+    f.create(&pipeline(
+        "pinned",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({"sha256": wrong}),
+    ))
+    .await;
+    let p = f
+        .condition("pinned", "SourceReady", "False", "DigestMismatch")
+        .await;
+    let message = conditions::find(&p.status.expect("status").conditions, "SourceReady")
+        .expect("cond")
+        .message
+        .clone();
+    assert!(
+        message.contains(&sha256_hex(&sample_graph("sequence"))),
+        "the message gives the actual digest: {message}"
+    );
+    assert!(
+        f.rayservices()
+            .get_opt("pinned")
+            .await
+            .expect("get")
+            .is_none()
+    );
 
     let right = sha256_hex(&sample_graph("sequence"));
     let patch = json!({"spec": {"source": {"sha256": right}}});
-    f.pipelines().patch("pinned", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
-    f.condition("pinned", "SourceReady", "True", "Fetched").await;
+    f.pipelines()
+        .patch("pinned", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
+    f.condition("pinned", "SourceReady", "True", "Fetched")
+        .await;
     f.rayservice("pinned").await;
 }
 
 #[tokio::test]
 async fn a_missing_graph_and_a_missing_secret_get_their_own_reasons() {
     let f = fixture("sp-missing", "token-missing-1").await;
-    f.create(&pipeline("nograph", &f.registry.url("graphs/does-not-exist.pb"), json!({}))).await;
-    f.condition("nograph", "SourceReady", "False", "NotFound").await;
+    f.create(&pipeline(
+        "nograph",
+        &f.registry.url("graphs/does-not-exist.pb"),
+        json!({}),
+    ))
+    .await;
+    f.condition("nograph", "SourceReady", "False", "NotFound")
+        .await;
 
     let mut p = pipeline("nosecret", &f.registry.url("graphs/pipeline.pb"), json!({}));
-    p.spec.source.bearer_token_secret_ref.as_mut().expect("ref").name = "absent".into();
+    p.spec
+        .source
+        .bearer_token_secret_ref
+        .as_mut()
+        .expect("ref")
+        .name = "absent".into();
     f.create(&p).await;
-    f.condition("nosecret", "SourceReady", "False", "SecretNotFound").await;
+    f.condition("nosecret", "SourceReady", "False", "SecretNotFound")
+        .await;
 }
 
 #[tokio::test]
 async fn suspend_suspends_the_rayservice() {
     let f = fixture("sp-suspend", "token-suspend-1").await;
-    f.create(&pipeline("suspend", &f.registry.url("graphs/pipeline.pb"), json!({}))).await;
+    f.create(&pipeline(
+        "suspend",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({}),
+    ))
+    .await;
     f.rayservice("suspend").await;
     let patch = json!({"spec": {"suspend": true}});
-    f.pipelines().patch("suspend", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    f.pipelines()
+        .patch("suspend", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
     let api = f.rayservices();
     eventually(WAIT, "the RayService to be suspended", || {
         let api = api.clone();
@@ -362,14 +570,37 @@ async fn suspend_suspends_the_rayservice() {
 #[tokio::test]
 async fn deleting_the_pipeline_garbage_collects_its_rayservice() {
     let f = fixture("sp-delete", "token-delete-1").await;
-    f.create(&pipeline("delete", &f.registry.url("graphs/pipeline.pb"), json!({}))).await;
+    f.create(&pipeline(
+        "delete",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({}),
+    ))
+    .await;
     let rs = f.rayservice("delete").await;
-    assert!(rs.meta().owner_references.as_ref().is_some_and(|o| o[0].block_owner_deletion == Some(true)));
-    f.pipelines().delete("delete", &DeleteParams::foreground()).await.expect("delete");
+    assert!(
+        rs.meta()
+            .owner_references
+            .as_ref()
+            .is_some_and(|o| o[0].block_owner_deletion == Some(true))
+    );
+    f.pipelines()
+        .delete("delete", &DeleteParams::foreground())
+        .await
+        .expect("delete");
     let api = f.rayservices();
-    eventually(Duration::from_secs(60), "the RayService to be garbage-collected", || {
-        let api = api.clone();
-        async move { api.get_opt("delete").await.expect("get").is_none().then_some(()) }
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the RayService to be garbage-collected",
+        || {
+            let api = api.clone();
+            async move {
+                api.get_opt("delete")
+                    .await
+                    .expect("get")
+                    .is_none()
+                    .then_some(())
+            }
+        },
+    )
     .await;
 }

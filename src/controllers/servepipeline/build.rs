@@ -10,10 +10,12 @@ use kube::{Resource, ResourceExt};
 use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
 use crate::api::rayservice::{RayService, RayServiceSpec};
 use crate::api::servepipeline::{
-    ApplicationStatus, GraphStatus, NodeStatus, ServePipeline, ServePipelineStatus, SourceStatus, condition_types,
+    ApplicationStatus, GraphStatus, NodeStatus, ServePipeline, ServePipelineStatus, SourceStatus,
+    condition_types,
 };
 use crate::k8s::{
-    ANNOTATION_APPLIED_HASH, ANNOTATION_GRAPH_DIGEST, K8sError, LABEL_MANAGED_BY, LABEL_PIPELINE, MANAGED_BY,
+    ANNOTATION_APPLIED_HASH, ANNOTATION_GRAPH_DIGEST, K8sError, LABEL_MANAGED_BY, LABEL_PIPELINE,
+    MANAGED_BY,
 };
 
 /// KubeRay's limit for RayService names (it appends suffixes to derive child names).
@@ -58,7 +60,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("empty duration".into());
     }
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         if digits == 0 {
             return Err(format!("{text:?} is not a duration like 30s, 5m or 1h"));
         }
@@ -97,22 +101,33 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Result<(), Vec<String>> {
     let source = &pipeline.spec.source;
     if source.url.starts_with("http://") && !source.allow_insecure_http.unwrap_or(false) {
         problems.push(
-            "source.url uses plain http://; use https://, or set source.allowInsecureHttp: true".to_owned(),
+            "source.url uses plain http://; use https://, or set source.allowInsecureHttp: true"
+                .to_owned(),
         );
     }
-    for (field, value) in [("source.refreshInterval", &source.refresh_interval), ("source.timeout", &source.timeout)] {
+    for (field, value) in [
+        ("source.refreshInterval", &source.refresh_interval),
+        ("source.timeout", &source.timeout),
+    ] {
         if let Some(v) = value
             && let Err(e) = parse_duration(v)
         {
             problems.push(format!("{field}: {e}"));
         }
     }
-    if let Some(interval) = source.refresh_interval.as_deref().and_then(|v| parse_duration(v).ok())
+    if let Some(interval) = source
+        .refresh_interval
+        .as_deref()
+        .and_then(|v| parse_duration(v).ok())
         && interval < Duration::from_secs(1)
     {
         problems.push("source.refreshInterval must be at least 1s".to_owned());
     }
-    if problems.is_empty() { Ok(()) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 /// The RayService for a pipeline, carrying `serve_config_yaml`. Deterministic: equal inputs give
@@ -147,7 +162,11 @@ pub fn desired_rayservice(
         spec,
         status: None,
     };
-    let hash = crate::k8s::stable_hash(&(&rayservice.metadata.labels, &rayservice.metadata.annotations, &rayservice.spec));
+    let hash = crate::k8s::stable_hash(&(
+        &rayservice.metadata.labels,
+        &rayservice.metadata.annotations,
+        &rayservice.spec,
+    ));
     rayservice
         .meta_mut()
         .annotations
@@ -223,11 +242,26 @@ pub fn applications_from(rs: &RayService) -> BTreeMap<String, ApplicationStatus>
                     .as_object()
                     .map(|deps| {
                         deps.iter()
-                            .map(|(d, s)| (d.clone(), NodeStatus { status: text(&s["status"]), message: text(&s["message"]) }))
+                            .map(|(d, s)| {
+                                (
+                                    d.clone(),
+                                    NodeStatus {
+                                        status: text(&s["status"]),
+                                        message: text(&s["message"]),
+                                    },
+                                )
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
-                (name.clone(), ApplicationStatus { status: text(&app["status"]), message: text(&app["message"]), deployments })
+                (
+                    name.clone(),
+                    ApplicationStatus {
+                        status: text(&app["status"]),
+                        message: text(&app["message"]),
+                        deployments,
+                    },
+                )
             })
             .collect()
     })
@@ -241,56 +275,121 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
     let generation = pipeline.metadata.generation;
     let previous = pipeline.status.clone().unwrap_or_default();
     let mut conds: Vec<Condition> = previous.conditions.clone();
-    let cond = |t: &str, s: &str, r: &str, m: String| conditions::condition(t, s, r, m, generation, inputs.now.clone());
+    let cond = |t: &str, s: &str, r: &str, m: String| {
+        conditions::condition(t, s, r, m, generation, inputs.now.clone())
+    };
 
     let problem_for = |c: &str| inputs.problem.filter(|p| p.condition == c);
 
     // SourceReady
     if let Some(p) = problem_for(condition_types::SOURCE_READY) {
-        conditions::set_condition(&mut conds, cond(condition_types::SOURCE_READY, FALSE, &p.reason, p.message.clone()));
+        conditions::set_condition(
+            &mut conds,
+            cond(
+                condition_types::SOURCE_READY,
+                FALSE,
+                &p.reason,
+                p.message.clone(),
+            ),
+        );
     } else if let Some(g) = inputs.applied {
         conditions::set_condition(
             &mut conds,
-            cond(condition_types::SOURCE_READY, TRUE, reasons::FETCHED, format!("{} ({} bytes)", g.digest, g.size)),
+            cond(
+                condition_types::SOURCE_READY,
+                TRUE,
+                reasons::FETCHED,
+                format!("{} ({} bytes)", g.digest, g.size),
+            ),
         );
     }
     // GraphValid
     if let Some(p) = problem_for(condition_types::GRAPH_VALID) {
-        conditions::set_condition(&mut conds, cond(condition_types::GRAPH_VALID, FALSE, &p.reason, p.message.clone()));
+        conditions::set_condition(
+            &mut conds,
+            cond(
+                condition_types::GRAPH_VALID,
+                FALSE,
+                &p.reason,
+                p.message.clone(),
+            ),
+        );
     } else if let Some(g) = inputs.applied {
         if problem_for(condition_types::SOURCE_READY).is_none() {
-            let msg = format!("{} nodes, {} edges, ingress {}", g.nodes, g.edges, g.ingress);
-            conditions::set_condition(&mut conds, cond(condition_types::GRAPH_VALID, TRUE, reasons::VALID, msg));
+            let msg = format!(
+                "{} nodes, {} edges, ingress {}",
+                g.nodes, g.edges, g.ingress
+            );
+            conditions::set_condition(
+                &mut conds,
+                cond(condition_types::GRAPH_VALID, TRUE, reasons::VALID, msg),
+            );
         }
     } else if conditions::find(&conds, condition_types::GRAPH_VALID).is_none() {
         conditions::set_condition(
             &mut conds,
-            cond(condition_types::GRAPH_VALID, UNKNOWN, reasons::NO_GRAPH, "no graph has been fetched yet".into()),
+            cond(
+                condition_types::GRAPH_VALID,
+                UNKNOWN,
+                reasons::NO_GRAPH,
+                "no graph has been fetched yet".into(),
+            ),
         );
     }
     if conditions::find(&conds, condition_types::SOURCE_READY).is_none() {
         conditions::set_condition(
             &mut conds,
-            cond(condition_types::SOURCE_READY, UNKNOWN, reasons::NO_GRAPH, "not fetched yet".into()),
+            cond(
+                condition_types::SOURCE_READY,
+                UNKNOWN,
+                reasons::NO_GRAPH,
+                "not fetched yet".into(),
+            ),
         );
     }
 
     // Ready and phase
     let suspended = pipeline.spec.suspend.unwrap_or(false);
-    let (serving, rs_message) = inputs.rayservice.map(rayservice_ready).unwrap_or((false, String::new()));
+    let (serving, rs_message) = inputs
+        .rayservice
+        .map(rayservice_ready)
+        .unwrap_or((false, String::new()));
     let other_problem = inputs.problem.filter(|p| {
         p.condition != condition_types::SOURCE_READY && p.condition != condition_types::GRAPH_VALID
     });
     let (ready_status, ready_reason, ready_message, phase) = if suspended {
-        (FALSE, reasons::SUSPENDED.to_owned(), "spec.suspend is true".to_owned(), phases::SUSPENDED)
+        (
+            FALSE,
+            reasons::SUSPENDED.to_owned(),
+            "spec.suspend is true".to_owned(),
+            phases::SUSPENDED,
+        )
     } else if let Some(p) = other_problem {
-        (FALSE, p.reason.clone(), p.message.clone(), if inputs.applied.is_some() { phases::DEGRADED } else { phases::FAILED })
+        (
+            FALSE,
+            p.reason.clone(),
+            p.message.clone(),
+            if inputs.applied.is_some() {
+                phases::DEGRADED
+            } else {
+                phases::FAILED
+            },
+        )
     } else if inputs.applied.is_none() {
         let (reason, message) = inputs
             .problem
             .map(|p| (p.reason.clone(), p.message.clone()))
-            .unwrap_or_else(|| (reasons::NO_GRAPH.to_owned(), "waiting for the first graph".to_owned()));
-        let phase = if inputs.problem.is_some() { phases::FAILED } else { phases::PENDING };
+            .unwrap_or_else(|| {
+                (
+                    reasons::NO_GRAPH.to_owned(),
+                    "waiting for the first graph".to_owned(),
+                )
+            });
+        let phase = if inputs.problem.is_some() {
+            phases::FAILED
+        } else {
+            phases::PENDING
+        };
         (FALSE, reason, message, phase)
     } else if !serving {
         let msg = if rs_message.is_empty() {
@@ -298,19 +397,39 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
         } else {
             format!("RayService: {rs_message}")
         };
-        let phase = if inputs.problem.is_some() { phases::DEGRADED } else { phases::DEPLOYING };
+        let phase = if inputs.problem.is_some() {
+            phases::DEGRADED
+        } else {
+            phases::DEPLOYING
+        };
         (FALSE, reasons::RAYSERVICE_NOT_READY.to_owned(), msg, phase)
     } else if let Some(p) = inputs.problem {
         (
             TRUE,
             reasons::SERVING_PREVIOUS_GRAPH.to_owned(),
-            format!("serving the last good graph; the newest was refused: {}", p.message),
+            format!(
+                "serving the last good graph; the newest was refused: {}",
+                p.message
+            ),
             phases::DEGRADED,
         )
     } else {
-        (TRUE, reasons::SERVING.to_owned(), "the RayService is serving the graph".to_owned(), phases::READY)
+        (
+            TRUE,
+            reasons::SERVING.to_owned(),
+            "the RayService is serving the graph".to_owned(),
+            phases::READY,
+        )
     };
-    conditions::set_condition(&mut conds, cond(condition_types::READY, ready_status, &ready_reason, ready_message));
+    conditions::set_condition(
+        &mut conds,
+        cond(
+            condition_types::READY,
+            ready_status,
+            &ready_reason,
+            ready_message,
+        ),
+    );
     for c in &mut conds {
         c.message = crate::k8s::truncate(&c.message, 2048);
     }
@@ -344,5 +463,246 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
             .or(previous.ray_service_name.clone()),
         applications: inputs.rayservice.map(applications_from).unwrap_or_default(),
         conditions: conds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::servepipeline::{GraphSource, ServePipelineSpec};
+
+    fn pipeline(name: &str) -> ServePipeline {
+        let mut p = ServePipeline::new(
+            name,
+            ServePipelineSpec {
+                source: GraphSource {
+                    url: "https://127.0.0.1:1/g.pb".into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some("uid-1".into());
+        p.metadata.generation = Some(3);
+        p
+    }
+
+    fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid time"))
+    }
+
+    fn applied() -> AppliedGraph {
+        AppliedGraph {
+            digest: "sha256:abc".into(),
+            etag: Some("\"abc\"".into()),
+            size: 42,
+            fetched_at: at(100),
+            nodes: 4,
+            edges: 3,
+            ingress: "request".into(),
+            version: Some("1".into()),
+        }
+    }
+
+    fn cond<'a>(s: &'a ServePipelineStatus, t: &str) -> &'a Condition {
+        conditions::find(&s.conditions, t).expect("condition present")
+    }
+
+    #[test]
+    fn durations_parse_like_the_crd_pattern_allows() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("m5").is_err());
+    }
+
+    #[test]
+    fn spec_validation_lists_every_problem() {
+        let mut p = pipeline(&"x".repeat(48));
+        p.spec.source.url = "http://127.0.0.1/g.pb".into();
+        p.spec.source.refresh_interval = Some("100ms".into());
+        p.spec.source.timeout = Some("soon".into());
+        let problems = validate_spec(&p).expect_err("invalid");
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("at most 47"));
+        assert!(problems.iter().any(|m| m.contains("allowInsecureHttp")));
+        p = pipeline("ok");
+        p.spec.source.url = "http://127.0.0.1/g.pb".into();
+        p.spec.source.allow_insecure_http = Some(true);
+        assert_eq!(validate_spec(&p), Ok(()));
+    }
+
+    #[test]
+    fn the_rayservice_is_owned_labelled_and_deterministic() {
+        let p = pipeline("sentiment");
+        let a = desired_rayservice(&p, "applications: []\n", "sha256:abc").expect("builds");
+        let b = desired_rayservice(&p, "applications: []\n", "sha256:abc").expect("builds");
+        assert_eq!(a, b);
+        assert!(is_up_to_date(&a, &b));
+        let owner = &a.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+        assert_eq!(a.labels()[LABEL_PIPELINE], "sentiment");
+        assert_eq!(
+            a.spec.serve_config_v2.as_deref(),
+            Some("applications: []\n")
+        );
+        let other = desired_rayservice(&p, "applications: [x]\n", "sha256:def").expect("builds");
+        assert!(
+            !is_up_to_date(&a, &other),
+            "a new config changes the applied hash"
+        );
+    }
+
+    #[test]
+    fn a_pipeline_without_uid_cannot_own_anything() {
+        let mut p = pipeline("p");
+        p.metadata.uid = None;
+        assert!(desired_rayservice(&p, "", "").is_err());
+    }
+
+    #[test]
+    fn status_before_any_graph_is_pending_and_unknown() {
+        let p = pipeline("p");
+        let s = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: None,
+            problem: None,
+            rayservice: None,
+            now: at(1),
+        });
+        assert_eq!(s.phase.as_deref(), Some(phases::PENDING));
+        assert_eq!(cond(&s, condition_types::SOURCE_READY).status, UNKNOWN);
+        assert_eq!(cond(&s, condition_types::GRAPH_VALID).status, UNKNOWN);
+        assert_eq!(cond(&s, condition_types::READY).status, FALSE);
+        assert_eq!(s.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn a_failed_first_fetch_is_failed_with_the_sources_reason() {
+        let p = pipeline("p");
+        let problem = Problem {
+            condition: condition_types::SOURCE_READY,
+            reason: "Unauthorized".into(),
+            message: "401".into(),
+        };
+        let s = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: None,
+            problem: Some(&problem),
+            rayservice: None,
+            now: at(1),
+        });
+        assert_eq!(s.phase.as_deref(), Some(phases::FAILED));
+        assert_eq!(
+            cond(&s, condition_types::SOURCE_READY).reason,
+            "Unauthorized"
+        );
+        assert_eq!(cond(&s, condition_types::READY).reason, "Unauthorized");
+    }
+
+    #[test]
+    fn a_refused_new_graph_while_serving_is_degraded_but_ready() {
+        let mut p = pipeline("p");
+        let g = applied();
+        let mut rs = desired_rayservice(&p, "", &g.digest).expect("builds");
+        rs.status = Some(
+            serde_json::from_value(serde_json::json!({
+                "conditions": [{"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints",
+                                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+            }))
+            .expect("RayService status"),
+        );
+        let ok = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&g),
+            problem: None,
+            rayservice: Some(&rs),
+            now: at(5),
+        });
+        assert_eq!(ok.phase.as_deref(), Some(phases::READY));
+        assert_eq!(cond(&ok, condition_types::GRAPH_VALID).status, TRUE);
+        p.status = Some(ok);
+        let problem = Problem {
+            condition: condition_types::GRAPH_VALID,
+            reason: "CycleDetected".into(),
+            message: "cycle: a -> b -> a".into(),
+        };
+        let s = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&g),
+            problem: Some(&problem),
+            rayservice: Some(&rs),
+            now: at(9),
+        });
+        assert_eq!(s.phase.as_deref(), Some(phases::DEGRADED));
+        let ready = cond(&s, condition_types::READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            (TRUE, reasons::SERVING_PREVIOUS_GRAPH)
+        );
+        assert_eq!(
+            ready.last_transition_time,
+            at(5),
+            "Ready did not transition"
+        );
+        let graph = cond(&s, condition_types::GRAPH_VALID);
+        assert_eq!(
+            (graph.status.as_str(), graph.reason.as_str()),
+            (FALSE, "CycleDetected")
+        );
+        assert_eq!(
+            s.source.expect("source").digest,
+            "sha256:abc",
+            "status still describes what runs"
+        );
+    }
+
+    #[test]
+    fn the_same_inputs_compute_the_same_status() {
+        let mut p = pipeline("p");
+        let g = applied();
+        let first = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&g),
+            problem: None,
+            rayservice: None,
+            now: at(1),
+        });
+        p.status = Some(first.clone());
+        let second = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&g),
+            problem: None,
+            rayservice: None,
+            now: at(99),
+        });
+        assert_eq!(
+            first, second,
+            "a later reconcile of an unchanged world writes nothing"
+        );
+    }
+
+    #[test]
+    fn suspend_wins_over_everything_else() {
+        let mut p = pipeline("p");
+        p.spec.suspend = Some(true);
+        let g = applied();
+        let s = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&g),
+            problem: None,
+            rayservice: None,
+            now: at(1),
+        });
+        assert_eq!(s.phase.as_deref(), Some(phases::SUSPENDED));
+        assert_eq!(cond(&s, condition_types::READY).reason, reasons::SUSPENDED);
     }
 }

@@ -46,7 +46,11 @@ pub enum Error {
     },
     /// A problem with the pipeline's input (source, graph, spec); already in its status.
     #[error("{reason}: {message}")]
-    Input { reason: String, message: String, transient: bool },
+    Input {
+        reason: String,
+        message: String,
+        transient: bool,
+    },
 }
 
 impl Error {
@@ -173,8 +177,14 @@ where
 
 fn references_secret(pipeline: &ServePipeline, secret: &str) -> bool {
     let source = &pipeline.spec.source;
-    source.bearer_token_secret_ref.as_ref().is_some_and(|r| r.name == secret)
-        || source.ca_bundle_secret_ref.as_ref().is_some_and(|r| r.name == secret)
+    source
+        .bearer_token_secret_ref
+        .as_ref()
+        .is_some_and(|r| r.name == secret)
+        || source
+            .ca_bundle_secret_ref
+            .as_ref()
+            .is_some_and(|r| r.name == secret)
 }
 
 fn error_policy(pipeline: Arc<ServePipeline>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -190,7 +200,8 @@ fn error_policy(pipeline: Arc<ServePipeline>, error: &Error, ctx: Arc<Context>) 
     let refresh = refresh_interval(&pipeline);
     if error.is_transient() {
         // 2 s, 4 s, 8 s … capped at 5 minutes (and at the refresh interval, when shorter).
-        let backoff = Duration::from_secs(2u64.saturating_pow(failures.min(9))).min(Duration::from_secs(300));
+        let backoff =
+            Duration::from_secs(2u64.saturating_pow(failures.min(9))).min(Duration::from_secs(300));
         Action::requeue(refresh.map_or(backoff, |r| backoff.min(r.max(Duration::from_secs(1)))))
     } else {
         refresh.map_or_else(Action::await_change, Action::requeue)
@@ -211,7 +222,12 @@ fn now() -> Time {
 }
 
 /// Reads `key` of Secret `name` in `namespace`.
-async fn secret_value(client: &kube::Client, namespace: &str, name: &str, key: &str) -> Result<Vec<u8>, Problem> {
+async fn secret_value(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<Vec<u8>, Problem> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = api.get_opt(name).await.map_err(|e| Problem {
         condition: condition_types::SOURCE_READY,
@@ -236,7 +252,11 @@ async fn secret_value(client: &kube::Client, namespace: &str, name: &str, key: &
 }
 
 fn source_problem(e: &SourceError) -> Problem {
-    Problem { condition: condition_types::SOURCE_READY, reason: e.reason().to_owned(), message: e.to_string() }
+    Problem {
+        condition: condition_types::SOURCE_READY,
+        reason: e.reason().to_owned(),
+        message: e.to_string(),
+    }
 }
 
 async fn reconcile(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -258,10 +278,13 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     let key = ObjectRef::from_obj(&*pipeline);
     let rs_api: Api<RayService> = Api::namespaced(ctx.client.clone(), &namespace);
     let rs_name = build::rayservice_name(&pipeline);
-    let existing = rs_api.get_opt(&rs_name).await.map_err(|source| Error::Read {
-        what: format!("RayService {namespace}/{rs_name}"),
-        source,
-    })?;
+    let existing = rs_api
+        .get_opt(&rs_name)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("RayService {namespace}/{rs_name}"),
+            source,
+        })?;
 
     // validate
     let mut problem: Option<Problem> = None;
@@ -274,7 +297,12 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
         });
     }
 
-    let previous_state = ctx.state.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+    let previous_state = ctx
+        .state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned();
     let mut good = previous_state.as_ref().and_then(|s| s.good.clone());
     let source_inputs = source_inputs_hash(&pipeline, &ctx.secrets);
     let due = match &previous_state {
@@ -310,9 +338,12 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
         match render(&pipeline, &ctx.config, &g.graph) {
             Ok(yaml) => {
                 let desired = build::desired_rayservice(&pipeline, &yaml, &g.applied.digest)?;
-                let up_to_date = existing.as_ref().is_some_and(|e| build::is_up_to_date(e, &desired));
+                let up_to_date = existing
+                    .as_ref()
+                    .is_some_and(|e| build::is_up_to_date(e, &desired));
                 if !up_to_date {
-                    match crate::k8s::apply(&rs_api, &desired, field_managers::SERVEPIPELINE).await {
+                    match crate::k8s::apply(&rs_api, &desired, field_managers::SERVEPIPELINE).await
+                    {
                         Ok(applied) => {
                             newly_applied = true;
                             rayservice = Some(applied);
@@ -360,12 +391,19 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
             &Patch::Apply(&patch),
         )
         .await
-        .map_err(|source| Error::Status { name: pipeline.name_any(), source })?;
+        .map_err(|source| Error::Status {
+            name: pipeline.name_any(),
+            source,
+        })?;
     }
 
     // events, once per transition
-    let announced = previous_state.as_ref().and_then(|s| s.announced_problem.clone());
-    let current = problem.as_ref().map(|p| (p.reason.clone(), p.message.clone()));
+    let announced = previous_state
+        .as_ref()
+        .and_then(|s| s.announced_problem.clone());
+    let current = problem
+        .as_ref()
+        .map(|p| (p.reason.clone(), p.message.clone()));
     if newly_applied && let Some(g) = &good {
         info!(digest = %g.applied.digest, "applied graph");
         crate::k8s::publish_event(
@@ -387,8 +425,15 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
         && let Some(p) = &problem
     {
         warn!(reason = %p.reason, message = %p.message, "pipeline problem");
-        crate::k8s::publish_event(&ctx.recorder, &*pipeline, EventType::Warning, &p.reason, "Reconcile", p.message.clone())
-            .await;
+        crate::k8s::publish_event(
+            &ctx.recorder,
+            &*pipeline,
+            EventType::Warning,
+            &p.reason,
+            "Reconcile",
+            p.message.clone(),
+        )
+        .await;
     }
 
     {
@@ -412,13 +457,20 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     }
 
     match problem {
-        Some(p) => Err(Error::Input { reason: p.reason, message: p.message, transient }),
+        Some(p) => Err(Error::Input {
+            reason: p.reason,
+            message: p.message,
+            transient,
+        }),
         None => Ok(refresh_interval(&pipeline).map_or_else(Action::await_change, Action::requeue)),
     }
 }
 
 /// Hash of the inputs that decide whether the source must be fetched again.
-fn source_inputs_hash(pipeline: &ServePipeline, secrets: &Store<PartialObjectMeta<Secret>>) -> String {
+fn source_inputs_hash(
+    pipeline: &ServePipeline,
+    secrets: &Store<PartialObjectMeta<Secret>>,
+) -> String {
     let namespace = pipeline.namespace().unwrap_or_default();
     let version_of = |name: Option<&str>| {
         name.and_then(|n| secrets.get(&ObjectRef::new(n).within(&namespace)))
@@ -427,8 +479,18 @@ fn source_inputs_hash(pipeline: &ServePipeline, secrets: &Store<PartialObjectMet
     let source = &pipeline.spec.source;
     crate::k8s::stable_hash(&(
         source,
-        version_of(source.bearer_token_secret_ref.as_ref().map(|r| r.name.as_str())),
-        version_of(source.ca_bundle_secret_ref.as_ref().map(|r| r.name.as_str())),
+        version_of(
+            source
+                .bearer_token_secret_ref
+                .as_ref()
+                .map(|r| r.name.as_str()),
+        ),
+        version_of(
+            source
+                .ca_bundle_secret_ref
+                .as_ref()
+                .map(|r| r.name.as_str()),
+        ),
     ))
 }
 
@@ -443,7 +505,9 @@ async fn fetch_and_validate(
     let source = &pipeline.spec.source;
     let token = match &source.bearer_token_secret_ref {
         Some(r) => {
-            let raw = secret_value(&ctx.client, &namespace, &r.name, &r.key).await.map_err(|p| (p, false))?;
+            let raw = secret_value(&ctx.client, &namespace, &r.name, &r.key)
+                .await
+                .map_err(|p| (p, false))?;
             // Secrets written with `echo` end in a newline that is not part of the token.
             let text = String::from_utf8_lossy(&raw).trim().to_owned();
             Some(BearerToken::new(text))
@@ -451,7 +515,11 @@ async fn fetch_and_validate(
         None => None,
     };
     let ca = match &source.ca_bundle_secret_ref {
-        Some(r) => Some(secret_value(&ctx.client, &namespace, &r.name, &r.key).await.map_err(|p| (p, false))?),
+        Some(r) => Some(
+            secret_value(&ctx.client, &namespace, &r.name, &r.key)
+                .await
+                .map_err(|p| (p, false))?,
+        ),
         None => None,
     };
     let timeout = source
@@ -473,17 +541,36 @@ async fn fetch_and_validate(
         allow_insecure_http: source.allow_insecure_http.unwrap_or(false),
         ..FetchRequest::new(&source.url)
     };
-    let outcome = ctx.fetcher.fetch(&request).await.map_err(|e| (source_problem(&e), e.is_transient()))?;
+    let outcome = ctx
+        .fetcher
+        .fetch(&request)
+        .await
+        .map_err(|e| (source_problem(&e), e.is_transient()))?;
     match outcome {
         FetchOutcome::NotModified { .. } | FetchOutcome::Unchanged { .. } => Ok(None),
-        FetchOutcome::Fetched { bytes, digest, etag, size } => {
+        FetchOutcome::Fetched {
+            bytes,
+            digest,
+            etag,
+            size,
+        } => {
             let graph_problem = |reason: &str, message: String| {
-                (Problem { condition: condition_types::GRAPH_VALID, reason: reason.to_owned(), message }, false)
+                (
+                    Problem {
+                        condition: condition_types::GRAPH_VALID,
+                        reason: reason.to_owned(),
+                        message,
+                    },
+                    false,
+                )
             };
             let decoded = crate::graph::decode(&bytes)
                 .map_err(|e| graph_problem("DecodeError", format!("graph {digest}: {e}")))?;
             let validated = crate::graph::validate(decoded).map_err(|errors| {
-                graph_problem(errors.reason(), format!("graph {digest} is invalid: {errors}"))
+                graph_problem(
+                    errors.reason(),
+                    format!("graph {digest} is invalid: {errors}"),
+                )
             })?;
             let applied = AppliedGraph {
                 digest,
@@ -495,21 +582,35 @@ async fn fetch_and_validate(
                 ingress: validated.ingress().to_owned(),
                 version: Some(validated.version().to_owned()).filter(|v| !v.is_empty()),
             };
-            Ok(Some(GoodGraph { graph: Arc::new(validated), applied }))
+            Ok(Some(GoodGraph {
+                graph: Arc::new(validated),
+                applied,
+            }))
         }
     }
 }
 
 /// Renders the Serve config YAML for a pipeline's graph.
-fn render(pipeline: &ServePipeline, config: &Config, graph: &ValidatedGraph) -> Result<String, String> {
+fn render(
+    pipeline: &ServePipeline,
+    config: &Config,
+    graph: &ValidatedGraph,
+) -> Result<String, String> {
     let options = render_options(pipeline, config);
-    crate::serve::render(graph, &options).map(|c| c.to_yaml()).map_err(|e| e.to_string())
+    crate::serve::render(graph, &options)
+        .map(|c| c.to_yaml())
+        .map_err(|e| e.to_string())
 }
 
 fn render_options(pipeline: &ServePipeline, config: &Config) -> RenderOptions {
     let serve = pipeline.spec.serve.clone().unwrap_or_default();
     let mut options = RenderOptions {
-        application_name: Some(serve.application_name.clone().unwrap_or_else(|| pipeline.name_any())),
+        application_name: Some(
+            serve
+                .application_name
+                .clone()
+                .unwrap_or_else(|| pipeline.name_any()),
+        ),
         route_prefix: serve.route_prefix.clone(),
         request_timeout_s: serve.request_timeout_s,
         keep_alive_timeout_s: serve.keep_alive_timeout_s,

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
 
-pub mod registry;
+pub use raypipe::testenv::registry;
 
 /// The control plane every test in this binary shares: etcd, kube-apiserver,
 /// kube-controller-manager, kube-scheduler and kwok, with raypipe's CRDs installed. Started by
@@ -40,7 +40,10 @@ pub fn control_plane() -> &'static ControlPlane {
 /// A client for the current test's runtime (clients hold connections tied to one runtime).
 pub async fn client() -> kube::Client {
     let plane = control_plane();
-    plane.client().await.expect("a client for the test control plane")
+    plane
+        .client()
+        .await
+        .expect("a client for the test control plane")
 }
 
 /// Creates a namespace unique to this test run: `<prefix>-<n>`.
@@ -60,20 +63,11 @@ pub async fn namespace(client: &kube::Client, prefix: &str) -> String {
 
 /// Path of the KubeRay sample objects (test data beside the repository).
 pub fn kuberay_samples_dir() -> std::path::PathBuf {
-    let dir = std::env::var_os("RAYPIPE_KUBERAY_SAMPLES")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kuberay-samples"));
-    assert!(
-        dir.is_dir(),
-        "KubeRay samples not found at {}; set RAYPIPE_KUBERAY_SAMPLES",
-        dir.display()
-    );
-    dir
+    raypipe::api::yaml::kuberay_samples_dir()
 }
 
 /// Every YAML document in the `*.yaml` files of `dir`, as (file name, document).
 pub fn yaml_documents(dir: &std::path::Path) -> Vec<(String, serde_json::Value)> {
-    use serde::Deserialize;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .flatten()
@@ -84,12 +78,15 @@ pub fn yaml_documents(dir: &std::path::Path) -> Vec<(String, serde_json::Value)>
     let mut docs = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("sample is readable");
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_json::Value::deserialize(doc)
-                .unwrap_or_else(|e| panic!("{}: not YAML: {e}", file.display()));
-            if !value.is_null() {
-                docs.push((file.file_name().unwrap_or_default().to_string_lossy().into_owned(), value));
-            }
+        let name = file
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        for value in raypipe::api::yaml::documents(&text)
+            .unwrap_or_else(|e| panic!("{}: not YAML: {e}", file.display()))
+        {
+            docs.push((name.clone(), value));
         }
     }
     docs
@@ -153,7 +150,9 @@ pub fn capture_logs() {
     INIT.get_or_init(|| {
         let writer = BufferWriter(log_buffer().clone());
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("raypipe=trace,kube=debug,info"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "raypipe=trace,kube=debug,info",
+            ))
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .try_init();
@@ -171,7 +170,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

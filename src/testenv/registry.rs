@@ -1,4 +1,4 @@
-//! A model registry for tests: HTTP on 127.0.0.1, bearer-token auth, strong ETags (the
+//! A model registry for tests, benchmarks and `raypipe dev`: HTTP on 127.0.0.1, bearer-token auth, strong ETags (the
 //! content's sha256) with If-None-Match, replaceable content and token, request counters.
 
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ struct Inner {
     unauthorized: u64,
 }
 
-/// A running registry; it stops when the test's runtime ends.
+/// A running registry; it runs until the runtime it was started on ends.
 #[derive(Clone)]
 pub struct Registry {
     pub addr: SocketAddr,
@@ -30,11 +30,19 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-async fn serve_object(State(inner): State<Arc<Mutex<Inner>>>, Path(path): Path<String>, headers: HeaderMap) -> Response {
+async fn serve_object(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let mut inner = inner.lock().expect("registry lock");
     inner.requests += 1;
     let expected = format!("Bearer {}", inner.token);
-    if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
+    if headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        != Some(expected.as_str())
+    {
         inner.unauthorized += 1;
         return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response();
     }
@@ -42,22 +50,38 @@ async fn serve_object(State(inner): State<Arc<Mutex<Inner>>>, Path(path): Path<S
         return (StatusCode::NOT_FOUND, "no such graph").into_response();
     };
     let etag = format!("\"{}\"", sha256_hex(&body));
-    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        == Some(etag.as_str())
+    {
         inner.not_modified += 1;
         return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
     }
-    (StatusCode::OK, [(header::ETAG, etag), (header::CONTENT_TYPE, "application/x-protobuf".to_owned())], body)
+    (
+        StatusCode::OK,
+        [
+            (header::ETAG, etag),
+            (header::CONTENT_TYPE, "application/x-protobuf".to_owned()),
+        ],
+        body,
+    )
         .into_response()
 }
 
 impl Registry {
     /// Starts a registry on 127.0.0.1 that accepts `token`.
     pub async fn start(token: &str) -> Registry {
-        let inner = Arc::new(Mutex::new(Inner { token: token.to_owned(), ..Default::default() }));
+        let inner = Arc::new(Mutex::new(Inner {
+            token: token.to_owned(),
+            ..Default::default()
+        }));
         let app = axum::Router::new()
             .route("/{*path}", axum::routing::get(serve_object))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local addr");
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -71,7 +95,11 @@ impl Registry {
     }
 
     pub fn put(&self, path: &str, bytes: Vec<u8>) {
-        self.inner.lock().expect("registry lock").objects.insert(path.to_owned(), bytes);
+        self.inner
+            .lock()
+            .expect("registry lock")
+            .objects
+            .insert(path.to_owned(), bytes);
     }
 
     pub fn set_token(&self, token: &str) {

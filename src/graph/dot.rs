@@ -1,0 +1,151 @@
+//! Graphviz DOT for a graph, so a person can look at a pipeline (`raypipe dag dot`). Works on
+//! any decoded graph, valid or not: drawing a broken graph is how one finds what is wrong.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::predicate::Text;
+use super::proto::{EdgeMode, JoinMode, PipelineGraph, node};
+
+/// Escapes text for a double-quoted DOT string.
+fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The graph as a DOT digraph (left to right, shapes by node kind, edge labels for guards,
+/// weights and data selection; ORDER edges dashed, optional edges dotted, shadow nodes grey,
+/// edges to unknown nodes red).
+pub fn to_dot(graph: &PipelineGraph) -> String {
+    let mut out = String::new();
+    let title = if graph.name.is_empty() {
+        "pipeline"
+    } else {
+        graph.name.as_str()
+    };
+    let _ = writeln!(out, "digraph {} {{", quote(title));
+    let _ = writeln!(out, "  rankdir=LR;");
+    let _ = writeln!(out, "  node [fontname=\"Helvetica\", fontsize=11];");
+    let _ = writeln!(out, "  edge [fontname=\"Helvetica\", fontsize=9];");
+    if !graph.version.is_empty() {
+        let _ = writeln!(
+            out,
+            "  label={}; labelloc=t;",
+            quote(&format!("{title} {}", graph.version))
+        );
+    }
+
+    let mut known: HashMap<&str, &node::Kind> = HashMap::new();
+    for node in &graph.nodes {
+        let (shape, detail) = match &node.kind {
+            None => ("octagon", "no kind".to_string()),
+            Some(node::Kind::Input(_)) => ("cds", "ingress".to_string()),
+            Some(node::Kind::Output(_)) => ("doubleoctagon", "output".to_string()),
+            Some(node::Kind::Model(model)) => ("box", model.import_path.clone()),
+            Some(node::Kind::Switch(_)) => ("diamond", "switch".to_string()),
+            Some(node::Kind::Split(split)) if split.sticky_key.is_empty() => {
+                ("trapezium", "split".to_string())
+            }
+            Some(node::Kind::Split(split)) => {
+                ("trapezium", format!("split, sticky {}", split.sticky_key))
+            }
+        };
+        if let Some(kind) = &node.kind {
+            known.insert(node.name.as_str(), kind);
+        }
+        let mut label = format!("{}\n{detail}", node.name);
+        if node.join == JoinMode::Any as i32 {
+            label.push_str("\njoin: ANY");
+        }
+        let mut attributes = format!("shape={shape}, label={}", quote(&label));
+        if !node.description.is_empty() {
+            let _ = write!(attributes, ", tooltip={}", quote(&node.description));
+        }
+        if node.shadow.is_some() {
+            attributes.push_str(", style=dashed, color=gray50, fontcolor=gray40");
+        } else if node.kind.is_none() {
+            attributes.push_str(", color=red");
+        }
+        let _ = writeln!(out, "  {} [{attributes}];", quote(&node.name));
+    }
+
+    // Split weights as shares of their split's total.
+    let mut split_totals: HashMap<&str, u64> = HashMap::new();
+    for edge in &graph.edges {
+        if let Some(weight) = edge.weight {
+            *split_totals.entry(edge.source.as_str()).or_default() += u64::from(weight);
+        }
+    }
+
+    for edge in &graph.edges {
+        let mut parts = Vec::new();
+        if let Some(when) = &edge.when {
+            parts.push(format!("when {}", Text(when)));
+        }
+        let from_switch = matches!(known.get(edge.source.as_str()), Some(node::Kind::Switch(_)));
+        if from_switch && edge.when.is_none() {
+            parts.push("default".to_string());
+        }
+        if let Some(weight) = edge.weight {
+            let total = split_totals.get(edge.source.as_str()).copied().unwrap_or(0);
+            if total > 0 {
+                parts.push(format!(
+                    "{weight} ({:.0}%)",
+                    100.0 * f64::from(weight) / total as f64
+                ));
+            } else {
+                parts.push(format!("weight {weight}"));
+            }
+        }
+        if !edge.select.is_empty() {
+            parts.push(format!("select {}", edge.select));
+        }
+        if let Some(tensors) = &edge.tensors {
+            parts.push(format!("tensors {}", tensors.names.join(",")));
+        }
+        if !edge.into.is_empty() {
+            parts.push(format!("into {}", edge.into));
+        }
+        let mut attributes = Vec::new();
+        if !parts.is_empty() {
+            attributes.push(format!("label={}", quote(&parts.join("\n"))));
+        }
+        let mut styles = Vec::new();
+        if edge.mode == EdgeMode::Order as i32 {
+            styles.push("dashed");
+        }
+        if edge.optional {
+            styles.push("dotted");
+        }
+        if !styles.is_empty() {
+            attributes.push(format!("style={}", quote(&styles.join(","))));
+        }
+        if !known.contains_key(edge.source.as_str()) || !known.contains_key(edge.target.as_str()) {
+            attributes.push("color=red".to_string());
+        }
+        let attributes = if attributes.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", attributes.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "  {} -> {}{attributes};",
+            quote(&edge.source),
+            quote(&edge.target)
+        );
+    }
+    out.push_str("}\n");
+    out
+}

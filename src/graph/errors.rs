@@ -1,0 +1,473 @@
+//! Validation errors: every problem found in a graph, each naming its node or edge, each with a
+//! stable machine reason code (`reason()`), and a message a person can act on.
+
+use std::fmt;
+
+use super::pointer::PointerError;
+
+/// An edge as named in messages: its position in `edges` and its endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeRef {
+    /// Index in `PipelineGraph.edges`.
+    pub index: usize,
+    /// `Edge.source` as written.
+    pub source: String,
+    /// `Edge.target` as written.
+    pub target: String,
+}
+
+impl fmt::Display for EdgeRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "edge #{} ({:?} -> {:?})",
+            self.index, self.source, self.target
+        )
+    }
+}
+
+/// Where an option or value lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A graph-level field.
+    Graph,
+    /// A node.
+    Node(String),
+    /// An edge.
+    Edge(EdgeRef),
+    /// The executor's deployment options (`PipelineGraph.executor`).
+    Executor,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Graph => f.write_str("graph"),
+            Location::Node(name) => write!(f, "node {name:?}"),
+            Location::Edge(edge) => edge.fmt(f),
+            Location::Executor => f.write_str("executor"),
+        }
+    }
+}
+
+/// Which end of an edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeEnd {
+    Source,
+    Target,
+}
+
+impl fmt::Display for EdgeEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EdgeEnd::Source => "source",
+            EdgeEnd::Target => "target",
+        })
+    }
+}
+
+fn list_edges(edges: &[usize]) -> String {
+    edges
+        .iter()
+        .map(|e| format!("#{e}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One problem in a graph.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValidationError {
+    #[error("graph has {count} {what}, more than the limit of {limit}")]
+    LimitExceeded {
+        what: &'static str,
+        count: usize,
+        limit: usize,
+    },
+
+    #[error(
+        "graph name {name:?} is not a DNS-1123 label: use lower-case letters, digits and '-', at most 63 characters, starting and ending with a letter or digit"
+    )]
+    InvalidGraphName { name: String },
+
+    #[error("graph version {version:?} {problem}")]
+    InvalidVersion {
+        version: String,
+        problem: &'static str,
+    },
+
+    #[error(
+        "nodes[{index}] has the name {name:?}, which {problem}; use 1 to 63 characters from [A-Za-z0-9_.-], starting with a letter or digit"
+    )]
+    InvalidNodeName {
+        index: usize,
+        name: String,
+        problem: &'static str,
+    },
+
+    #[error(
+        "node {name:?} is declared twice (nodes[{first_index}] and nodes[{index}]); node names must be unique"
+    )]
+    DuplicateNode {
+        name: String,
+        index: usize,
+        first_index: usize,
+    },
+
+    #[error("node {node:?} has no kind; add one of `input`, `model`, `switch`, `split`, `output`")]
+    MissingKind { node: String },
+
+    #[error("node {node:?} is {kind} node, where `{field}` has no effect; remove it")]
+    IneffectiveSetting {
+        node: String,
+        kind: &'static str,
+        field: &'static str,
+    },
+
+    #[error(
+        "node {node:?} has on_error FALLBACK but no fallback_value; set the value to answer with when it fails"
+    )]
+    FallbackWithoutValue { node: String },
+
+    #[error(
+        "node {node:?} sets fallback_value but on_error is not FALLBACK; set `on_error: FALLBACK` or remove the value"
+    )]
+    FallbackValueUnused { node: String },
+
+    #[error(
+        "node {node:?} has shadow.sample_percent {percent}; use 1 to 100 (or leave it unset for 100)"
+    )]
+    InvalidShadowSample { node: String, percent: u32 },
+
+    #[error("{edge}: the {end} {name:?} is not a node")]
+    UnknownNode {
+        edge: EdgeRef,
+        end: EdgeEnd,
+        name: String,
+    },
+
+    #[error("{edge} repeats edge #{first_index}; two nodes are joined by at most one edge")]
+    DuplicateEdge { edge: EdgeRef, first_index: usize },
+
+    #[error("{edge} leads into the ingress; the ingress only receives the request")]
+    EdgeIntoIngress { edge: EdgeRef },
+
+    #[error("{edge} leaves the output node; the output is the end of the graph")]
+    EdgeFromOutput { edge: EdgeRef },
+
+    #[error("{edge}: `{field}` {problem}")]
+    InvalidEdgeField {
+        edge: EdgeRef,
+        field: &'static str,
+        problem: String,
+    },
+
+    #[error(
+        "{edge}: `weight` is only for edges leaving a split node, and {source_node:?} is not one; remove it"
+    )]
+    WeightOutsideSplit { edge: EdgeRef, source_node: String },
+
+    #[error(
+        "{edge}: `order` only orders the cases of a switch node, and {source_node:?} is not one; remove it"
+    )]
+    OrderOutsideSwitch { edge: EdgeRef, source_node: String },
+
+    #[error(
+        "{edge} leaves split {split:?} and has a `when` guard; a split chooses by weight only (put a switch before it to route by content)"
+    )]
+    GuardOnSplit { edge: EdgeRef, split: String },
+
+    #[error(
+        "{edge} leaves split {split:?} without a `weight`; give every branch of a split a weight"
+    )]
+    SplitWeightMissing { edge: EdgeRef, split: String },
+
+    #[error(
+        "split {node:?} has weights that add up to 0; at least one branch needs a positive weight"
+    )]
+    SplitWeightsZero { node: String },
+
+    #[error("switch {node:?} has no case: no edge leaving it has a `when` predicate")]
+    SwitchWithoutCases { node: String },
+
+    #[error("switch {node:?} has several default edges (without `when`): {}; keep one", list_edges(.edges))]
+    SwitchMultipleDefaults { node: String, edges: Vec<usize> },
+
+    #[error(
+        "switch {node:?} has no default edge (one without `when`) and on_no_match is not set; add a default edge, or set `on_no_match: ERROR` or `SKIP`"
+    )]
+    SwitchWithoutDefault { node: String },
+
+    #[error("cycle: {}; a pipeline must be acyclic (put loops inside a model)", .nodes.join(" -> "))]
+    Cycle { nodes: Vec<String> },
+
+    #[error("the graph has no ingress; set `ingress` to the name of its input node{}", .candidate.as_ref().map(|c| format!(" (probably {c:?})")).unwrap_or_default())]
+    IngressUnset { candidate: Option<String> },
+
+    #[error("ingress {name:?} is not a node; set `ingress` to the name of the input node")]
+    IngressUnknown { name: String },
+
+    #[error("ingress {name:?} is {kind} node; the ingress must be the input node (`input: {{}}`)")]
+    IngressNotInput { name: String, kind: &'static str },
+
+    #[error(
+        "node {node:?} is a second input node; a graph has exactly one, the ingress {ingress:?}"
+    )]
+    ExtraInput { node: String, ingress: String },
+
+    #[error("the graph has no output node; add one (`output: {{}}`) and edges into it")]
+    MissingOutput,
+
+    #[error(
+        "node {node:?} is a second output node (the first is {first:?}); a graph has exactly one"
+    )]
+    ExtraOutput { node: String, first: String },
+
+    #[error(
+        "node {node:?} cannot be reached from the ingress {ingress:?}; add an edge into it or remove it"
+    )]
+    Unreachable { node: String, ingress: String },
+
+    #[error(
+        "node {node:?} never leads to the output {output:?}, so its result would be thrown away; add an edge toward the output, mark it `shadow`, or remove it"
+    )]
+    DeadEnd { node: String, output: String },
+
+    #[error(
+        "{edge} leads from the shadow branch into {node:?}, which is not shadow; a shadow branch must never feed the response"
+    )]
+    ShadowLeak { edge: EdgeRef, node: String },
+
+    #[error("node {node:?} joins (ALL) edges #{} and #{}, which lie on different branches of {branch_kind} {branch:?}: they are never live together, so the node could never run; use `join: ANY` or mark one edge `optional`", .first.index, .second.index)]
+    ExclusiveJoin {
+        node: String,
+        first: EdgeRef,
+        second: EdgeRef,
+        branch: String,
+        branch_kind: &'static str,
+    },
+
+    #[error(
+        "{first} (into {first_into:?}) and {second} (into {second_into:?}) write overlapping parts of node {node:?}'s input; give them disjoint `into` pointers"
+    )]
+    IntoConflict {
+        node: String,
+        first: EdgeRef,
+        second: EdgeRef,
+        first_into: String,
+        second_into: String,
+    },
+
+    #[error(
+        "{edge}: node {node:?} is called with keyword arguments, so `into` must start with a Python identifier naming the argument, not {key:?}"
+    )]
+    KwargsKey {
+        edge: EdgeRef,
+        node: String,
+        key: String,
+    },
+
+    #[error("node {node:?}: import_path {path:?} {problem}; write it as \"package.module:Class\"")]
+    InvalidImportPath {
+        node: String,
+        path: String,
+        problem: String,
+    },
+
+    #[error("{location}: {field} {problem}")]
+    InvalidOption {
+        location: Location,
+        field: String,
+        problem: String,
+    },
+
+    #[error("{location}: `{field}` {pointer:?} is not a JSON Pointer: {problem}")]
+    InvalidPointer {
+        location: Location,
+        field: &'static str,
+        pointer: String,
+        problem: PointerError,
+    },
+
+    #[error("{edge}: when{}{} {problem}", if .at.is_empty() { "" } else { "." }, .at)]
+    InvalidPredicate {
+        edge: EdgeRef,
+        at: String,
+        problem: String,
+    },
+
+    #[error(
+        "{location}: {field} reads {root:?}, which is neither the ingress nor a node computed before it (an ancestor of {node:?}); predicates may only read the request and finished ancestors"
+    )]
+    PredicateScope {
+        location: Location,
+        field: String,
+        root: String,
+        node: String,
+    },
+
+    #[error(
+        "node {node:?} has timeout_ms {timeout_ms}, longer than the graph's deadline of {deadline_ms} ms; lower it or raise `deadline_ms`"
+    )]
+    TimeoutOverDeadline {
+        node: String,
+        timeout_ms: u32,
+        deadline_ms: u32,
+    },
+
+    #[error("graph deadline_ms {deadline_ms} is longer than the limit of {limit} ms")]
+    DeadlineTooLong { deadline_ms: u32, limit: u32 },
+
+    #[error("node {node:?}: retry {problem}")]
+    InvalidRetry { node: String, problem: String },
+
+    #[error("route_prefix {prefix:?} {problem}")]
+    InvalidRoutePrefix {
+        prefix: String,
+        problem: &'static str,
+    },
+
+    #[error("{location}: runtime_env {problem}")]
+    InvalidRuntimeEnv { location: Location, problem: String },
+
+    #[error(
+        "{location}: {field} contains a number that is not finite (NaN or infinity), which JSON cannot carry"
+    )]
+    InvalidValue { location: Location, field: String },
+
+    #[error(
+        "{location}: {field} has the value {value}, which this version of raypipe does not know"
+    )]
+    UnknownEnumValue {
+        location: Location,
+        field: &'static str,
+        value: i32,
+    },
+}
+
+impl ValidationError {
+    /// Stable machine reason code (CamelCase), e.g. for a Kubernetes condition's `reason`.
+    pub fn reason(&self) -> &'static str {
+        use ValidationError::*;
+        match self {
+            LimitExceeded { .. } => "LimitExceeded",
+            InvalidGraphName { .. } | InvalidNodeName { .. } => "InvalidName",
+            InvalidVersion { .. } => "InvalidVersion",
+            DuplicateNode { .. } => "DuplicateNode",
+            MissingKind { .. }
+            | IneffectiveSetting { .. }
+            | FallbackWithoutValue { .. }
+            | FallbackValueUnused { .. }
+            | InvalidShadowSample { .. } => "InvalidNode",
+            UnknownNode { .. } => "UnknownNode",
+            DuplicateEdge { .. } => "DuplicateEdge",
+            EdgeIntoIngress { .. }
+            | EdgeFromOutput { .. }
+            | InvalidEdgeField { .. }
+            | KwargsKey { .. } => "InvalidEdge",
+            WeightOutsideSplit { .. }
+            | OrderOutsideSwitch { .. }
+            | GuardOnSplit { .. }
+            | SplitWeightMissing { .. }
+            | SplitWeightsZero { .. }
+            | SwitchWithoutCases { .. }
+            | SwitchMultipleDefaults { .. }
+            | SwitchWithoutDefault { .. }
+            | ShadowLeak { .. }
+            | ExclusiveJoin { .. }
+            | IntoConflict { .. } => "InvalidRouting",
+            Cycle { .. } => "CycleDetected",
+            IngressUnset { .. } | IngressUnknown { .. } | IngressNotInput { .. } => {
+                "MissingIngress"
+            }
+            ExtraInput { .. } => "DuplicateIngress",
+            MissingOutput => "MissingOutput",
+            ExtraOutput { .. } => "DuplicateOutput",
+            Unreachable { .. } => "Unreachable",
+            DeadEnd { .. } => "DeadEnd",
+            InvalidImportPath { .. } => "InvalidImportPath",
+            InvalidOption { .. } => "InvalidOptions",
+            InvalidPointer { .. } => "InvalidPointer",
+            InvalidPredicate { .. } => "InvalidPredicate",
+            PredicateScope { .. } => "PredicateScope",
+            TimeoutOverDeadline { .. } | DeadlineTooLong { .. } => "InvalidTimeout",
+            InvalidRetry { .. } => "InvalidRetry",
+            InvalidRoutePrefix { .. } => "InvalidRoutePrefix",
+            InvalidRuntimeEnv { .. } => "InvalidRuntimeEnv",
+            InvalidValue { .. } => "InvalidValue",
+            UnknownEnumValue { .. } => "UnknownEnumValue",
+        }
+    }
+}
+
+/// Every problem found in a graph, in a deterministic order (graph fields, nodes, edges, then
+/// structure). Never empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidationErrors(Vec<ValidationError>);
+
+impl ValidationErrors {
+    pub(crate) fn new(errors: Vec<ValidationError>) -> Self {
+        debug_assert!(!errors.is_empty());
+        ValidationErrors(errors)
+    }
+
+    /// The problems.
+    pub fn errors(&self) -> &[ValidationError] {
+        &self.0
+    }
+
+    /// How many problems.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Always false (kept for clippy's `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Reason code of the first problem (a condition's `reason`).
+    pub fn reason(&self) -> &'static str {
+        self.0.first().map_or("Invalid", ValidationError::reason)
+    }
+
+    /// The problems as one line each, at most `max` of them (plus "and N more"): for a
+    /// condition message that must stay short.
+    pub fn summary(&self, max: usize) -> String {
+        let mut lines: Vec<String> = self
+            .0
+            .iter()
+            .take(max)
+            .map(|e| format!("[{}] {e}", e.reason()))
+            .collect();
+        if self.0.len() > max {
+            lines.push(format!("... and {} more", self.0.len() - max));
+        }
+        lines.join("\n")
+    }
+}
+
+impl IntoIterator for ValidationErrors {
+    type Item = ValidationError;
+    type IntoIter = std::vec::IntoIter<ValidationError>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(
+            f,
+            "{n} problem{} in the graph:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for error in &self.0 {
+            write!(f, "\n  - [{}] {error}", error.reason())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ValidationErrors {}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Creates the Python virtualenv that raypipe's tests (and `raypipe dev`) start Ray heads from:
+# a pinned `ray[serve]` from PyPI, installed with the ordinary pip client. Idempotent: a venv
+# whose marker names the same Ray version and Python interpreter is kept as it is.
+#
+# Usage: provision-ray.sh [VENV_DIR]    (default: $RAYPIPE_CACHE_DIR/ray/venv-$RAY_VERSION)
+# Env:   RAY_VERSION (default 2.60.0), PYTHON (default python3; Ray 2.60 wheels: CPython 3.10-3.13)
+# Prints "ready <dir>" as its last line on success.
+set -euo pipefail
+
+RAY_VERSION=${RAY_VERSION:-2.60.0}
+PYTHON=${PYTHON:-python3}
+
+CACHE=${RAYPIPE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/raypipe}
+VENV=${1:-$CACHE/ray/venv-$RAY_VERSION}
+mkdir -p "$CACHE/ray" "$(dirname "$VENV")"
+
+log() { echo "provision-ray: $*" >&2; }
+
+command -v "$PYTHON" >/dev/null || { log "$PYTHON is required (CPython 3.10-3.13)"; exit 2; }
+PY_VERSION=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
+WANT="ray[serve]==$RAY_VERSION python=$PY_VERSION"
+MARKER=$VENV/.raypipe-provisioned
+
+# One lock per cache, so parallel test binaries do not install into the same venv at once.
+exec 9>"$CACHE/ray/.lock"
+flock 9
+
+if [ -x "$VENV/bin/ray" ] && [ "$(cat "$MARKER" 2>/dev/null)" = "$WANT" ]; then
+  echo "ready $VENV"
+  exit 0
+fi
+
+start=$(date +%s)
+log "installing $WANT into $VENV; cold: a few minutes (downloads ~100 MB of wheels)"
+# A venv is not relocatable (its scripts name their interpreter by absolute path), so it is
+# built in place; the marker is written last, so an interrupted install is redone next time.
+rm -rf "$VENV"
+"$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet --upgrade pip >&2
+"$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "ray[serve]==$RAY_VERSION" >&2
+got=$("$VENV/bin/python" -c 'import ray, ray.serve; print(ray.__version__)')
+[ "$got" = "$RAY_VERSION" ] || { log "installed ray $got, wanted $RAY_VERSION"; exit 1; }
+echo "$WANT" > "$MARKER"
+log "done in $(( $(date +%s) - start ))s"
+echo "ready $VENV"

@@ -1,0 +1,526 @@
+//! [`SourceError`]: every way a fetch can fail, with a stable reason code for conditions.
+//!
+//! Messages carry only redacted URLs and never the token; transport errors are reduced to
+//! text here (rather than kept as `source`) so that no nested error can print a URL with its
+//! query string.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+/// The codes [`SourceError::reason`] returns, for Kubernetes condition reasons.
+pub mod reasons {
+    pub const INVALID_URL: &str = "InvalidUrl";
+    pub const INSECURE_URL: &str = "InsecureUrl";
+    pub const TOO_MANY_REDIRECTS: &str = "TooManyRedirects";
+    pub const INVALID_REDIRECT: &str = "InvalidRedirect";
+    pub const INVALID_DIGEST: &str = "InvalidDigest";
+    pub const INVALID_TOKEN: &str = "InvalidToken";
+    pub const INVALID_CA_BUNDLE: &str = "InvalidCaBundle";
+    pub const TLS_ERROR: &str = "TlsError";
+    pub const UNAUTHORIZED: &str = "Unauthorized";
+    pub const FORBIDDEN: &str = "Forbidden";
+    pub const NOT_FOUND: &str = "NotFound";
+    pub const HTTP_ERROR: &str = "HttpError";
+    pub const RATE_LIMITED: &str = "RateLimited";
+    pub const SERVER_ERROR: &str = "ServerError";
+    pub const TIMEOUT: &str = "Timeout";
+    pub const CONNECTION_FAILED: &str = "ConnectionFailed";
+    pub const TOO_LARGE: &str = "TooLarge";
+    pub const DIGEST_MISMATCH: &str = "DigestMismatch";
+}
+
+/// Which limit a [`SourceError::Timeout`] hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutPhase {
+    /// The connect timeout, while opening the connection.
+    Connect,
+    /// The per-attempt timeout, before the last body byte arrived.
+    Transfer,
+}
+
+impl fmt::Display for TimeoutPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimeoutPhase::Connect => "connecting to",
+            TimeoutPhase::Transfer => "downloading from",
+        })
+    }
+}
+
+/// Why a graph could not be fetched. URLs in here are already redacted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    #[error("source URL {url} is not usable: {problem}")]
+    InvalidUrl { url: String, problem: String },
+
+    #[error(
+        "refusing plain-HTTP URL {url}: the token and the graph would cross the network \
+         unencrypted; use https://, or set allowInsecureHttp: true if that is acceptable"
+    )]
+    InsecureUrl { url: String },
+
+    #[error(
+        "refusing the redirect from {from} to {to}: it would leave HTTPS; point source.url \
+         at the final HTTPS address or fix the registry's redirect"
+    )]
+    InsecureRedirect { from: String, to: String },
+
+    #[error("more than {limit} redirects starting at {url}: point source.url at the final address")]
+    TooManyRedirects { url: String, limit: usize },
+
+    #[error("the redirect from {url} cannot be followed: {detail}")]
+    InvalidRedirect { url: String, detail: String },
+
+    #[error(
+        "source.sha256 {value:?} is not a sha256 digest: expected 64 hex digits, optionally \
+         prefixed by sha256:"
+    )]
+    InvalidPinnedDigest { value: String },
+
+    #[error(
+        "the bearer token cannot be sent in an HTTP header (it holds a control or non-ASCII \
+         character): check the value in the Secret named by bearerTokenSecretRef"
+    )]
+    InvalidToken,
+
+    #[error(
+        "the CA bundle is not usable: {problem}; it must hold one or more PEM CERTIFICATE \
+         blocks (see caBundleSecretRef)"
+    )]
+    InvalidCaBundle { problem: String },
+
+    #[error("cannot set up TLS for fetching: {detail}; provide a CA bundle (caBundleSecretRef)")]
+    TlsSetup { detail: String },
+
+    #[error(
+        "TLS with {url} failed: {detail}; if the registry's certificate comes from a private \
+         CA, put that CA in the Secret named by caBundleSecretRef"
+    )]
+    Tls { url: String, detail: String },
+
+    #[error("{}", unauthorized_message(url, *token_sent))]
+    Unauthorized { url: String, token_sent: bool },
+
+    #[error(
+        "the token may not read {url} (HTTP 403 Forbidden): grant it read access, or put a \
+         token that has it in the Secret named by bearerTokenSecretRef"
+    )]
+    Forbidden { url: String },
+
+    #[error("no graph at {url} (HTTP {status}): check source.url")]
+    NotFound { url: String, status: StatusCode },
+
+    #[error("unexpected HTTP {status} from {url}: check source.url and the registry")]
+    UnexpectedStatus { url: String, status: StatusCode },
+
+    #[error(
+        "the registry at {url} is rate limiting (HTTP 429 Too Many Requests){}: a later fetch \
+         may succeed; use a longer refreshInterval if this persists",
+        attempts_note(*attempts)
+    )]
+    RateLimited { url: String, attempts: u32 },
+
+    #[error(
+        "the registry at {url} failed with HTTP {status}{}: a problem on the registry's side; \
+         a later fetch may succeed",
+        attempts_note(*attempts)
+    )]
+    ServerError {
+        url: String,
+        status: StatusCode,
+        attempts: u32,
+    },
+
+    #[error(
+        "timed out after {limit:?} {phase} {url}{}: check the registry and the network path, \
+         or raise the timeout",
+        attempts_note(*attempts)
+    )]
+    Timeout {
+        url: String,
+        phase: TimeoutPhase,
+        limit: Duration,
+        attempts: u32,
+    },
+
+    #[error(
+        "cannot reach {url}: {detail}{}: check the host, the port and network policies",
+        attempts_note(*attempts)
+    )]
+    ConnectionFailed {
+        url: String,
+        detail: String,
+        attempts: u32,
+    },
+
+    #[error("{}", too_large_message(url, *limit, *declared))]
+    TooLarge {
+        url: String,
+        limit: u64,
+        /// The size the server announced (Content-Length), when it announced one.
+        declared: Option<u64>,
+    },
+
+    #[error(
+        "the graph at {url} has digest {actual} but source.sha256 pins {expected}: refusing \
+         it; update the pin if this version is intended"
+    )]
+    DigestMismatch {
+        url: String,
+        expected: String,
+        actual: String,
+    },
+}
+
+fn attempts_note(attempts: u32) -> String {
+    if attempts > 1 {
+        format!(" (after {attempts} attempts)")
+    } else {
+        String::new()
+    }
+}
+
+fn unauthorized_message(url: &str, token_sent: bool) -> String {
+    if token_sent {
+        format!(
+            "the registry rejected the bearer token for {url} (HTTP 401 Unauthorized): put a \
+             current token in the Secret named by bearerTokenSecretRef"
+        )
+    } else {
+        format!(
+            "{url} requires authentication (HTTP 401 Unauthorized) and no token was sent: set \
+             bearerTokenSecretRef"
+        )
+    }
+}
+
+fn too_large_message(url: &str, limit: u64, declared: Option<u64>) -> String {
+    let size = match declared {
+        Some(declared) => format!("it declares {declared} bytes"),
+        None => format!("more than {limit} bytes arrived"),
+    };
+    format!(
+        "the graph at {url} exceeds the limit of {limit} bytes ({size}): raise maxBytes if \
+         this size is expected"
+    )
+}
+
+impl SourceError {
+    /// A stable CamelCase code for condition reasons; see [`reasons`].
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SourceError::InvalidUrl { .. } => reasons::INVALID_URL,
+            SourceError::InsecureUrl { .. } | SourceError::InsecureRedirect { .. } => {
+                reasons::INSECURE_URL
+            }
+            SourceError::TooManyRedirects { .. } => reasons::TOO_MANY_REDIRECTS,
+            SourceError::InvalidRedirect { .. } => reasons::INVALID_REDIRECT,
+            SourceError::InvalidPinnedDigest { .. } => reasons::INVALID_DIGEST,
+            SourceError::InvalidToken => reasons::INVALID_TOKEN,
+            SourceError::InvalidCaBundle { .. } => reasons::INVALID_CA_BUNDLE,
+            SourceError::TlsSetup { .. } | SourceError::Tls { .. } => reasons::TLS_ERROR,
+            SourceError::Unauthorized { .. } => reasons::UNAUTHORIZED,
+            SourceError::Forbidden { .. } => reasons::FORBIDDEN,
+            SourceError::NotFound { .. } => reasons::NOT_FOUND,
+            SourceError::UnexpectedStatus { .. } => reasons::HTTP_ERROR,
+            SourceError::RateLimited { .. } => reasons::RATE_LIMITED,
+            SourceError::ServerError { .. } => reasons::SERVER_ERROR,
+            SourceError::Timeout { .. } => reasons::TIMEOUT,
+            SourceError::ConnectionFailed { .. } => reasons::CONNECTION_FAILED,
+            SourceError::TooLarge { .. } => reasons::TOO_LARGE,
+            SourceError::DigestMismatch { .. } => reasons::DIGEST_MISMATCH,
+        }
+    }
+
+    /// Whether the same request may succeed later unchanged (and so is retried).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            SourceError::RateLimited { .. }
+                | SourceError::ServerError { .. }
+                | SourceError::Timeout { .. }
+                | SourceError::ConnectionFailed { .. }
+        )
+    }
+
+    /// Whether fixing credentials or permissions is what would help.
+    pub fn is_authorization_problem(&self) -> bool {
+        matches!(
+            self,
+            SourceError::Unauthorized { .. } | SourceError::Forbidden { .. }
+        )
+    }
+
+    /// Records how many attempts ended in this error (for the message of transient errors).
+    pub(crate) fn with_attempts(mut self, made: u32) -> Self {
+        match &mut self {
+            SourceError::RateLimited { attempts, .. }
+            | SourceError::ServerError { attempts, .. }
+            | SourceError::Timeout { attempts, .. }
+            | SourceError::ConnectionFailed { attempts, .. } => *attempts = made,
+            _ => {}
+        }
+        self
+    }
+
+    /// The error for a final response status that is not a success.
+    pub(crate) fn from_status(status: StatusCode, url: String, token_sent: bool) -> Self {
+        match status {
+            StatusCode::UNAUTHORIZED => SourceError::Unauthorized { url, token_sent },
+            StatusCode::FORBIDDEN => SourceError::Forbidden { url },
+            StatusCode::NOT_FOUND | StatusCode::GONE => SourceError::NotFound { url, status },
+            StatusCode::TOO_MANY_REQUESTS => SourceError::RateLimited { url, attempts: 1 },
+            status if status.is_server_error() => SourceError::ServerError {
+                url,
+                status,
+                attempts: 1,
+            },
+            status => SourceError::UnexpectedStatus { url, status },
+        }
+    }
+
+    /// The error for a failure below HTTP (connecting, TLS, redirects, reading the body).
+    pub(crate) fn from_transport(
+        error: &reqwest::Error,
+        url: String,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> Self {
+        if let Some(refused) = find_cause::<RedirectRefused>(error) {
+            return SourceError::InsecureRedirect {
+                from: refused.from.clone(),
+                to: refused.to.clone(),
+            };
+        }
+        if let Some(exceeded) = find_cause::<RedirectLimitExceeded>(error) {
+            return SourceError::TooManyRedirects {
+                url,
+                limit: exceeded.limit,
+            };
+        }
+        if error.is_timeout() {
+            let (phase, limit) = if error.is_connect() {
+                (TimeoutPhase::Connect, connect_timeout)
+            } else {
+                (TimeoutPhase::Transfer, timeout)
+            };
+            return SourceError::Timeout {
+                url,
+                phase,
+                limit,
+                attempts: 1,
+            };
+        }
+        if let Some(tls) = find_cause::<rustls::Error>(error) {
+            return SourceError::Tls {
+                url,
+                detail: tls.to_string(),
+            };
+        }
+        if error.is_redirect() {
+            return SourceError::InvalidRedirect {
+                url,
+                detail: innermost_cause(error),
+            };
+        }
+        if error.is_builder() {
+            return SourceError::InvalidUrl {
+                url,
+                problem: innermost_cause(error),
+            };
+        }
+        let detail = if error.is_body() || error.is_decode() {
+            format!(
+                "the connection broke while downloading ({})",
+                innermost_cause(error)
+            )
+        } else {
+            innermost_cause(error)
+        };
+        SourceError::ConnectionFailed {
+            url,
+            detail,
+            attempts: 1,
+        }
+    }
+}
+
+/// Raised by the redirect policy for a redirect that would leave HTTPS.
+#[derive(Debug)]
+pub(crate) struct RedirectRefused {
+    pub(crate) from: String,
+    pub(crate) to: String,
+}
+
+impl fmt::Display for RedirectRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "redirect from {} to {} refused", self.from, self.to)
+    }
+}
+
+impl StdError for RedirectRefused {}
+
+/// Raised by the redirect policy past its limit.
+#[derive(Debug)]
+pub(crate) struct RedirectLimitExceeded {
+    pub(crate) limit: usize,
+}
+
+impl fmt::Display for RedirectLimitExceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "more than {} redirects", self.limit)
+    }
+}
+
+impl StdError for RedirectLimitExceeded {}
+
+/// The chain of causes, looking into `io::Error`s: their `source()` skips the error they
+/// wrap (returning that error's source instead), and that wrapped error is where
+/// tokio-rustls puts a `rustls::Error`, sometimes two `io::Error`s deep.
+fn causes<'a>(
+    error: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    std::iter::successors(Some(error), |&error| {
+        match error
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::get_ref)
+        {
+            Some(wrapped) => Some(wrapped as &(dyn StdError + 'static)),
+            None => error.source(),
+        }
+    })
+}
+
+/// The first `T` in the chain of causes.
+fn find_cause<'a, T: StdError + 'static>(error: &'a (dyn StdError + 'static)) -> Option<&'a T> {
+    causes(error).find_map(|cause| cause.downcast_ref::<T>())
+}
+
+/// The most specific message in the chain ("Connection refused (os error 111)"); the outer
+/// ones are generic ("error sending request", "client error (Connect)").
+fn innermost_cause(error: &(dyn StdError + 'static)) -> String {
+    causes(error)
+        .last()
+        .map(ToString::to_string)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "https://registry.example/g.pb";
+
+    #[test]
+    fn statuses_map_to_reasons_and_retryability() {
+        let cases = [
+            (401, "Unauthorized", false),
+            (403, "Forbidden", false),
+            (404, "NotFound", false),
+            (410, "NotFound", false),
+            (400, "HttpError", false),
+            (408, "HttpError", false),
+            (429, "RateLimited", true),
+            (500, "ServerError", true),
+            (502, "ServerError", true),
+            (503, "ServerError", true),
+            (302, "HttpError", false),
+        ];
+        for (code, reason, transient) in cases {
+            let status = StatusCode::from_u16(code).expect("valid status");
+            let error = SourceError::from_status(status, URL.into(), true);
+            assert_eq!(error.reason(), reason, "{code}");
+            assert_eq!(error.is_transient(), transient, "{code}");
+        }
+    }
+
+    #[test]
+    fn authorization_problems_are_flagged() {
+        for code in [401, 403] {
+            let status = StatusCode::from_u16(code).expect("valid status");
+            assert!(SourceError::from_status(status, URL.into(), true).is_authorization_problem());
+        }
+        let not_found = SourceError::from_status(StatusCode::NOT_FOUND, URL.into(), true);
+        assert!(!not_found.is_authorization_problem());
+    }
+
+    #[test]
+    fn unauthorized_message_says_whether_a_token_was_sent() {
+        let rejected = SourceError::from_status(StatusCode::UNAUTHORIZED, URL.into(), true);
+        assert!(rejected.to_string().contains("rejected the bearer token"));
+        let missing = SourceError::from_status(StatusCode::UNAUTHORIZED, URL.into(), false);
+        assert!(missing.to_string().contains("no token was sent"));
+    }
+
+    #[test]
+    fn messages_name_url_status_and_next_step() {
+        let error = SourceError::from_status(StatusCode::NOT_FOUND, URL.into(), true);
+        assert_eq!(
+            error.to_string(),
+            "no graph at https://registry.example/g.pb (HTTP 404 Not Found): check source.url"
+        );
+        let too_large = SourceError::TooLarge {
+            url: URL.into(),
+            limit: 10,
+            declared: None,
+        };
+        assert!(too_large.to_string().contains("more than 10 bytes arrived"));
+        assert!(too_large.to_string().contains("raise maxBytes"));
+    }
+
+    #[test]
+    fn attempts_appear_only_after_retries() {
+        let once = SourceError::from_status(StatusCode::BAD_GATEWAY, URL.into(), true);
+        assert!(!once.to_string().contains("attempts"));
+        let thrice = once.with_attempts(3);
+        assert!(thrice.to_string().contains("(after 3 attempts)"));
+        assert_eq!(thrice.reason(), "ServerError");
+        // Non-transient errors carry no attempt count and are left alone.
+        let forbidden = SourceError::Forbidden { url: URL.into() };
+        assert_eq!(forbidden.clone().with_attempts(5), forbidden);
+    }
+
+    #[test]
+    fn wrapped_rustls_error_is_found_inside_nested_io_errors() {
+        // The shape reqwest 0.13 produces for a rejected server certificate.
+        let io_error = io::Error::other(io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        ));
+        let found = find_cause::<rustls::Error>(&io_error);
+        assert!(matches!(
+            found,
+            Some(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer
+            ))
+        ));
+        assert!(find_cause::<RedirectRefused>(&io_error).is_none());
+        assert_eq!(
+            innermost_cause(&io_error),
+            "invalid peer certificate: UnknownIssuer"
+        );
+    }
+
+    #[test]
+    fn innermost_cause_is_the_most_specific_message() {
+        #[derive(Debug)]
+        struct Outer(io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("error sending request")
+            }
+        }
+        impl StdError for Outer {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let error = Outer(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(innermost_cause(&error), "connection refused");
+    }
+}

@@ -1,0 +1,512 @@
+//! [`Fetcher`]: one conditional, size-capped, digest-checked download with retries.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use reqwest::header::{AUTHORIZATION, ETAG, HeaderValue, IF_NONE_MATCH};
+use reqwest::{Client, Response, StatusCode, Url};
+use sha2::{Digest, Sha256};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::client::ClientCache;
+use super::digest::Sha256Digest;
+use super::error::SourceError;
+use super::redact::{redact_unparsed_url, redact_url};
+use super::request::FetchRequest;
+
+/// What a successful fetch found.
+#[derive(Clone, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// The registry answered 304 to `If-None-Match`: the applied graph is current.
+    NotModified {
+        /// The ETag to send next time (the 304's own, else the one sent).
+        etag: Option<String>,
+    },
+    /// A full download whose digest equals the previous one: nothing to apply. `etag` may
+    /// differ from the previous one; storing it lets the next fetch end in a 304.
+    Unchanged {
+        digest: String,
+        etag: Option<String>,
+        size: u64,
+    },
+    /// New content.
+    Fetched {
+        bytes: Bytes,
+        /// `sha256:<hex>` of `bytes`.
+        digest: String,
+        etag: Option<String>,
+        size: u64,
+    },
+}
+
+// Hand-written so that logging an outcome never dumps megabytes of graph.
+impl fmt::Debug for FetchOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchOutcome::NotModified { etag } => {
+                f.debug_struct("NotModified").field("etag", etag).finish()
+            }
+            FetchOutcome::Unchanged { digest, etag, size } => f
+                .debug_struct("Unchanged")
+                .field("digest", digest)
+                .field("etag", etag)
+                .field("size", size)
+                .finish(),
+            FetchOutcome::Fetched {
+                digest, etag, size, ..
+            } => f
+                .debug_struct("Fetched")
+                .field("digest", digest)
+                .field("etag", etag)
+                .field("size", size)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// Process-wide settings of a [`Fetcher`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetcherOptions {
+    /// Use `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` from the environment (clusters behind an
+    /// egress proxy need this; tests turn it off so nothing leaves the loopback).
+    pub honor_proxy_environment: bool,
+}
+
+impl Default for FetcherOptions {
+    fn default() -> Self {
+        Self {
+            honor_proxy_environment: true,
+        }
+    }
+}
+
+/// Downloads graphs. Create one per process and share it: it keeps one HTTP client (and so
+/// one connection pool) per distinct CA bundle / HTTP policy / connect timeout.
+pub struct Fetcher {
+    clients: ClientCache,
+}
+
+impl Default for Fetcher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Fetcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fetcher").finish_non_exhaustive()
+    }
+}
+
+/// What one attempt needs besides the request; prepared once before the retries.
+struct Prepared<'r> {
+    request: &'r FetchRequest<'r>,
+    client: Client,
+    url: Url,
+    shown_url: String,
+    authorization: Option<HeaderValue>,
+    if_none_match: Option<HeaderValue>,
+    pinned: Option<Sha256Digest>,
+    previous: Option<Sha256Digest>,
+}
+
+impl Fetcher {
+    pub fn new() -> Self {
+        Self::with_options(FetcherOptions::default())
+    }
+
+    pub fn with_options(options: FetcherOptions) -> Self {
+        Self {
+            clients: ClientCache::new(options.honor_proxy_environment),
+        }
+    }
+
+    /// Downloads `request.url`. Transient failures are retried per `request.retry`; the
+    /// error returned is the last one.
+    pub async fn fetch(&self, request: &FetchRequest<'_>) -> Result<FetchOutcome, SourceError> {
+        let shown_url = redact_unparsed_url(request.url);
+        let span = info_span!("source_fetch", url = %shown_url);
+        async {
+            let result = self.fetch_with_retries(request).await;
+            if let Err(error) = &result {
+                warn!(reason = error.reason(), error = %error, "graph fetch failed");
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn fetch_with_retries(
+        &self,
+        request: &FetchRequest<'_>,
+    ) -> Result<FetchOutcome, SourceError> {
+        let prepared = self.prepare(request)?;
+        let prepared = &prepared;
+        let max_attempts = request.retry.max_attempts.max(1);
+        let attempts_made = AtomicU32::new(0);
+        let attempts_made = &attempts_made;
+        let result = backoff::future::retry_notify(
+            request.retry.backoff(),
+            move || async move {
+                let attempt = attempts_made.fetch_add(1, Ordering::Relaxed) + 1;
+                match attempt_once(prepared, attempt).await {
+                    Ok(outcome) => Ok(outcome),
+                    Err(error) if error.is_transient() && attempt < max_attempts => {
+                        Err(backoff::Error::transient(error))
+                    }
+                    Err(error) => Err(backoff::Error::permanent(error)),
+                }
+            },
+            |error: SourceError, wait: Duration| {
+                warn!(
+                    reason = error.reason(),
+                    error = %error,
+                    retry_in_ms = millis(wait),
+                    "transient failure; retrying"
+                );
+            },
+        )
+        .await;
+        result.map_err(|error| error.with_attempts(attempts_made.load(Ordering::Relaxed)))
+    }
+
+    /// Everything that can be checked before the network: URL, pin, token, CA bundle.
+    fn prepare<'r>(&self, request: &'r FetchRequest<'r>) -> Result<Prepared<'r>, SourceError> {
+        let url = checked_url(request.url, request.allow_insecure_http)?;
+        let shown_url = redact_url(&url);
+        let pinned = request
+            .pinned_sha256
+            .map(|pin| {
+                Sha256Digest::from_str(pin).map_err(|_| SourceError::InvalidPinnedDigest {
+                    value: pin.to_owned(),
+                })
+            })
+            .transpose()?;
+        // A previous digest that does not parse only costs the "unchanged" shortcut.
+        let previous = request
+            .previous_digest
+            .and_then(|digest| Sha256Digest::from_str(digest).ok());
+        let authorization = request
+            .bearer_token
+            .map(|token| token.authorization_header())
+            .transpose()?;
+        let if_none_match = conditional_etag(request.previous_etag, pinned, previous);
+        let client = self.clients.client(
+            request.ca_bundle_pem,
+            request.allow_insecure_http,
+            request.connect_timeout,
+        )?;
+        if url.scheme() == "http" && authorization.is_some() {
+            warn!("sending the bearer token over plain HTTP (allowInsecureHttp is set)");
+        }
+        Ok(Prepared {
+            request,
+            client,
+            url,
+            shown_url,
+            authorization,
+            if_none_match,
+            pinned,
+            previous,
+        })
+    }
+}
+
+async fn attempt_once(prepared: &Prepared<'_>, attempt: u32) -> Result<FetchOutcome, SourceError> {
+    let request = prepared.request;
+    let started = Instant::now();
+    let transport_error = |error: reqwest::Error| {
+        SourceError::from_transport(
+            &error,
+            prepared.shown_url.clone(),
+            request.connect_timeout,
+            request.timeout,
+        )
+    };
+    let mut builder = prepared
+        .client
+        .get(prepared.url.clone())
+        .timeout(request.timeout);
+    if let Some(authorization) = &prepared.authorization {
+        builder = builder.header(AUTHORIZATION, authorization.clone());
+    }
+    if let Some(etag) = &prepared.if_none_match {
+        builder = builder.header(IF_NONE_MATCH, etag.clone());
+    }
+    debug!(
+        attempt,
+        conditional = prepared.if_none_match.is_some(),
+        "requesting graph"
+    );
+    let response = builder.send().await.map_err(transport_error)?;
+    let status = response.status();
+    // After redirects, the response comes from somewhere else; name that place in errors.
+    let answered_by = redact_url(response.url());
+    let etag = response_etag(&response);
+    debug!(
+        attempt,
+        status = status.as_u16(),
+        answered_by = %answered_by,
+        elapsed_ms = millis(started.elapsed()),
+        "response received"
+    );
+
+    if status == StatusCode::NOT_MODIFIED && prepared.if_none_match.is_some() {
+        info!(
+            status = status.as_u16(),
+            duration_ms = millis(started.elapsed()),
+            "graph not modified"
+        );
+        let etag = etag.or_else(|| request.previous_etag.map(str::to_owned));
+        return Ok(FetchOutcome::NotModified { etag });
+    }
+    if status != StatusCode::OK {
+        return Err(SourceError::from_status(
+            status,
+            answered_by,
+            prepared.authorization.is_some(),
+        ));
+    }
+    if let Some(declared) = response.content_length()
+        && declared > request.max_bytes
+    {
+        return Err(SourceError::TooLarge {
+            url: answered_by,
+            limit: request.max_bytes,
+            declared: Some(declared),
+        });
+    }
+
+    let (bytes, digest) = read_capped_body(response, request.max_bytes, &answered_by)
+        .await
+        .map_err(|error| error.map_transport(transport_error))?;
+    let size = bytes.len() as u64;
+    if let Some(pinned) = prepared.pinned
+        && pinned != digest
+    {
+        return Err(SourceError::DigestMismatch {
+            url: answered_by,
+            expected: pinned.to_string(),
+            actual: digest.to_string(),
+        });
+    }
+    let unchanged = prepared.previous == Some(digest);
+    info!(
+        status = status.as_u16(),
+        bytes = size,
+        digest = %digest,
+        unchanged,
+        duration_ms = millis(started.elapsed()),
+        "graph downloaded"
+    );
+    let digest = digest.to_string();
+    Ok(if unchanged {
+        FetchOutcome::Unchanged { digest, etag, size }
+    } else {
+        FetchOutcome::Fetched {
+            bytes,
+            digest,
+            etag,
+            size,
+        }
+    })
+}
+
+enum BodyError {
+    Transport(reqwest::Error),
+    Rejected(SourceError),
+}
+
+impl BodyError {
+    fn map_transport(self, map: impl FnOnce(reqwest::Error) -> SourceError) -> SourceError {
+        match self {
+            BodyError::Transport(error) => map(error),
+            BodyError::Rejected(error) => error,
+        }
+    }
+}
+
+/// Reads the body chunk by chunk, hashing as it goes and stopping as soon as it passes
+/// `max_bytes`, so an oversized or endless body never sits in memory.
+async fn read_capped_body(
+    mut response: Response,
+    max_bytes: u64,
+    shown_url: &str,
+) -> Result<(Bytes, Sha256Digest), BodyError> {
+    // Content-Length (already checked against the cap) sizes the buffer; a chunked body
+    // grows it as it arrives rather than reserving the whole cap up front.
+    let capacity = response.content_length().unwrap_or(0).min(max_bytes);
+    let mut body = BytesMut::with_capacity(usize::try_from(capacity).unwrap_or(0));
+    let mut hasher = Sha256::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Transport)? {
+        let received = body.len() as u64 + chunk.len() as u64;
+        if received > max_bytes {
+            return Err(BodyError::Rejected(SourceError::TooLarge {
+                url: shown_url.to_owned(),
+                limit: max_bytes,
+                declared: None,
+            }));
+        }
+        hasher.update(&chunk);
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body.freeze(), Sha256Digest::from_hasher(hasher)))
+}
+
+/// Parses the URL and applies the scheme and credential rules.
+fn checked_url(text: &str, allow_insecure_http: bool) -> Result<Url, SourceError> {
+    let url = Url::parse(text).map_err(|error| SourceError::InvalidUrl {
+        url: redact_unparsed_url(text),
+        problem: error.to_string(),
+    })?;
+    let invalid = |problem: &str| SourceError::InvalidUrl {
+        url: redact_url(&url),
+        problem: problem.to_owned(),
+    };
+    match url.scheme() {
+        "https" => {}
+        "http" if allow_insecure_http => {}
+        "http" => {
+            return Err(SourceError::InsecureUrl {
+                url: redact_url(&url),
+            });
+        }
+        _ => {
+            return Err(invalid(
+                "only https:// (or http:// when allowed) is supported",
+            ));
+        }
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("it has no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        // reqwest would turn them into a Basic Authorization header next to the bearer one.
+        return Err(invalid(
+            "it embeds credentials (user:password@); put the token in the Secret named by \
+             bearerTokenSecretRef instead",
+        ));
+    }
+    Ok(url)
+}
+
+/// The `If-None-Match` value to send, if any. With a pin, a 304 is only trustworthy when the
+/// graph applied now is known to match the pin; otherwise the body is needed to check it.
+fn conditional_etag(
+    previous_etag: Option<&str>,
+    pinned: Option<Sha256Digest>,
+    previous_digest: Option<Sha256Digest>,
+) -> Option<HeaderValue> {
+    let etag = previous_etag?.trim();
+    if etag.is_empty() {
+        return None;
+    }
+    if let Some(pinned) = pinned
+        && previous_digest != Some(pinned)
+    {
+        return None;
+    }
+    // An ETag that cannot be a header value (it came from status, so should not happen)
+    // only costs the conditional request.
+    HeaderValue::from_str(etag).ok()
+}
+
+fn response_etag(response: &Response) -> Option<String> {
+    response
+        .headers()
+        .get(ETAG)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(text: &str) -> Sha256Digest {
+        Sha256Digest::of(text.as_bytes())
+    }
+
+    #[test]
+    fn https_is_accepted_and_http_only_when_allowed() {
+        assert!(checked_url("https://h/g.pb", false).is_ok());
+        assert!(checked_url("http://h/g.pb", true).is_ok());
+        let refused = checked_url("http://h/g.pb?sig=s3cret", false).expect_err("insecure");
+        assert_eq!(refused.reason(), "InsecureUrl");
+        assert!(refused.to_string().contains("http://h/g.pb"));
+        assert!(!refused.to_string().contains("s3cret"));
+    }
+
+    #[test]
+    fn other_schemes_garbage_and_credentials_are_invalid() {
+        for text in [
+            "ftp://h/g.pb",
+            "file:///etc/passwd",
+            "not a url",
+            "https://",
+            "https://alice:pw-s3cret@h/g.pb",
+            "https://alice@h/g.pb",
+        ] {
+            let error = checked_url(text, true).expect_err(text);
+            assert_eq!(error.reason(), "InvalidUrl", "{text}");
+            let message = format!("{error} {error:?}");
+            assert!(!message.contains("s3cret"), "{message}");
+            assert!(!message.contains("alice"), "{message}");
+        }
+    }
+
+    #[test]
+    fn etag_is_sent_when_known_and_not_contradicted_by_a_pin() {
+        let sent = |etag, pinned, previous| {
+            conditional_etag(etag, pinned, previous).map(|v| v.to_str().unwrap_or("").to_owned())
+        };
+        assert_eq!(sent(Some("\"v1\""), None, None), Some("\"v1\"".to_owned()));
+        assert_eq!(sent(None, None, None), None);
+        assert_eq!(sent(Some("  "), None, None), None);
+        // Pin equal to what is applied: a 304 means the pinned graph is still there.
+        assert_eq!(
+            sent(Some("\"v1\""), Some(digest("a")), Some(digest("a"))),
+            Some("\"v1\"".to_owned())
+        );
+        // Pin changed, or applied digest unknown: the body is needed to verify the pin.
+        assert_eq!(
+            sent(Some("\"v1\""), Some(digest("b")), Some(digest("a"))),
+            None
+        );
+        assert_eq!(sent(Some("\"v1\""), Some(digest("b")), None), None);
+        // Not a valid header value.
+        assert_eq!(sent(Some("\"v1\nx\""), None, None), None);
+    }
+
+    #[test]
+    fn outcome_debug_does_not_dump_the_body() {
+        let outcome = FetchOutcome::Fetched {
+            bytes: Bytes::from(vec![b'x'; 10_000]),
+            digest: "sha256:00".into(),
+            etag: None,
+            size: 10_000,
+        };
+        let debug = format!("{outcome:?}");
+        assert!(debug.len() < 200, "{debug}");
+        assert!(debug.contains("size: 10000"));
+    }
+
+    #[test]
+    fn fetch_future_is_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let fetcher = Fetcher::with_options(FetcherOptions {
+            honor_proxy_environment: false,
+        });
+        let request = FetchRequest::new("https://127.0.0.1:1/never-polled");
+        let future = fetcher.fetch(&request);
+        assert_send(&future);
+    }
+}
