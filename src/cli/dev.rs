@@ -25,6 +25,60 @@ pub struct DevArgs {
     /// Start only etcd and kube-apiserver (no controller-manager, scheduler or kwok).
     #[arg(long)]
     pub minimal: bool,
+    /// Do not start the sample registry or create the sample ServePipeline.
+    #[arg(long)]
+    pub no_sample: bool,
+}
+
+/// The graph `raypipe dev` serves from its registry (fan-out to two models, fan-in).
+const SAMPLE_GRAPH: &[u8] = include_bytes!("../../samples/graphs/ensemble.pb");
+const SAMPLE_NAMESPACE: &str = "default";
+const SAMPLE_PIPELINE: &str = "demo";
+
+/// Starts a token-protected registry on 127.0.0.1 serving the sample graph, and creates a
+/// Secret with the token and a ServePipeline that points at it.
+async fn create_sample(client: &kube::Client) -> anyhow::Result<crate::testenv::registry::Registry> {
+    use crate::api::ServePipeline;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let token = crate::testenv::random_token()?;
+    let registry = crate::testenv::registry::Registry::start(&token).await;
+    registry.put("graphs/ensemble.pb", SAMPLE_GRAPH.to_vec());
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "demo-registry-token", "namespace": SAMPLE_NAMESPACE},
+        "stringData": {"token": token}
+    }))?;
+    let params = PatchParams::apply("raypipe-dev").force();
+    Api::<Secret>::namespaced(client.clone(), SAMPLE_NAMESPACE)
+        .patch("demo-registry-token", &params, &Patch::Apply(&secret))
+        .await?;
+    let pipeline: ServePipeline = serde_json::from_value(serde_json::json!({
+        "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline",
+        "metadata": {"name": SAMPLE_PIPELINE, "namespace": SAMPLE_NAMESPACE},
+        "spec": {
+            "source": {
+                "url": registry.url("graphs/ensemble.pb"),
+                // The registry is on loopback in this process: plain HTTP is acceptable here.
+                "allowInsecureHttp": true,
+                "bearerTokenSecretRef": {"name": "demo-registry-token", "key": "token"},
+                "refreshInterval": "30s"
+            },
+            "serve": {"routePrefix": "/demo"},
+            "rayClusterConfig": {
+                "rayVersion": "2.52.0",
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [{
+                    "name": "ray-head", "image": "rayproject/ray:2.52.0",
+                    "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}
+                }]}}}
+            }
+        }
+    }))?;
+    Api::<ServePipeline>::namespaced(client.clone(), SAMPLE_NAMESPACE)
+        .patch(SAMPLE_PIPELINE, &params, &Patch::Apply(&pipeline))
+        .await?;
+    Ok(registry)
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -65,6 +119,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         kubectl,
     );
     let client = plane.client().await?;
+    let _registry = if args.no_sample {
+        None
+    } else {
+        let registry = create_sample(&client).await?;
+        println!(
+            "\nSample: ServePipeline {SAMPLE_NAMESPACE}/{SAMPLE_PIPELINE} fetches {} (bearer token in Secret demo-registry-token):\n  kubectl get servepipeline {SAMPLE_PIPELINE} -o yaml\n  kubectl get rayservice {SAMPLE_PIPELINE} -o jsonpath='{{.spec.serveConfigV2}}'",
+            registry.url("graphs/ensemble.pb")
+        );
+        Some(registry)
+    };
     let result = crate::controllers::run_with_client(
         client,
         &args.controllers,

@@ -2,6 +2,7 @@
 
 pub mod dag;
 pub mod dev;
+pub mod run;
 
 use std::process::ExitCode;
 
@@ -46,6 +47,19 @@ pub enum ControllerKind {
     Raycronjob,
 }
 
+impl ControllerKind {
+    /// The CRDs this controller reads or writes.
+    pub fn crd_names(self) -> &'static [&'static str] {
+        match self {
+            ControllerKind::Servepipeline => &["servepipelines.raypipe.dev", "rayservices.ray.io"],
+            ControllerKind::Raycluster => &["rayclusters.ray.io"],
+            ControllerKind::Rayservice => &["rayservices.ray.io", "rayclusters.ray.io"],
+            ControllerKind::Rayjob => &["rayjobs.ray.io", "rayclusters.ray.io"],
+            ControllerKind::Raycronjob => &["raycronjobs.ray.io", "rayjobs.ray.io"],
+        }
+    }
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Controllers to run (comma separated).
@@ -59,6 +73,8 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "RAYPIPE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    #[command(flatten)]
+    pub operator: crate::config::OperatorArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -101,7 +117,7 @@ pub fn main() -> ExitCode {
         Command::Dag(cmd) => dag::run(cmd),
         Command::Run(args) => {
             init_tracing(args.log_format);
-            runtime_block_on(async move { crate::controllers::run(args).await })
+            runtime_block_on(run::run(args))
         }
         Command::Dev(args) => {
             init_tracing(LogFormat::Text);
@@ -138,6 +154,16 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_crd_a_controller_needs_is_one_raypipe_serves() {
+        let served: Vec<String> = crate::api::crds().iter().filter_map(|c| c.metadata.name.clone()).collect();
+        for kind in <ControllerKind as clap::ValueEnum>::value_variants() {
+            for name in kind.crd_names() {
+                assert!(served.iter().any(|s| s == name), "{kind:?} needs {name}, which raypipe does not serve");
+            }
+        }
     }
 
     #[test]

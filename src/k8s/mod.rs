@@ -126,6 +126,20 @@ pub async fn publish_event<K: Resource<DynamicType = ()>>(
     }
 }
 
+/// Now, at the precision the API server stores metav1.Time (whole seconds): a time kept in
+/// memory then compares equal to the stored copy, so an unchanged status is recognised and not
+/// sent again.
+pub fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    whole_seconds(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// `t` truncated to whole seconds, as metav1.Time is serialized.
+pub fn whole_seconds(t: k8s_openapi::jiff::Timestamp) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(t.as_second()).unwrap_or(t),
+    )
+}
+
 /// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.
 pub fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {

@@ -118,7 +118,8 @@ fn free_port() -> Result<u16, TestEnvError> {
     Ok(port)
 }
 
-fn random_token() -> Result<String, TestEnvError> {
+/// 24 random bytes from the kernel, hex-encoded.
+pub fn random_token() -> Result<String, TestEnvError> {
     use std::io::Read;
     let mut buf = [0u8; 24];
     std::fs::File::open("/dev/urandom")

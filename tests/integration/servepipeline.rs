@@ -62,6 +62,8 @@ fn expected_serve_config(bytes: &[u8], name: &str) -> String {
 
 struct Fixture {
     client: kube::Client,
+    /// Write requests the controller under test has sent.
+    controller_writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     ns: String,
     registry: Registry,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -89,11 +91,13 @@ async fn fixture(prefix: &str, token: &str) -> Fixture {
         namespace: Some(ns.clone()),
         ..Default::default()
     };
-    tokio::spawn(servepipeline::run(client.clone(), config, async move {
+    let (controller_client, controller_writes) = support::counting_client().await;
+    tokio::spawn(servepipeline::run(controller_client, config, async move {
         let _ = rx.await;
     }));
     Fixture {
         client,
+        controller_writes,
         ns,
         registry,
         shutdown: Some(tx),
@@ -343,9 +347,12 @@ async fn an_unchanged_source_writes_nothing_to_the_api_server() {
         .expect("get")
         .resource_version();
     let (requests_before, not_modified_before, _) = f.registry.counts();
+    let writes_before = f.controller_writes.load(std::sync::atomic::Ordering::SeqCst);
 
     tokio::time::sleep(Duration::from_secs(4)).await;
     let (requests_after, not_modified_after, _) = f.registry.counts();
+    let writes_after = f.controller_writes.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(writes_after, writes_before, "the controller sent write requests while nothing changed");
     assert!(
         requests_after >= requests_before + 2,
         "the source was polled every refresh interval"

@@ -470,6 +470,7 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
 mod tests {
     use super::*;
     use crate::api::servepipeline::{GraphSource, ServePipelineSpec};
+    use crate::k8s::whole_seconds;
 
     fn pipeline(name: &str) -> ServePipeline {
         let mut p = ServePipeline::new(
@@ -688,6 +689,33 @@ mod tests {
             first, second,
             "a later reconcile of an unchanged world writes nothing"
         );
+    }
+
+    /// The status survives the API server's round trip unchanged, so the next reconcile of an
+    /// unchanged world sees no difference and writes nothing.
+    #[test]
+    fn a_status_read_back_from_the_api_server_compares_equal() {
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000)
+            .expect("valid")
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(123))
+            .expect("valid");
+        let mut p = pipeline("p");
+        let mut g = applied();
+        g.fetched_at = whole_seconds(now);
+        let first = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&g),
+            problem: None,
+            rayservice: None,
+            now: whole_seconds(now),
+        });
+        let stored: ServePipelineStatus =
+            serde_json::from_value(serde_json::to_value(&first).expect("json")).expect("round trip");
+        assert_eq!(stored, first, "whole-second times survive serialization");
+        p.status = Some(stored);
+        let later = whole_seconds(now.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(30)).expect("valid"));
+        let second = compute_status(&StatusInputs { pipeline: &p, applied: Some(&g), problem: None, rayservice: None, now: later });
+        assert_eq!(p.status.as_ref(), Some(&second));
     }
 
     #[test]

@@ -54,6 +54,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// A fixed name for the `raypipe_reconcile_errors_total` metric.
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Read { .. } => "read",
+            Error::Apply(_) => "apply",
+            Error::Status { .. } => "status",
+            Error::Input { .. } => "input",
+        }
+    }
+
     /// Transient failures are retried with backoff; others wait for a change (or the refresh).
     fn is_transient(&self) -> bool {
         match self {
@@ -72,7 +82,15 @@ pub struct Config {
     /// deliver it; `None` keeps the renderer's defaults.
     pub runtime_import_path: Option<String>,
     pub runtime_py_modules: Vec<String>,
+    /// Reconciliations run at once (0: no limit).
+    pub concurrency: u16,
+    pub metrics: crate::admin::Metrics,
+    /// Told when the caches have synced.
+    pub readiness: crate::admin::Readiness,
 }
+
+/// The controller's name in metrics.
+const METRICS_NAME: &str = "servepipeline";
 
 /// What the controller remembers about one pipeline between reconciles. Lost on restart, which
 /// costs one unconditional download per pipeline.
@@ -130,6 +148,14 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     let store_for_secrets = pipeline_store.clone();
+    let (pipelines_synced, secrets_synced) = (pipeline_store.clone(), secret_store.clone());
+    config.readiness.track_cache(METRICS_NAME, async move {
+        let _ = pipelines_synced.wait_until_ready().await;
+        let _ = secrets_synced.wait_until_ready().await;
+    });
+    let _phases = config.metrics.observe_pipelines(pipeline_store.clone());
+    let controller_config =
+        kube::runtime::controller::Config::default().concurrency(config.concurrency);
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -141,6 +167,7 @@ pub async fn run(
     });
 
     Controller::for_stream(pipeline_stream, pipeline_store)
+        .with_config(controller_config)
         .owns(
             rayservices,
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
@@ -218,7 +245,7 @@ fn refresh_interval(pipeline: &ServePipeline) -> Option<Duration> {
 }
 
 fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
+    crate::k8s::now()
 }
 
 /// Reads `key` of Secret `name` in `namespace`.
@@ -266,7 +293,12 @@ async fn reconcile(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Result<Ac
         namespace = %pipeline.namespace().unwrap_or_default(),
         name = %pipeline.name_any()
     );
-    reconcile_inner(pipeline, ctx).instrument(span).await
+    let timer = ctx.config.metrics.reconcile_started(METRICS_NAME);
+    let result = reconcile_inner(pipeline, ctx.clone())
+        .instrument(span)
+        .await;
+    timer.finish(result.as_ref().err().map(Error::category));
+    result
 }
 
 async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -541,11 +573,10 @@ async fn fetch_and_validate(
         allow_insecure_http: source.allow_insecure_http.unwrap_or(false),
         ..FetchRequest::new(&source.url)
     };
-    let outcome = ctx
-        .fetcher
-        .fetch(&request)
-        .await
-        .map_err(|e| (source_problem(&e), e.is_transient()))?;
+    let started = Instant::now();
+    let outcome = ctx.fetcher.fetch(&request).await;
+    record_fetch(&ctx.config.metrics, &outcome, started.elapsed());
+    let outcome = outcome.map_err(|e| (source_problem(&e), e.is_transient()))?;
     match outcome {
         FetchOutcome::NotModified { .. } | FetchOutcome::Unchanged { .. } => Ok(None),
         FetchOutcome::Fetched {
@@ -587,6 +618,20 @@ async fn fetch_and_validate(
                 applied,
             }))
         }
+    }
+}
+
+fn record_fetch(
+    metrics: &crate::admin::Metrics,
+    outcome: &Result<FetchOutcome, SourceError>,
+    took: Duration,
+) {
+    use crate::admin::FetchOutcome as Outcome;
+    match outcome {
+        Ok(FetchOutcome::Fetched { .. }) => metrics.graph_fetched(Outcome::Fetched, took),
+        Ok(FetchOutcome::NotModified { .. }) => metrics.graph_fetched(Outcome::NotModified, took),
+        Ok(FetchOutcome::Unchanged { .. }) => metrics.graph_fetched(Outcome::Unchanged, took),
+        Err(e) => metrics.graph_fetch_failed(e.reason(), took),
     }
 }
 

@@ -46,6 +46,29 @@ pub async fn client() -> kube::Client {
         .expect("a client for the test control plane")
 }
 
+/// A client whose write requests (anything but GET) are counted: how tests prove that a
+/// controller at steady state writes nothing.
+pub async fn counting_client() -> (kube::Client, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    let plane = control_plane();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&plane.kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("client config");
+    let writes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = writes.clone();
+    let count_writes = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+        if request.method() != http::Method::GET {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+        request
+    });
+    let client = kube::client::ClientBuilder::try_from(config)
+        .expect("client builder")
+        .with_layer(&count_writes)
+        .build();
+    (client, writes)
+}
+
 /// Creates a namespace unique to this test run: `<prefix>-<n>`.
 pub async fn namespace(client: &kube::Client, prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -176,4 +199,50 @@ where
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// The Ray head every Ray test in this binary shares (2 cores: one head for all). Ray comes
+/// from the cached virtualenv (provisioned on first use); the Serve test apps in
+/// `tests/ray/apps` are on its PYTHONPATH. Started by the first test that asks, on its own
+/// runtime like the control plane; stopped by its process ids when the test binary exits.
+pub fn ray_head() -> &'static raypipe::ray::testenv::RayHead {
+    use raypipe::ray::testenv::{RayHead, RayHeadOptions, stop_at_exit};
+    static HEAD: OnceLock<Result<RayHead, String>> = OnceLock::new();
+    let head = HEAD.get_or_init(|| {
+        raypipe::cli::init_crypto();
+        let options = RayHeadOptions {
+            python_path: vec![ray_test_apps_dir()],
+            ..Default::default()
+        };
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime starts");
+            rt.block_on(RayHead::start(options))
+        })
+        .join()
+        .expect("Ray head start-up did not panic")
+        .map_err(|e| e.to_string())
+    });
+    match head {
+        Ok(head) => {
+            static STOP_AT_EXIT: std::sync::Once = std::sync::Once::new();
+            STOP_AT_EXIT.call_once(|| stop_at_exit(head));
+            head
+        }
+        Err(e) => panic!("the test Ray head failed to start: {e}"),
+    }
+}
+
+/// A Serve PUT replaces the head's whole declarative config (applications left out are
+/// deleted), so tests that deploy Serve applications on the shared head take turns.
+pub async fn ray_serve_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+/// The Serve applications tests deploy (importable on the test Ray heads).
+pub fn ray_test_apps_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ray/apps")
 }
