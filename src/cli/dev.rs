@@ -82,6 +82,45 @@ async fn create_sample(client: &kube::Client) -> anyhow::Result<crate::testenv::
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    // Take Ctrl-C/SIGTERM from the very start: an interrupt during start-up must stop what has
+    // been started, not kill raypipe and leave servers behind.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let signal = crate::controllers::shutdown_signal();
+    tokio::spawn(async move {
+        signal.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| {
+        crate::testenv::binaries::cache_root()
+            .join("dev")
+            .join("kubeconfig")
+    });
+    let result = tokio::select! {
+        result = serve(args, &kubeconfig, stopped()) => result,
+        _ = stopped() => {
+            eprintln!("raypipe dev: interrupted during start-up");
+            Ok(())
+        }
+    };
+    // Whichever way we got here, the control plane (owned by `serve`) has been dropped and so
+    // stopped; remove the kubeconfig that pointed at it.
+    let _ = std::fs::remove_file(&kubeconfig);
+    eprintln!("raypipe dev: stopped");
+    result
+}
+
+/// Starts everything and runs the controllers until `shutdown`.
+async fn serve(
+    args: DevArgs,
+    kubeconfig: &std::path::Path,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let options = if args.minimal {
         ControlPlaneOptions::default()
     } else {
@@ -90,15 +129,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     eprintln!("raypipe dev: starting a local control plane on 127.0.0.1 …");
     let plane = ControlPlane::start(options).await?;
-    let kubeconfig = args.kubeconfig.unwrap_or_else(|| {
-        crate::testenv::binaries::cache_root()
-            .join("dev")
-            .join("kubeconfig")
-    });
     if let Some(parent) = kubeconfig.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::copy(&plane.kubeconfig, &kubeconfig)?;
+    std::fs::copy(&plane.kubeconfig, kubeconfig)?;
     let kubectl = plane
         .binaries
         .kubectl
@@ -129,15 +163,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         );
         Some(registry)
     };
-    let result = crate::controllers::run_with_client(
-        client,
-        &args.controllers,
-        crate::controllers::shutdown_signal(),
-    )
-    .await;
+    let result = crate::controllers::run_with_client(client, &args.controllers, shutdown).await;
     eprintln!("raypipe dev: stopping the control plane …");
     drop(plane);
-    let _ = std::fs::remove_file(&kubeconfig);
-    eprintln!("raypipe dev: stopped");
     result
 }

@@ -26,11 +26,14 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     crate::support::control_plane();
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
+    let stderr_path = dir.path().join("stderr.log");
+    let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
     let mut child = Command::new(env!("CARGO_BIN_EXE_raypipe"))
         .args(["dev", "--kubeconfig"])
         .arg(&kubeconfig)
+        .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("raypipe dev starts");
     let stdout = child.stdout.take().expect("stdout");
@@ -49,6 +52,7 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         let line = rx
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .expect("raypipe dev printed its ready lines in time");
+        eprintln!("raypipe dev: {line}");
         if let Some(procs) = line.split("processes ").nth(1) {
             pids = procs
                 .trim_end_matches(')')
@@ -78,11 +82,27 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     .await
     .expect("kubeconfig is valid");
     let client = kube::Client::try_from(config).expect("client");
-    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.get("servepipelines.raypipe.dev")
         .await
         .expect("CRDs are installed");
+    // The embedded sample: a registry on 127.0.0.1 and a ServePipeline that the in-process
+    // controller turns into a RayService.
+    let services: Api<raypipe::api::RayService> = Api::namespaced(client.clone(), "default");
+    let demo = crate::support::eventually(Duration::from_secs(60), "the sample pipeline's RayService", || {
+        let services = services.clone();
+        async move { services.get_opt("demo").await.expect("get RayService") }
+    })
+    .await;
+    assert!(
+        demo.spec.serve_config_v2.is_some_and(|c| c.contains("route_prefix: /demo")),
+        "the sample's Serve config carries its route prefix"
+    );
 
+    while let Ok(line) = rx.try_recv() {
+        eprintln!("raypipe dev: {line}");
+    }
+    eprintln!("sending SIGINT to raypipe dev at {:?}", std::time::SystemTime::now());
     // SAFETY: signalling the child we started.
     unsafe {
         libc::kill(child.id() as libc::pid_t, libc::SIGINT);
@@ -98,7 +118,11 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(status.success(), "raypipe dev exited with {status}");
+    assert!(
+        status.success(),
+        "raypipe dev exited with {status}; its stderr:\n{}",
+        std::fs::read_to_string(&stderr_path).unwrap_or_default()
+    );
     for pid in pids {
         assert!(!alive(pid), "process {pid} outlived raypipe dev");
     }
