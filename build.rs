@@ -63,6 +63,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = prost_build::Config::new();
     // Sorted maps: deterministic protobuf encoding (stable digests) and deterministic YAML.
     config.btree_map(["."]);
+    // Large optional parts live on the heap, so a node or an edge that does not set them stays
+    // small (a 100,000-node graph moves far fewer bytes while decoding).
+    config.boxed(".raypipe.v1.ModelNode.deployment");
+    config.boxed(".raypipe.v1.Edge.when");
+    config.boxed(".raypipe.v1.Edge.tensors");
 
     for file in &descriptors.file {
         let package = file.package.clone().unwrap_or_default();

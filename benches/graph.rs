@@ -64,7 +64,7 @@ fn model(name: String, rng: &mut Lcg) -> Node {
         kind: Some(node::Kind::Model(ModelNode {
             import_path: "samples.models:Classifier".into(),
             init_kwargs: kwargs,
-            deployment: Some(deployment),
+            deployment: Some(Box::new(deployment)),
             ..Default::default()
         })),
         timeout_ms: 1_000,
@@ -123,9 +123,9 @@ fn synthetic(n: usize) -> PipelineGraph {
             edges.push(Edge {
                 source: s.clone(),
                 target: a.clone(),
-                when: Some(Predicate {
+                when: Some(Box::new(Predicate {
                     p: Some(predicate::P::Compare(case)),
-                }),
+                })),
                 ..Default::default()
             });
             edges.push(Edge {

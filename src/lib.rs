@@ -3,12 +3,16 @@
 //! The data flow is ServePipeline → source (fetch) → graph (decode, validate) → serve (render)
 //! → RayService → RayCluster → Pods; see DESIGN.md in the repository.
 
+pub mod admin;
 pub mod api;
 pub mod cli;
+pub mod config;
 pub mod controllers;
 pub mod graph;
 pub mod k8s;
+pub mod leader;
 pub mod ray;
 pub mod serve;
 pub mod source;
 pub mod testenv;
+pub mod webhook;

@@ -59,16 +59,22 @@ pub fn write_crd_files(dir: &std::path::Path) -> std::io::Result<()> {
 
 /// Fails with a clear message when one of raypipe's CRDs is not installed and Established.
 pub async fn check_crds_installed(client: &kube::Client) -> anyhow::Result<()> {
-    let names: Vec<String> = crds().iter().filter_map(|c| c.metadata.name.clone()).collect();
+    let names: Vec<String> = crds()
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
     check_named_crds_installed(client, &names).await
 }
 
 /// Like [`check_crds_installed`], for the named CRDs only (e.g. those one controller needs, when
 /// raypipe runs beside an existing KubeRay that owns the `ray.io` CRDs).
-pub async fn check_named_crds_installed(client: &kube::Client, names: &[String]) -> anyhow::Result<()> {
+pub async fn check_named_crds_installed(
+    client: &kube::Client,
+    names: &[String],
+) -> anyhow::Result<()> {
     let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     for name in names {
-        let installed = api.get_opt(&name).await?;
+        let installed = api.get_opt(name).await?;
         let established = installed
             .as_ref()
             .and_then(|c| c.status.as_ref())

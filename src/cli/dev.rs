@@ -37,7 +37,9 @@ const SAMPLE_PIPELINE: &str = "demo";
 
 /// Starts a token-protected registry on 127.0.0.1 serving the sample graph, and creates a
 /// Secret with the token and a ServePipeline that points at it.
-async fn create_sample(client: &kube::Client) -> anyhow::Result<crate::testenv::registry::Registry> {
+async fn create_sample(
+    client: &kube::Client,
+) -> anyhow::Result<crate::testenv::registry::Registry> {
     use crate::api::ServePipeline;
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, Patch, PatchParams};

@@ -158,10 +158,16 @@ mod tests {
 
     #[test]
     fn every_crd_a_controller_needs_is_one_raypipe_serves() {
-        let served: Vec<String> = crate::api::crds().iter().filter_map(|c| c.metadata.name.clone()).collect();
+        let served: Vec<String> = crate::api::crds()
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
         for kind in <ControllerKind as clap::ValueEnum>::value_variants() {
             for name in kind.crd_names() {
-                assert!(served.iter().any(|s| s == name), "{kind:?} needs {name}, which raypipe does not serve");
+                assert!(
+                    served.iter().any(|s| s == name),
+                    "{kind:?} needs {name}, which raypipe does not serve"
+                );
             }
         }
     }

@@ -1,24 +1,34 @@
 //! One reconciler per kind; `run` starts the enabled ones.
 
+pub mod raycluster;
 pub mod servepipeline;
 
-use crate::cli::{ControllerKind, RunArgs};
+use crate::cli::ControllerKind;
+use crate::config::ControllerSettings;
 
-/// Runs the enabled controllers until SIGINT/SIGTERM.
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await?;
-    run_with_client(client, &args.controllers, shutdown_signal()).await
-}
-
-/// Runs the given controllers on `client` until `shutdown` completes.
+/// Runs the given controllers on `client`, on all namespaces, until `shutdown` completes
+/// (`raypipe dev`; `raypipe run` adds leader election, admin and webhook servers around
+/// [`run_with_settings`]).
 pub async fn run_with_client(
     client: kube::Client,
     controllers: &[crate::cli::ControllerKind],
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // Fail early with a clear message when the CRDs are missing.
-    crate::api::check_crds_installed(&client).await?;
-    tracing::info!(?controllers, "raypipe controllers started");
+    run_with_settings(client, &ControllerSettings::new(controllers), shutdown).await
+}
+
+/// Runs the controllers of `settings` until `shutdown` completes: one instance per watched
+/// namespace (or one for all). Dropping the returned future aborts every controller task (a
+/// leader that lost its lease must stop at once).
+pub async fn run_with_settings(
+    client: kube::Client,
+    settings: &ControllerSettings,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let controllers = &settings.controllers;
+    check_crds(&client, controllers).await?;
+    settings.readiness.set_crds_present();
+    tracing::info!(?controllers, namespaces = ?settings.namespaces, "raypipe controllers started");
     // Every controller stops on the same shutdown signal.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -30,16 +40,41 @@ pub async fn run_with_client(
     let mut tasks = Vec::new();
     for kind in controllers {
         match kind {
-            ControllerKind::Servepipeline => tasks.push(tokio::spawn(servepipeline::run(
-                client.clone(),
-                servepipeline::Config::default(),
-                stopped(),
-            ))),
+            ControllerKind::Servepipeline => {
+                for namespace in settings.scopes() {
+                    tasks.push(tokio::spawn(servepipeline::run(
+                        client.clone(),
+                        servepipeline::Config {
+                            namespace,
+                            runtime_import_path: settings.runtime_import_path.clone(),
+                            runtime_py_modules: settings.runtime_py_modules.clone(),
+                            concurrency: settings.concurrency,
+                            metrics: settings.metrics.clone(),
+                            readiness: settings.readiness.clone(),
+                        },
+                        stopped(),
+                    )))
+                }
+            }
+            ControllerKind::Raycluster => {
+                for namespace in settings.scopes() {
+                    tasks.push(tokio::spawn(raycluster::run(
+                        client.clone(),
+                        raycluster::Config {
+                            namespace,
+                            concurrency: settings.concurrency,
+                            ..raycluster::Config::from_env()
+                        },
+                        stopped(),
+                    )))
+                }
+            }
             other => {
                 tracing::warn!(controller = ?other, "this controller is not built yet; skipping it")
             }
         }
     }
+    let _abort_on_drop = AbortOnDrop(tasks.iter().map(|t| t.abort_handle()).collect());
     shutdown.await;
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
@@ -49,24 +84,57 @@ pub async fn run_with_client(
     Ok(())
 }
 
-/// Completes on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Fails with a clear message when a CRD that one of `controllers` needs is missing.
+pub async fn check_crds(
+    client: &kube::Client,
+    controllers: &[ControllerKind],
+) -> anyhow::Result<()> {
+    let mut needed: Vec<String> = controllers
+        .iter()
+        .flat_map(|c| c.crd_names())
+        .map(|n| (*n).to_owned())
+        .collect();
+    needed.sort();
+    needed.dedup();
+    crate::api::check_named_crds_installed(client, &needed).await
+}
+
+/// Aborts the controller tasks when dropped; after a normal shutdown they have ended already.
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is called,
+/// not when the future is first polled, so a signal arriving in between is not lost (and does
+/// not kill the process with its default action). Call it inside a Tokio runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            match (interrupt, terminate) {
+                (Ok(mut interrupt), Ok(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {},
+                        _ = terminate.recv() => {},
+                    }
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -150,19 +150,24 @@ fn push(found: &mut Found, field: &str, problem: impl Into<String>) {
     found.push((field.to_string(), problem.into()));
 }
 
-fn check_positive(found: &mut Found, field: &str, value: Option<f64>) {
+// Field names are built only when there is a problem: valid options allocate nothing.
+fn check_positive(found: &mut Found, field: impl FnOnce() -> String, value: Option<f64>) {
     if let Some(v) = value
         && (!v.is_finite() || v <= 0.0)
     {
-        push(found, field, format!("is {v}; it must be greater than 0"));
+        push(
+            found,
+            &field(),
+            format!("is {v}; it must be greater than 0"),
+        );
     }
 }
 
-fn check_non_negative(found: &mut Found, field: &str, value: Option<f64>) {
+fn check_non_negative(found: &mut Found, field: impl FnOnce() -> String, value: Option<f64>) {
     if let Some(v) = value
         && (!v.is_finite() || v < 0.0)
     {
-        push(found, field, format!("is {v}; it must be 0 or more"));
+        push(found, &field(), format!("is {v}; it must be 0 or more"));
     }
 }
 
@@ -216,22 +221,22 @@ pub fn check_deployment(options: &DeploymentOptions, found: &mut Found) {
     }
     check_positive(
         found,
-        "health_check_period_s",
+        || "health_check_period_s".into(),
         options.health_check_period_s,
     );
     check_positive(
         found,
-        "health_check_timeout_s",
+        || "health_check_timeout_s".into(),
         options.health_check_timeout_s,
     );
     check_non_negative(
         found,
-        "graceful_shutdown_wait_loop_s",
+        || "graceful_shutdown_wait_loop_s".into(),
         options.graceful_shutdown_wait_loop_s,
     );
     check_non_negative(
         found,
-        "graceful_shutdown_timeout_s",
+        || "graceful_shutdown_timeout_s".into(),
         options.graceful_shutdown_timeout_s,
     );
     if let Some(n) = options.max_replicas_per_node
@@ -297,25 +302,29 @@ fn check_autoscaling(config: &AutoscalingConfig, max_ongoing: Option<i32>, found
     }
     check_positive(
         found,
-        &field("target_ongoing_requests"),
+        || field("target_ongoing_requests"),
         config.target_ongoing_requests,
     );
-    check_non_negative(found, &field("upscale_delay_s"), config.upscale_delay_s);
-    check_non_negative(found, &field("downscale_delay_s"), config.downscale_delay_s);
+    check_non_negative(found, || field("upscale_delay_s"), config.upscale_delay_s);
     check_non_negative(
         found,
-        &field("downscale_to_zero_delay_s"),
+        || field("downscale_delay_s"),
+        config.downscale_delay_s,
+    );
+    check_non_negative(
+        found,
+        || field("downscale_to_zero_delay_s"),
         config.downscale_to_zero_delay_s,
     );
-    check_positive(found, &field("upscaling_factor"), config.upscaling_factor);
+    check_positive(found, || field("upscaling_factor"), config.upscaling_factor);
     check_positive(
         found,
-        &field("downscaling_factor"),
+        || field("downscaling_factor"),
         config.downscaling_factor,
     );
     check_positive(
         found,
-        &field("look_back_period_s"),
+        || field("look_back_period_s"),
         config.look_back_period_s,
     );
     if !config.aggregation_function.is_empty()

@@ -8,6 +8,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
@@ -54,7 +55,8 @@ impl Default for Limits {
 /// A graph that passed validation, with its DAG and a deterministic topological order.
 #[derive(Debug, Clone)]
 pub struct ValidatedGraph {
-    graph: PipelineGraph,
+    // Shared, so rendering hands the graph to the Serve config without copying it.
+    graph: Arc<PipelineGraph>,
     dag: DiGraph<(), u32>,
     topological: Vec<u32>,
     ingress: u32,
@@ -67,9 +69,14 @@ impl ValidatedGraph {
         &self.graph
     }
 
-    /// Gives the graph back.
+    /// The graph, shared (cheap to clone; what `serve::render` puts in the config's `args`).
+    pub fn shared_graph(&self) -> Arc<PipelineGraph> {
+        Arc::clone(&self.graph)
+    }
+
+    /// Gives the graph back (copied only if a rendered config still shares it).
     pub fn into_graph(self) -> PipelineGraph {
-        self.graph
+        Arc::try_unwrap(self.graph).unwrap_or_else(|shared| (*shared).clone())
     }
 
     /// The DAG: node `i` is `graph().nodes[i]`; each edge's weight is its index in
@@ -186,7 +193,7 @@ pub fn validate_with(
     let structure = Checker::new(&graph, &mut errors).run();
     match structure {
         Some((dag, topological, ingress, output)) if errors.is_empty() => Ok(ValidatedGraph {
-            graph,
+            graph: Arc::new(graph),
             dag,
             topological,
             ingress,
@@ -239,8 +246,8 @@ struct Checker<'g, 'e> {
     /// Resolved endpoints per edge; `None` for edges naming unknown nodes.
     links: Vec<Option<Link>>,
     /// Edges that take part in the structure (resolved, not duplicates), per node.
-    out_edges: Vec<Vec<u32>>,
-    in_edges: Vec<Vec<u32>>,
+    out_edges: Adjacency,
+    in_edges: Adjacency,
     ingress: u32,
     output: u32,
 }
@@ -256,8 +263,8 @@ impl<'g, 'e> Checker<'g, 'e> {
             names: HashMap::with_capacity(n),
             duplicate: vec![false; n],
             links: Vec::with_capacity(graph.edges.len()),
-            out_edges: vec![Vec::new(); n],
-            in_edges: vec![Vec::new(); n],
+            out_edges: Adjacency::default(),
+            in_edges: Adjacency::default(),
             ingress: NONE,
             output: NONE,
         }
@@ -426,8 +433,8 @@ impl<'g, 'e> Checker<'g, 'e> {
                 self.push(ValidationError::MissingKind { node: name.clone() });
                 continue;
             };
-            self.check_enum::<JoinMode>(location(), "join", node.join);
-            self.check_enum::<OnError>(location(), "on_error", node.on_error);
+            self.check_enum::<JoinMode>(location, "join", node.join);
+            self.check_enum::<OnError>(location, "on_error", node.on_error);
 
             // Settings that mean nothing for this kind of node are mistakes worth reporting.
             let kind_name = kind_article(&node.kind);
@@ -476,10 +483,10 @@ impl<'g, 'e> Checker<'g, 'e> {
                 }
             }
             if let Some(value) = &node.fallback_value {
-                self.check_finite(location(), "fallback_value", value);
+                self.check_finite(location, || "fallback_value".into(), value);
             }
             if let Some(value) = &node.input_template {
-                self.check_finite(location(), "input_template", value);
+                self.check_finite(location, || "input_template".into(), value);
             }
             if is_model && node.timeout_ms > deadline {
                 self.push(ValidationError::TimeoutOverDeadline {
@@ -504,7 +511,7 @@ impl<'g, 'e> Checker<'g, 'e> {
             match kind {
                 node::Kind::Model(model) => self.check_model(name, node, model),
                 node::Kind::Switch(switch) => {
-                    self.check_enum::<NoMatch>(location(), "switch.on_no_match", switch.on_no_match)
+                    self.check_enum::<NoMatch>(location, "switch.on_no_match", switch.on_no_match)
                 }
                 node::Kind::Split(split) => {
                     if let Err(problem) = pointer::check(&split.sticky_key) {
@@ -529,11 +536,8 @@ impl<'g, 'e> Checker<'g, 'e> {
                 problem,
             });
         }
-        self.check_enum::<CallStyle>(
-            Location::Node(name.to_string()),
-            "model.call_style",
-            model.call_style,
-        );
+        let location = || Location::Node(name.to_string());
+        self.check_enum::<CallStyle>(location, "model.call_style", model.call_style);
         if !model.method.is_empty() && !options::is_python_identifier(&model.method) {
             self.push(option_error(
                 Location::Node(name.to_string()),
@@ -542,11 +546,7 @@ impl<'g, 'e> Checker<'g, 'e> {
             ));
         }
         for (i, arg) in model.init_args.iter().enumerate() {
-            self.check_finite(
-                Location::Node(name.to_string()),
-                &format!("model.init_args[{i}]"),
-                arg,
-            );
+            self.check_finite(location, || format!("model.init_args[{i}]"), arg);
         }
         for (key, arg) in &model.init_kwargs {
             if !options::is_python_identifier(key) {
@@ -556,11 +556,7 @@ impl<'g, 'e> Checker<'g, 'e> {
                     format!("has the key {key:?}, which is not a Python identifier"),
                 ));
             }
-            self.check_finite(
-                Location::Node(name.to_string()),
-                &format!("model.init_kwargs.{key}"),
-                arg,
-            );
+            self.check_finite(location, || format!("model.init_kwargs.{key}"), arg);
         }
         if model.call_style == CallStyle::Kwargs as i32
             && let Some(template) = &node.input_template
@@ -583,6 +579,7 @@ impl<'g, 'e> Checker<'g, 'e> {
         if let Some(deployment) = &model.deployment {
             let mut found = Vec::new();
             options::check_deployment(deployment, &mut found);
+            // `found` stays empty (no allocation) for valid options.
             for (field, problem) in found {
                 self.push(option_error(
                     Location::Node(name.to_string()),
@@ -647,21 +644,32 @@ impl<'g, 'e> Checker<'g, 'e> {
         }
     }
 
-    fn check_enum<E: TryFrom<i32>>(&mut self, location: Location, field: &'static str, value: i32) {
+    /// Lazy location (and field): the happy path of a 100,000-node graph allocates nothing.
+    fn check_enum<E: TryFrom<i32>>(
+        &mut self,
+        location: impl FnOnce() -> Location,
+        field: &'static str,
+        value: i32,
+    ) {
         if E::try_from(value).is_err() {
             self.push(ValidationError::UnknownEnumValue {
-                location,
+                location: location(),
                 field,
                 value,
             });
         }
     }
 
-    fn check_finite(&mut self, location: Location, field: &str, value: &JsonValue) {
+    fn check_finite(
+        &mut self,
+        location: impl FnOnce() -> Location,
+        field: impl FnOnce() -> String,
+        value: &JsonValue,
+    ) {
         if !json_value_is_finite(value) {
             self.push(ValidationError::InvalidValue {
-                location,
-                field: field.to_string(),
+                location: location(),
+                field: field(),
             });
         }
     }
@@ -719,7 +727,7 @@ impl<'g, 'e> Checker<'g, 'e> {
 
     fn resolve_edges(&mut self) {
         let graph = self.graph;
-        let mut seen: HashMap<(u32, u32), usize> = HashMap::with_capacity(graph.edges.len());
+        let n = graph.nodes.len();
         for (index, edge) in graph.edges.iter().enumerate() {
             let source = self.names.get(edge.source.as_str()).copied();
             let target = self.names.get(edge.target.as_str()).copied();
@@ -736,20 +744,46 @@ impl<'g, 'e> Checker<'g, 'e> {
                     });
                 }
             }
-            let (Some(source), Some(target)) = (source, target) else {
-                self.links.push(None);
-                continue;
-            };
-            self.links.push(Some(Link { source, target }));
-            if let Some(&first_index) = seen.get(&(source, target)) {
-                let edge = self.edge_ref(index);
-                self.push(ValidationError::DuplicateEdge { edge, first_index });
-                continue;
-            }
-            seen.insert((source, target), index);
-            self.out_edges[source as usize].push(index as u32);
-            self.in_edges[target as usize].push(index as u32);
+            self.links.push(match (source, target) {
+                (Some(source), Some(target)) => Some(Link { source, target }),
+                _ => None,
+            });
         }
+        // Parallel edges: grouped by source, a target seen twice is a duplicate (the first
+        // declared edge stays). A stamp per target instead of a hash set of pairs.
+        let links = std::mem::take(&mut self.links);
+        let resolved = || {
+            links
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| l.map(|l| (l, i as u32)))
+        };
+        let all_out = Adjacency::build(n, resolved().map(|(l, e)| (l.source, e)));
+        let mut last_source = vec![NONE; n];
+        let mut last_edge = vec![0u32; n];
+        let mut is_duplicate = vec![false; graph.edges.len()];
+        let mut duplicates = Vec::new();
+        for source in 0..n as u32 {
+            for &edge in all_out.of(source) {
+                let target = links[edge as usize].map_or(0, |l| l.target as usize);
+                if last_source[target] == source {
+                    is_duplicate[edge as usize] = true;
+                    duplicates.push((edge as usize, last_edge[target] as usize));
+                } else {
+                    last_source[target] = source;
+                    last_edge[target] = edge;
+                }
+            }
+        }
+        duplicates.sort_unstable();
+        for (index, first_index) in duplicates {
+            let edge = self.edge_ref(index);
+            self.push(ValidationError::DuplicateEdge { edge, first_index });
+        }
+        let structural = || resolved().filter(|(_, e)| !is_duplicate[*e as usize]);
+        self.out_edges = Adjacency::build(n, structural().map(|(l, e)| (l.source, e)));
+        self.in_edges = Adjacency::build(n, structural().map(|(l, e)| (l.target, e)));
+        self.links = links;
     }
 
     fn check_edges(&mut self) {
@@ -873,7 +907,7 @@ impl<'g, 'e> Checker<'g, 'e> {
     fn check_routing_nodes(&mut self) {
         let graph = self.graph;
         for (index, node) in graph.nodes.iter().enumerate() {
-            let out = &self.out_edges[index];
+            let out = self.out_edges.of(index as u32);
             match &node.kind {
                 Some(node::Kind::Switch(switch)) => {
                     let defaults: Vec<usize> = out
@@ -926,7 +960,7 @@ impl<'g, 'e> Checker<'g, 'e> {
         }
         for (index, link) in self.links.iter().enumerate() {
             if let Some(link) = link
-                && self.in_edges[link.target as usize].contains(&(index as u32))
+                && self.in_edges.of(link.target).contains(&(index as u32))
             {
                 dag.add_edge(
                     NodeIndex::new(link.source as usize),
@@ -941,7 +975,9 @@ impl<'g, 'e> Checker<'g, 'e> {
     /// Kahn's algorithm with the smallest declaration index first among ready nodes.
     fn topological_order(&self) -> Result<Vec<u32>, ()> {
         let n = self.graph.nodes.len();
-        let mut indegree: Vec<u32> = self.in_edges.iter().map(|e| e.len() as u32).collect();
+        let mut indegree: Vec<u32> = (0..n as u32)
+            .map(|i| self.in_edges.of(i).len() as u32)
+            .collect();
         let mut ready: BinaryHeap<Reverse<u32>> = (0..n as u32)
             .filter(|&i| indegree[i as usize] == 0)
             .map(Reverse)
@@ -949,7 +985,7 @@ impl<'g, 'e> Checker<'g, 'e> {
         let mut order = Vec::with_capacity(n);
         while let Some(Reverse(node)) = ready.pop() {
             order.push(node);
-            for &edge in &self.out_edges[node as usize] {
+            for &edge in self.out_edges.of(node) {
                 let target = self.target_of(edge);
                 indegree[target as usize] -= 1;
                 if indegree[target as usize] == 0 {
@@ -1001,7 +1037,7 @@ impl<'g, 'e> Checker<'g, 'e> {
         let mut parent: HashMap<u32, u32> = HashMap::new();
         let mut queue = std::collections::VecDeque::from([start]);
         while let Some(node) = queue.pop_front() {
-            for &edge in &self.out_edges[node as usize] {
+            for &edge in self.out_edges.of(node) {
                 let next = self.target_of(edge);
                 if next == start {
                     let mut path = vec![node];
@@ -1036,7 +1072,7 @@ impl<'g, 'e> Checker<'g, 'e> {
         reachable[self.ingress as usize] = true;
         let mut stack = vec![self.ingress];
         while let Some(node) = stack.pop() {
-            for &edge in &self.out_edges[node as usize] {
+            for &edge in self.out_edges.of(node) {
                 let target = self.target_of(edge);
                 if !reachable[target as usize] {
                     reachable[target as usize] = true;
@@ -1069,8 +1105,10 @@ impl<'g, 'e> Checker<'g, 'e> {
             let i = node as usize;
             let marked = graph.nodes[i].shadow.is_some()
                 && matches!(graph.nodes[i].kind, Some(node::Kind::Model(_)));
-            let fed_only_by_shadow = !self.in_edges[i].is_empty()
-                && self.in_edges[i]
+            let fed_only_by_shadow = !self.in_edges.of(node).is_empty()
+                && self
+                    .in_edges
+                    .of(node)
                     .iter()
                     .all(|&e| shadow[self.source_of(e) as usize]);
             shadow[i] = marked || (node != self.ingress && fed_only_by_shadow);
@@ -1092,7 +1130,9 @@ impl<'g, 'e> Checker<'g, 'e> {
             reaches_output[self.output as usize] = true;
             for &node in order.iter().rev() {
                 let i = node as usize;
-                if self.out_edges[i]
+                if self
+                    .out_edges
+                    .of(node)
                     .iter()
                     .any(|&e| reaches_output[self.target_of(e) as usize])
                 {
@@ -1226,7 +1266,7 @@ impl<'g, 'e> Checker<'g, 'e> {
                 continue;
             }
             let mut dominator = NONE;
-            for &edge in &self.in_edges[node as usize] {
+            for &edge in self.in_edges.of(node) {
                 let source = self.source_of(edge);
                 if !reachable[source as usize] {
                     continue;
@@ -1257,18 +1297,19 @@ impl<'g, 'e> Checker<'g, 'e> {
 
         let mut found = Vec::new();
         let mut chosen: HashMap<u32, (u32, u32)> = HashMap::new();
+        let mut required: Vec<u32> = Vec::new();
         for &node in order {
             let target = &graph.nodes[node as usize];
             if !reachable[node as usize] || target.join != JoinMode::All as i32 {
                 continue;
             }
-            let required: Vec<u32> = self.in_edges[node as usize]
-                .iter()
-                .copied()
-                .filter(|&e| {
-                    !graph.edges[e as usize].optional && reachable[self.source_of(e) as usize]
-                })
-                .collect();
+            if self.in_edges.of(node).len() < 2 {
+                continue;
+            }
+            required.clear();
+            required.extend(self.in_edges.of(node).iter().copied().filter(|&e| {
+                !graph.edges[e as usize].optional && reachable[self.source_of(e) as usize]
+            }));
             if required.len() < 2 {
                 continue;
             }
@@ -1312,12 +1353,22 @@ impl<'g, 'e> Checker<'g, 'e> {
     fn check_inputs_assembly(&mut self) {
         let graph = self.graph;
         let mut found = Vec::new();
+        // Reused buffers: no allocation per node.
+        let mut data_edges: Vec<u32> = Vec::new();
+        let mut writes: Vec<(&str, u32)> = Vec::new();
         for (index, node) in graph.nodes.iter().enumerate() {
-            let data_edges: Vec<u32> = self.in_edges[index]
-                .iter()
-                .copied()
-                .filter(|&e| graph.edges[e as usize].mode == EdgeMode::Data as i32)
-                .collect();
+            let is_kwargs_model = matches!(&node.kind, Some(node::Kind::Model(m)) if m.call_style == CallStyle::Kwargs as i32);
+            let in_edges = self.in_edges.of(index as u32);
+            if in_edges.len() < 2 && !is_kwargs_model {
+                continue;
+            }
+            data_edges.clear();
+            data_edges.extend(
+                in_edges
+                    .iter()
+                    .copied()
+                    .filter(|&e| graph.edges[e as usize].mode == EdgeMode::Data as i32),
+            );
             if let Some(node::Kind::Model(model)) = &node.kind
                 && model.call_style == CallStyle::Kwargs as i32
             {
@@ -1341,7 +1392,7 @@ impl<'g, 'e> Checker<'g, 'e> {
                 continue;
             }
             // Tensor edges all append to `/inputs`; they conflict only with other writers.
-            let mut writes: Vec<(&str, u32)> = Vec::with_capacity(data_edges.len());
+            writes.clear();
             let mut tensors_edge = None;
             for &e in &data_edges {
                 let edge = &graph.edges[e as usize];
@@ -1385,6 +1436,41 @@ impl<'g, 'e> Checker<'g, 'e> {
     }
 }
 
+/// Edges per node in compressed form (one offsets array, one list): no allocation per node.
+#[derive(Default)]
+struct Adjacency {
+    start: Vec<u32>,
+    list: Vec<u32>,
+}
+
+impl Adjacency {
+    /// From (node, edge) pairs; each node's edges keep the order of the pairs.
+    fn build(n: usize, pairs: impl Iterator<Item = (u32, u32)> + Clone) -> Self {
+        let mut start = vec![0u32; n + 1];
+        for (node, _) in pairs.clone() {
+            start[node as usize + 1] += 1;
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut next = start.clone();
+        let mut list = vec![0u32; start[n] as usize];
+        for (node, edge) in pairs {
+            list[next[node as usize] as usize] = edge;
+            next[node as usize] += 1;
+        }
+        Adjacency { start, list }
+    }
+
+    fn of(&self, node: u32) -> &[u32] {
+        let node = node as usize;
+        match (self.start.get(node), self.start.get(node + 1)) {
+            (Some(&from), Some(&to)) => &self.list[from as usize..to as usize],
+            _ => &[],
+        }
+    }
+}
+
 /// Backward search from a node for a candidate ancestor, pruned by topological position (a
 /// node placed before the candidate cannot have it as an ancestor). Visit marks are stamped
 /// with a generation, so repeated queries allocate nothing.
@@ -1408,7 +1494,7 @@ impl AncestorSearch {
         candidate: u32,
         node: u32,
         position: &[u32],
-        in_edges: &[Vec<u32>],
+        in_edges: &Adjacency,
         links: &[Option<Link>],
     ) -> bool {
         if position[candidate as usize] >= position[node as usize] {
@@ -1418,7 +1504,7 @@ impl AncestorSearch {
         self.stack.clear();
         self.stack.push(node);
         while let Some(current) = self.stack.pop() {
-            for &edge in &in_edges[current as usize] {
+            for &edge in in_edges.of(current) {
                 let Some(link) = links[edge as usize] else {
                     continue;
                 };

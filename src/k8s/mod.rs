@@ -134,7 +134,9 @@ pub fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
 }
 
 /// `t` truncated to whole seconds, as metav1.Time is serialized.
-pub fn whole_seconds(t: k8s_openapi::jiff::Timestamp) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+pub fn whole_seconds(
+    t: k8s_openapi::jiff::Timestamp,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         k8s_openapi::jiff::Timestamp::from_second(t.as_second()).unwrap_or(t),
     )

@@ -32,8 +32,8 @@ pub enum DashboardError {
     },
 
     #[error(
-        "the Ray bearer token cannot be sent in an HTTP header: it is empty or holds a control \
-         or non-ASCII character"
+        "the Ray bearer token is not usable: it is empty or holds whitespace, control or \
+         non-ASCII characters"
     )]
     InvalidToken,
 
@@ -67,7 +67,9 @@ pub enum DashboardError {
         submission_id: String,
     },
 
-    #[error("the Ray dashboard's answer to {endpoint} is not what raypipe expects: {detail}; body: {body}")]
+    #[error(
+        "the Ray dashboard's answer to {endpoint} is not what raypipe expects: {detail}; body: {body}"
+    )]
     Decode {
         endpoint: String,
         detail: String,
@@ -98,7 +100,9 @@ impl DashboardError {
     pub fn is_unreachable(&self) -> bool {
         matches!(
             self,
-            DashboardError::Unreachable { .. } | DashboardError::Timeout { .. } | DashboardError::Transport { .. }
+            DashboardError::Unreachable { .. }
+                | DashboardError::Timeout { .. }
+                | DashboardError::Transport { .. }
         )
     }
 }
@@ -125,7 +129,10 @@ mod tests {
 
     #[test]
     fn short_bodies_are_kept_verbatim_apart_from_surrounding_whitespace() {
-        assert_eq!(body_excerpt(b"  1 validation error\n  detail\n"), "1 validation error\n  detail");
+        assert_eq!(
+            body_excerpt(b"  1 validation error\n  detail\n"),
+            "1 validation error\n  detail"
+        );
     }
 
     #[test]
@@ -154,7 +161,10 @@ mod tests {
         };
         assert!(not_found.is_not_found());
         assert!(!not_found.is_unreachable());
-        let timeout = DashboardError::Timeout { endpoint: "GET x".into(), limit: Duration::from_secs(1) };
+        let timeout = DashboardError::Timeout {
+            endpoint: "GET x".into(),
+            limit: Duration::from_secs(1),
+        };
         assert!(timeout.is_unreachable());
         assert_eq!(timeout.status(), None);
     }

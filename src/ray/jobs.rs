@@ -22,7 +22,10 @@ ray_enum! {
 impl JobStatus {
     /// The job will not change any more (and may be deleted).
     pub fn is_terminal(&self) -> bool {
-        matches!(self, JobStatus::Stopped | JobStatus::Succeeded | JobStatus::Failed)
+        matches!(
+            self,
+            JobStatus::Stopped | JobStatus::Succeeded | JobStatus::Failed
+        )
     }
 }
 
@@ -145,7 +148,8 @@ mod tests {
 
     #[test]
     fn submit_requests_leave_unset_fields_out() {
-        let request = JobSubmitRequest::new("python -c \"print('hello')\"").with_submission_id("rp-1");
+        let request =
+            JobSubmitRequest::new("python -c \"print('hello')\"").with_submission_id("rp-1");
         assert_eq!(
             serde_json::to_value(&request).expect("serialises"),
             json!({"entrypoint": "python -c \"print('hello')\"", "submission_id": "rp-1"})

@@ -12,12 +12,18 @@ where
     T: DeserializeOwned,
 {
     let value = serde_json::Value::deserialize(deserializer)?;
+    if value.is_null() {
+        // Otherwise an `Option<serde_json::Value>` field would read `null` as `Some(Null)`.
+        return Ok(None);
+    }
     Ok(serde_json::from_value(value).ok())
 }
 
 /// The collection when the field holds one, else an empty collection. Within a map or list,
 /// entries that fail to read are skipped one by one rather than failing the collection.
-pub(crate) fn map<'de, D, T>(deserializer: D) -> Result<std::collections::BTreeMap<String, T>, D::Error>
+pub(crate) fn map<'de, D, T>(
+    deserializer: D,
+) -> Result<std::collections::BTreeMap<String, T>, D::Error>
 where
     D: Deserializer<'de>,
     T: DeserializeOwned,
@@ -42,7 +48,10 @@ where
     let serde_json::Value::Array(items) = value else {
         return Ok(Vec::new());
     };
-    Ok(items.into_iter().filter_map(|item| serde_json::from_value(item).ok()).collect())
+    Ok(items
+        .into_iter()
+        .filter_map(|item| serde_json::from_value(item).ok())
+        .collect())
 }
 
 /// Declares a status enum read from Ray's upper-case strings, with an `Other` variant that

@@ -47,7 +47,8 @@ impl DashboardUrl {
         if !parsed.username().is_empty() || parsed.password().is_some() {
             return Err(DashboardError::InvalidUrl {
                 url: "<redacted: the URL holds credentials>".to_owned(),
-                problem: "credentials in the URL are not allowed; use the bearer token option".to_owned(),
+                problem: "credentials in the URL are not allowed; use the bearer token option"
+                    .to_owned(),
             });
         }
         if parsed.query().is_some() || parsed.fragment().is_some() {
@@ -101,7 +102,11 @@ pub struct HeadService {
 }
 
 impl HeadService {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>, dashboard_port: u16) -> HeadService {
+    pub fn new(
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        dashboard_port: u16,
+    ) -> HeadService {
         HeadService {
             namespace: namespace.into(),
             name: name.into(),
@@ -123,7 +128,11 @@ impl HeadService {
         }
         let ports = service.spec.as_ref().and_then(|spec| spec.ports.as_ref());
         let dashboard_port = ports
-            .and_then(|ports| ports.iter().find(|p| p.name.as_deref() == Some(DASHBOARD_PORT_NAME)))
+            .and_then(|ports| {
+                ports
+                    .iter()
+                    .find(|p| p.name.as_deref() == Some(DASHBOARD_PORT_NAME))
+            })
             .map(|p| p.port);
         let dashboard_port = match dashboard_port {
             None => DEFAULT_DASHBOARD_PORT,
@@ -182,7 +191,11 @@ impl DashboardLocator {
     pub fn template(template: impl Into<String>) -> Result<DashboardLocator, DashboardError> {
         let template = template.into();
         let sample = HeadService::new("namespace", "service", DEFAULT_DASHBOARD_PORT);
-        DashboardUrl::parse(&render_template(&template, &sample, DEFAULT_CLUSTER_DOMAIN)?)?;
+        DashboardUrl::parse(&render_template(
+            &template,
+            &sample,
+            DEFAULT_CLUSTER_DOMAIN,
+        )?)?;
         Ok(DashboardLocator(Strategy::Template(template)))
     }
 
@@ -193,14 +206,18 @@ impl DashboardLocator {
 
     /// A function that knows where each head's dashboard is (tests map clusters to the Ray
     /// heads they started). `None` means "unknown head": an error, never a fallback to DNS.
-    pub fn resolver(resolve: impl Fn(&HeadService) -> Option<String> + Send + Sync + 'static) -> DashboardLocator {
+    pub fn resolver(
+        resolve: impl Fn(&HeadService) -> Option<String> + Send + Sync + 'static,
+    ) -> DashboardLocator {
         DashboardLocator(Strategy::Resolver(Arc::new(resolve)))
     }
 
     /// A template from `RAYPIPE_RAY_DASHBOARD_URL` when set, else [`DashboardLocator::in_cluster`].
     pub fn from_env() -> Result<DashboardLocator, DashboardError> {
         match std::env::var(DASHBOARD_URL_TEMPLATE_ENV) {
-            Ok(template) if !template.trim().is_empty() => DashboardLocator::template(template.trim()),
+            Ok(template) if !template.trim().is_empty() => {
+                DashboardLocator::template(template.trim())
+            }
             _ => Ok(DashboardLocator::in_cluster()),
         }
     }
@@ -217,12 +234,16 @@ impl DashboardLocator {
                 head.name, head.namespace, head.dashboard_port
             ))
             .map_err(|e| not_located(e.to_string())),
-            Strategy::Template(template) => DashboardUrl::parse(&render_template(template, head, DEFAULT_CLUSTER_DOMAIN)?)
-                .map_err(|e| not_located(e.to_string())),
+            Strategy::Template(template) => {
+                DashboardUrl::parse(&render_template(template, head, DEFAULT_CLUSTER_DOMAIN)?)
+                    .map_err(|e| not_located(e.to_string()))
+            }
             Strategy::Fixed(url) => Ok(url.clone()),
             Strategy::Resolver(resolve) => match resolve(head) {
                 Some(url) => DashboardUrl::parse(&url).map_err(|e| not_located(e.to_string())),
-                None => Err(not_located("the configured dashboard resolver does not know this head".to_owned())),
+                None => Err(not_located(
+                    "the configured dashboard resolver does not know this head".to_owned(),
+                )),
             },
         }
     }
@@ -231,7 +252,9 @@ impl DashboardLocator {
 impl fmt::Debug for DashboardLocator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Strategy::InCluster { cluster_domain } => write!(f, "DashboardLocator::InCluster({cluster_domain})"),
+            Strategy::InCluster { cluster_domain } => {
+                write!(f, "DashboardLocator::InCluster({cluster_domain})")
+            }
             Strategy::Template(template) => write!(f, "DashboardLocator::Template({template})"),
             Strategy::Fixed(url) => write!(f, "DashboardLocator::Fixed({url})"),
             Strategy::Resolver(_) => f.write_str("DashboardLocator::Resolver"),
@@ -239,7 +262,11 @@ impl fmt::Debug for DashboardLocator {
     }
 }
 
-fn render_template(template: &str, head: &HeadService, domain: &str) -> Result<String, DashboardError> {
+fn render_template(
+    template: &str,
+    head: &HeadService,
+    domain: &str,
+) -> Result<String, DashboardError> {
     let mut out = String::with_capacity(template.len() + 32);
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -280,10 +307,20 @@ mod tests {
 
     #[test]
     fn in_cluster_uses_the_service_dns_name_and_dashboard_port() {
-        let url = DashboardLocator::in_cluster_with_domain("cluster.local").locate(&head()).expect("located");
-        assert_eq!(url.as_str(), "http://llm-raycluster-x7k2p-head-svc.team-a.svc.cluster.local:8265");
-        let custom = DashboardLocator::in_cluster_with_domain("corp.example.").locate(&head()).expect("located");
-        assert_eq!(custom.as_str(), "http://llm-raycluster-x7k2p-head-svc.team-a.svc.corp.example:8265");
+        let url = DashboardLocator::in_cluster_with_domain("cluster.local")
+            .locate(&head())
+            .expect("located");
+        assert_eq!(
+            url.as_str(),
+            "http://llm-raycluster-x7k2p-head-svc.team-a.svc.cluster.local:8265"
+        );
+        let custom = DashboardLocator::in_cluster_with_domain("corp.example.")
+            .locate(&head())
+            .expect("located");
+        assert_eq!(
+            custom.as_str(),
+            "http://llm-raycluster-x7k2p-head-svc.team-a.svc.corp.example:8265"
+        );
     }
 
     #[test]
@@ -297,7 +334,8 @@ mod tests {
             url.join(&["api", "jobs", ""]).as_str(),
             "http://127.0.0.1:8001/api/v1/namespaces/team-a/services/llm-raycluster-x7k2p-head-svc:8265/proxy/api/jobs/"
         );
-        let error = DashboardLocator::template("http://{host}:8265").expect_err("unknown placeholder");
+        let error =
+            DashboardLocator::template("http://{host}:8265").expect_err("unknown placeholder");
         assert!(error.to_string().contains("{host}"), "{error}");
         assert!(DashboardLocator::template("http://{service:8265").is_err());
     }
@@ -305,22 +343,35 @@ mod tests {
     #[test]
     fn fixed_and_resolver_locators_point_out_of_the_cluster() {
         let fixed = DashboardLocator::fixed("http://127.0.0.1:40123/").expect("valid");
-        assert_eq!(fixed.locate(&head()).expect("located").as_str(), "http://127.0.0.1:40123");
+        assert_eq!(
+            fixed.locate(&head()).expect("located").as_str(),
+            "http://127.0.0.1:40123"
+        );
 
         let resolver = DashboardLocator::resolver(|head| {
             (head.namespace == "team-a").then(|| "http://127.0.0.1:40124".to_owned())
         });
-        assert_eq!(resolver.locate(&head()).expect("located").authority(), "127.0.0.1:40124");
+        assert_eq!(
+            resolver.locate(&head()).expect("located").authority(),
+            "127.0.0.1:40124"
+        );
         let unknown = resolver
             .locate(&HeadService::new("other", "svc", 8265))
             .expect_err("unknown head is an error, not a DNS lookup");
-        assert!(matches!(unknown, DashboardError::NotLocated { .. }), "{unknown}");
+        assert!(
+            matches!(unknown, DashboardError::NotLocated { .. }),
+            "{unknown}"
+        );
     }
 
     #[test]
     fn base_urls_with_credentials_queries_or_odd_schemes_are_refused() {
-        let with_password = DashboardUrl::parse("http://user:s3cret@127.0.0.1:8265").expect_err("credentials");
-        assert!(!with_password.to_string().contains("s3cret"), "{with_password}");
+        let with_password =
+            DashboardUrl::parse("http://user:s3cret@127.0.0.1:8265").expect_err("credentials");
+        assert!(
+            !with_password.to_string().contains("s3cret"),
+            "{with_password}"
+        );
         assert!(DashboardUrl::parse("http://127.0.0.1:8265/?x=1").is_err());
         assert!(DashboardUrl::parse("ftp://127.0.0.1").is_err());
         assert!(DashboardUrl::parse("not a url").is_err());
@@ -329,8 +380,14 @@ mod tests {
     #[test]
     fn join_keeps_trailing_slashes_and_encodes_ids() {
         let base = DashboardUrl::parse("http://127.0.0.1:8265").expect("valid");
-        assert_eq!(base.join(&["api", "serve", "applications", ""]).path(), "/api/serve/applications/");
-        assert_eq!(base.join(&["api", "jobs", "a/b c", "logs"]).path(), "/api/jobs/a%2Fb%20c/logs");
+        assert_eq!(
+            base.join(&["api", "serve", "applications", ""]).path(),
+            "/api/serve/applications/"
+        );
+        assert_eq!(
+            base.join(&["api", "jobs", "a/b c", "logs"]).path(),
+            "/api/jobs/a%2Fb%20c/logs"
+        );
     }
 
     #[test]
@@ -340,12 +397,20 @@ mod tests {
             "spec": {"ports": [{"name": "gcs-server", "port": 6379}, {"name": "dashboard", "port": 18265}]}
         }))
         .expect("a valid Service");
-        assert_eq!(HeadService::from_service(&service).expect("head"), HeadService::new("ns", "c-head-svc", 18265));
+        assert_eq!(
+            HeadService::from_service(&service).expect("head"),
+            HeadService::new("ns", "c-head-svc", 18265)
+        );
 
         let without: Service = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "c-head-svc", "namespace": "ns"}, "spec": {"ports": []}
         }))
         .expect("a valid Service");
-        assert_eq!(HeadService::from_service(&without).expect("head").dashboard_port, DEFAULT_DASHBOARD_PORT);
+        assert_eq!(
+            HeadService::from_service(&without)
+                .expect("head")
+                .dashboard_port,
+            DEFAULT_DASHBOARD_PORT
+        );
     }
 }

@@ -1,1 +1,33 @@
-//! See DESIGN.md: filled in by later work.
+//! Talking to Ray clusters through the Ray dashboard's REST API: Serve applications
+//! (declarative PUT/GET, DELETE), Jobs (submit, status, logs, stop, delete) and the version.
+//!
+//! - [`DashboardClient`] is what controllers use; [`RayDashboardClient`] implements it with
+//!   reqwest (short timeouts, errors quoting Ray's answer, optional bearer token).
+//! - [`DashboardLocator`] finds a cluster's dashboard: the head Service's DNS name in the
+//!   cluster, or an override (template, fixed URL, resolver) for a Ray head on 127.0.0.1.
+//! - [`testenv`] provisions a pinned Ray in a cached virtualenv and starts local Ray heads for
+//!   tests and `raypipe dev`.
+
+mod client;
+mod error;
+mod jobs;
+mod lenient;
+mod locate;
+mod serve;
+pub mod testenv;
+
+pub use client::{
+    BearerToken, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DashboardClient,
+    DashboardClientOptions, DashboardFuture, RayDashboardClient, RayVersion, TOKEN_HEADER,
+};
+pub use error::DashboardError;
+pub use jobs::{JobDetails, JobStatus, JobSubmitRequest};
+pub use locate::{
+    DASHBOARD_PORT_NAME, DASHBOARD_URL_TEMPLATE_ENV, DEFAULT_CLUSTER_DOMAIN,
+    DEFAULT_DASHBOARD_PORT, DashboardLocator, DashboardUrl, HeadService,
+};
+pub use serve::{
+    ApplicationDetails, ApplicationStatus, DeploymentDetails, DeploymentStatus, HttpOptions,
+    ProxyDetails, ProxyStatus, ReplicaDetails, ReplicaState, ServeInstanceDetails,
+    serve_config_yaml_to_json,
+};

@@ -28,14 +28,19 @@ impl ApplicationStatus {
     /// The application is broken (build/import failed, replicas keep failing, or health checks
     /// fail): its `message` says why.
     pub fn is_failed(&self) -> bool {
-        matches!(self, ApplicationStatus::DeployFailed | ApplicationStatus::Unhealthy)
+        matches!(
+            self,
+            ApplicationStatus::DeployFailed | ApplicationStatus::Unhealthy
+        )
     }
 
     /// Serve is still working on it.
     pub fn is_in_progress(&self) -> bool {
         matches!(
             self,
-            ApplicationStatus::NotStarted | ApplicationStatus::Deploying | ApplicationStatus::Deleting
+            ApplicationStatus::NotStarted
+                | ApplicationStatus::Deploying
+                | ApplicationStatus::Deleting
         )
     }
 }
@@ -214,16 +219,20 @@ pub struct ReplicaDetails {
 /// YAML is read as YAML 1.2: `yes`/`on` stay strings (KubeRay's Go parser reads them as
 /// booleans), so booleans must be written `true`/`false`.
 pub fn serve_config_yaml_to_json(yaml: &str) -> Result<serde_json::Value, DashboardError> {
-    let value: serde_json::Value = serde_yaml::from_str(yaml).map_err(|e| DashboardError::InvalidServeConfig {
-        problem: format!("not valid YAML: {e}"),
-    })?;
+    let value: serde_json::Value =
+        serde_yaml::from_str(yaml).map_err(|e| DashboardError::InvalidServeConfig {
+            problem: format!("not valid YAML: {e}"),
+        })?;
     match value {
         serde_json::Value::Object(_) => Ok(value),
         serde_json::Value::Null => Err(DashboardError::InvalidServeConfig {
             problem: "the config is empty".to_owned(),
         }),
         other => Err(DashboardError::InvalidServeConfig {
-            problem: format!("expected a mapping with `applications`, found {}", json_kind(&other)),
+            problem: format!(
+                "expected a mapping with `applications`, found {}",
+                json_kind(&other)
+            ),
         }),
     }
 }
@@ -264,7 +273,10 @@ mod tests {
         let details: ServeInstanceDetails = serde_json::from_str(OBSERVED).expect("decodes");
         assert!(details.all_applications_running());
         assert_eq!(details.proxy_location.as_deref(), Some("HeadOnly"));
-        assert_eq!(details.http_options.as_ref().and_then(|o| o.port), Some(8010));
+        assert_eq!(
+            details.http_options.as_ref().and_then(|o| o.port),
+            Some(8010)
+        );
         assert_eq!(details.proxies["75858f"].status, Some(ProxyStatus::Healthy));
         let app = &details.applications["graph1"];
         assert_eq!(app.status, Some(ApplicationStatus::Running));
@@ -285,6 +297,11 @@ mod tests {
         .expect("decodes");
         assert!(details.applications.is_empty());
         assert!(!details.all_applications_running());
+        assert_eq!(details.target_capacity, None);
+        let deleting: ApplicationDetails =
+            serde_json::from_value(json!({"status": "DELETING", "deployed_app_config": null}))
+                .expect("decodes");
+        assert_eq!(deleting.deployed_app_config, None);
         let nothing: ServeInstanceDetails = serde_json::from_str("{}").expect("decodes");
         assert_eq!(nothing, ServeInstanceDetails::default());
     }
@@ -305,13 +322,20 @@ mod tests {
         }))
         .expect("decodes");
         let a = &details.applications["a"];
-        assert_eq!(a.status, Some(ApplicationStatus::Other("SOME_FUTURE_STATUS".into())));
+        assert_eq!(
+            a.status,
+            Some(ApplicationStatus::Other("SOME_FUTURE_STATUS".into()))
+        );
         assert_eq!(a.message, None);
         assert_eq!(a.last_deployed_time_s, None);
         assert!(a.deployments.is_empty());
         let b = &details.applications["b"];
         assert!(b.status.as_ref().is_some_and(ApplicationStatus::is_failed));
-        assert!(b.message.as_deref().is_some_and(|m| m.contains("ModuleNotFoundError")));
+        assert!(
+            b.message
+                .as_deref()
+                .is_some_and(|m| m.contains("ModuleNotFoundError"))
+        );
         assert_eq!(b.deployments["d"].replicas.len(), 1);
         assert_eq!(b.deployments["d"].target_num_replicas, None);
         assert!(!details.applications.contains_key("c"));
@@ -321,13 +345,26 @@ mod tests {
 
     #[test]
     fn statuses_round_trip_through_their_ray_names() {
-        for status in ["NOT_STARTED", "DEPLOYING", "DEPLOY_FAILED", "RUNNING", "UNHEALTHY", "DELETING", "NEW"] {
+        for status in [
+            "NOT_STARTED",
+            "DEPLOYING",
+            "DEPLOY_FAILED",
+            "RUNNING",
+            "UNHEALTHY",
+            "DELETING",
+            "NEW",
+        ] {
             let parsed = ApplicationStatus::from(status.to_owned());
             assert_eq!(parsed.as_str(), status);
-            assert_eq!(serde_json::to_value(&parsed).expect("serialises"), json!(status));
+            assert_eq!(
+                serde_json::to_value(&parsed).expect("serialises"),
+                json!(status)
+            );
         }
         assert!(ApplicationStatus::Deploying.is_in_progress());
-        assert!(!ApplicationStatus::Running.is_in_progress() && !ApplicationStatus::Running.is_failed());
+        assert!(
+            !ApplicationStatus::Running.is_in_progress() && !ApplicationStatus::Running.is_failed()
+        );
     }
 
     #[test]
@@ -374,7 +411,10 @@ applications:
             ("- a\n- b\n", "a list"),
             ("just text", "a string"),
             ("applications: [\n", "not valid YAML"),
-            ("applications: []\n---\napplications: []\n", "not valid YAML"),
+            (
+                "applications: []\n---\napplications: []\n",
+                "not valid YAML",
+            ),
         ] {
             let error = serve_config_yaml_to_json(yaml).expect_err(yaml);
             assert!(error.to_string().contains(expected), "{yaml:?}: {error}");

@@ -4,10 +4,12 @@
 //! the values from code (and restores them when an override is later removed).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::graph::proto::{JsonObject, PipelineGraph};
+use crate::graph::serde_support::{WiringText, into_wiring, same_wiring};
 
 /// The whole Serve config: the body of `PUT /api/serve/applications/` and, as YAML, a
 /// RayService's `spec.serveConfigV2`.
@@ -105,7 +107,44 @@ pub struct Application {
 pub struct RuntimeArgs {
     pub api_version: String,
     pub executor_deployment: String,
-    pub graph: PipelineGraph,
+    pub graph: RuntimeGraph,
+}
+
+/// The graph in `args`: shared with the validated graph (rendering copies nothing) and written
+/// as its wiring only (see [`WiringText`]). Equality compares wiring.
+#[derive(Debug, Clone)]
+pub struct RuntimeGraph(Arc<PipelineGraph>);
+
+impl RuntimeGraph {
+    /// Wraps a shared graph.
+    pub fn new(graph: Arc<PipelineGraph>) -> Self {
+        RuntimeGraph(graph)
+    }
+
+    /// The whole graph (the wiring is what gets written).
+    pub fn graph(&self) -> &PipelineGraph {
+        &self.0
+    }
+}
+
+impl PartialEq for RuntimeGraph {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || same_wiring(&self.0, &other.0)
+    }
+}
+
+impl Serialize for RuntimeGraph {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        WiringText(&self.0).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RuntimeGraph {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(RuntimeGraph(Arc::new(into_wiring(
+            PipelineGraph::deserialize(deserializer)?,
+        ))))
+    }
 }
 
 /// `runtime_env` (the keys raypipe renders).

@@ -14,7 +14,7 @@ mod tests;
 
 pub use config::{
     Application, AutoscalingConfig, Deployment, HttpOptions, LoggingConfig, NumReplicas,
-    ProxyLocation, RayActorOptions, RuntimeArgs, RuntimeEnvConfig, ServeConfig,
+    ProxyLocation, RayActorOptions, RuntimeArgs, RuntimeEnvConfig, RuntimeGraph, ServeConfig,
 };
 pub use render::{
     DEFAULT_APPLICATION_NAME, DEFAULT_EXECUTOR_DEPLOYMENT, DEFAULT_RUNTIME_IMPORT_PATH,

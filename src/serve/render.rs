@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use super::RenderError;
 use super::config::{
     Application, AutoscalingConfig, Deployment, HttpOptions, LoggingConfig, NumReplicas,
-    ProxyLocation, RayActorOptions, RuntimeArgs, RuntimeEnvConfig, ServeConfig,
+    ProxyLocation, RayActorOptions, RuntimeArgs, RuntimeEnvConfig, RuntimeGraph, ServeConfig,
 };
 use crate::graph::options::{AUTO_TARGET_ONGOING_REQUESTS, check_import_path, is_remote_uri};
-use crate::graph::proto::{self, ModelNode, Node, PipelineGraph, node};
+use crate::graph::proto::{self, ModelNode, Node, node};
 use crate::graph::{ValidatedGraph, check_route_prefix};
 
 /// Import path of the graph runtime's application builder.
@@ -133,19 +133,30 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
         check_override(graph, node_name, override_)?;
     }
 
-    let mut deployments: Vec<Deployment> = graph
+    // Sorted by name. The (small) references are sorted, not the (large) deployments.
+    let mut models: Vec<(&Node, &ModelNode)> = graph
         .model_nodes()
         .filter_map(|node| match &node.kind {
             Some(node::Kind::Model(model)) => Some((node, model)),
             _ => None,
         })
-        .map(|(node, model)| model_deployment(node, model, opts.node_overrides.get(&node.name)))
         .collect();
-    let mut executor =
-        deployment_from_options(opts.executor_deployment.clone(), pipeline.executor.as_ref());
-    executor.name = opts.executor_deployment.clone();
-    deployments.push(executor);
-    deployments.sort_by(|a, b| a.name.cmp(&b.name));
+    models.sort_unstable_by(|a, b| a.0.name.cmp(&b.0.name));
+    let executor_at = models.partition_point(|(node, _)| node.name < opts.executor_deployment);
+    let mut deployments: Vec<Deployment> = Vec::with_capacity(models.len() + 1);
+    for (position, (node, model)) in models.iter().enumerate() {
+        if position == executor_at {
+            deployments.push(executor_deployment(opts, pipeline));
+        }
+        deployments.push(model_deployment(
+            node,
+            model,
+            opts.node_overrides.get(&node.name),
+        ));
+    }
+    if executor_at == models.len() {
+        deployments.push(executor_deployment(opts, pipeline));
+    }
 
     let application = Application {
         name,
@@ -158,7 +169,7 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
         args: RuntimeArgs {
             api_version: RUNTIME_ARGS_API_VERSION.to_string(),
             executor_deployment: opts.executor_deployment.clone(),
-            graph: runtime_graph(pipeline),
+            graph: RuntimeGraph::new(graph.shared_graph()),
         },
         deployments,
     };
@@ -167,6 +178,10 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
         http_options,
         applications: vec![application],
     })
+}
+
+fn executor_deployment(opts: &RenderOptions, graph: &proto::PipelineGraph) -> Deployment {
+    deployment_from_options(opts.executor_deployment.clone(), graph.executor.as_ref())
 }
 
 /// Names Serve and Kubernetes status both handle well: 1 to 63 of [A-Za-z0-9_.-], no '#'.
@@ -299,7 +314,7 @@ fn model_deployment(
     model: &ModelNode,
     override_: Option<&NodeOverride>,
 ) -> Deployment {
-    let mut deployment = deployment_from_options(node.name.clone(), model.deployment.as_ref());
+    let mut deployment = deployment_from_options(node.name.clone(), model.deployment.as_deref());
     if let Some(override_) = override_ {
         if let Some(n) = override_.num_replicas {
             deployment.num_replicas = Some(NumReplicas::Count(positive(n)));
@@ -406,63 +421,4 @@ fn application_runtime_env(
         }
     }
     (!merged.is_empty()).then_some(merged)
-}
-
-/// The graph as the runtime sees it: wiring only (see [`RuntimeArgs`]).
-fn runtime_graph(graph: &PipelineGraph) -> PipelineGraph {
-    // Destructured without `..`: a new graph field fails to compile here until someone decides
-    // whether the runtime needs it.
-    let PipelineGraph {
-        name,
-        version,
-        ingress,
-        route_prefix: _,
-        runtime_env: _,
-        nodes,
-        edges,
-        deadline_ms,
-        forward_headers,
-        labels,
-        executor: _,
-    } = graph;
-    PipelineGraph {
-        name: name.clone(),
-        version: version.clone(),
-        ingress: ingress.clone(),
-        route_prefix: String::new(),
-        runtime_env: None,
-        nodes: nodes.iter().map(runtime_node).collect(),
-        edges: edges.clone(),
-        deadline_ms: *deadline_ms,
-        forward_headers: forward_headers.clone(),
-        labels: labels.clone(),
-        executor: None,
-    }
-}
-
-fn runtime_node(node: &Node) -> Node {
-    let kind = match &node.kind {
-        Some(node::Kind::Model(model)) => Some(node::Kind::Model(ModelNode {
-            import_path: model.import_path.clone(),
-            init_args: model.init_args.clone(),
-            init_kwargs: model.init_kwargs.clone(),
-            method: model.method.clone(),
-            call_style: model.call_style,
-            deployment: None,
-        })),
-        other => other.clone(),
-    };
-    Node {
-        name: node.name.clone(),
-        // For people only; leaving it out keeps a doc edit from changing `args`.
-        description: String::new(),
-        kind,
-        join: node.join,
-        on_error: node.on_error,
-        fallback_value: node.fallback_value.clone(),
-        timeout_ms: node.timeout_ms,
-        retry: node.retry.clone(),
-        shadow: node.shadow,
-        input_template: node.input_template.clone(),
-    }
 }

@@ -89,20 +89,29 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     // The embedded sample: a registry on 127.0.0.1 and a ServePipeline that the in-process
     // controller turns into a RayService.
     let services: Api<raypipe::api::RayService> = Api::namespaced(client.clone(), "default");
-    let demo = crate::support::eventually(Duration::from_secs(60), "the sample pipeline's RayService", || {
-        let services = services.clone();
-        async move { services.get_opt("demo").await.expect("get RayService") }
-    })
+    let demo = crate::support::eventually(
+        Duration::from_secs(60),
+        "the sample pipeline's RayService",
+        || {
+            let services = services.clone();
+            async move { services.get_opt("demo").await.expect("get RayService") }
+        },
+    )
     .await;
     assert!(
-        demo.spec.serve_config_v2.is_some_and(|c| c.contains("route_prefix: /demo")),
+        demo.spec
+            .serve_config_v2
+            .is_some_and(|c| c.contains("route_prefix: /demo")),
         "the sample's Serve config carries its route prefix"
     );
 
     while let Ok(line) = rx.try_recv() {
         eprintln!("raypipe dev: {line}");
     }
-    eprintln!("sending SIGINT to raypipe dev at {:?}", std::time::SystemTime::now());
+    eprintln!(
+        "sending SIGINT to raypipe dev at {:?}",
+        std::time::SystemTime::now()
+    );
     // SAFETY: signalling the child we started.
     unsafe {
         libc::kill(child.id() as libc::pid_t, libc::SIGINT);

@@ -1,8 +1,14 @@
 //! raypipe's integration tests: one binary, one module per area. Tests that need Kubernetes
 //! share one real control plane per run (see `support`).
 
+mod admin;
 mod crds;
+mod deploy;
 mod dev;
+mod leader;
+mod ray;
+mod raycluster;
 mod servepipeline;
 mod source;
 mod support;
+mod webhook;

@@ -347,12 +347,19 @@ async fn an_unchanged_source_writes_nothing_to_the_api_server() {
         .expect("get")
         .resource_version();
     let (requests_before, not_modified_before, _) = f.registry.counts();
-    let writes_before = f.controller_writes.load(std::sync::atomic::Ordering::SeqCst);
+    let writes_before = f
+        .controller_writes
+        .load(std::sync::atomic::Ordering::SeqCst);
 
     tokio::time::sleep(Duration::from_secs(4)).await;
     let (requests_after, not_modified_after, _) = f.registry.counts();
-    let writes_after = f.controller_writes.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(writes_after, writes_before, "the controller sent write requests while nothing changed");
+    let writes_after = f
+        .controller_writes
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        writes_after, writes_before,
+        "the controller sent write requests while nothing changed"
+    );
     assert!(
         requests_after >= requests_before + 2,
         "the source was polled every refresh interval"

@@ -710,11 +710,21 @@ mod tests {
             now: whole_seconds(now),
         });
         let stored: ServePipelineStatus =
-            serde_json::from_value(serde_json::to_value(&first).expect("json")).expect("round trip");
+            serde_json::from_value(serde_json::to_value(&first).expect("json"))
+                .expect("round trip");
         assert_eq!(stored, first, "whole-second times survive serialization");
         p.status = Some(stored);
-        let later = whole_seconds(now.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(30)).expect("valid"));
-        let second = compute_status(&StatusInputs { pipeline: &p, applied: Some(&g), problem: None, rayservice: None, now: later });
+        let later = whole_seconds(
+            now.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(30))
+                .expect("valid"),
+        );
+        let second = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&g),
+            problem: None,
+            rayservice: None,
+            now: later,
+        });
         assert_eq!(p.status.as_ref(), Some(&second));
     }
 

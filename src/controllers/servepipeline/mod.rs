@@ -148,11 +148,12 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     let store_for_secrets = pipeline_store.clone();
-    let (pipelines_synced, secrets_synced) = (pipeline_store.clone(), secret_store.clone());
-    config.readiness.track_cache(METRICS_NAME, async move {
-        let _ = pipelines_synced.wait_until_ready().await;
-        let _ = secrets_synced.wait_until_ready().await;
-    });
+    config
+        .readiness
+        .track_store(METRICS_NAME, pipeline_store.clone());
+    config
+        .readiness
+        .track_store(METRICS_NAME, secret_store.clone());
     let _phases = config.metrics.observe_pipelines(pipeline_store.clone());
     let controller_config =
         kube::runtime::controller::Config::default().concurrency(config.concurrency);

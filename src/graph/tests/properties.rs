@@ -117,7 +117,7 @@ fn model_node(name: String, deployment: Option<DeploymentOptions>) -> Node {
         name,
         kind: Some(node::Kind::Model(ModelNode {
             import_path: "samples.models:M".into(),
-            deployment,
+            deployment: deployment.map(Box::new),
             ..Default::default()
         })),
         ..Default::default()
@@ -213,7 +213,7 @@ fn arbitrary_graph() -> impl Strategy<Value = PipelineGraph> {
                 1 => Some(node::Kind::Input(InputNode {})),
                 2 => Some(node::Kind::Model(ModelNode {
                     import_path: "samples.models:M".into(),
-                    deployment,
+                    deployment: deployment.map(Box::new),
                     ..Default::default()
                 })),
                 3 => Some(node::Kind::Switch(SwitchNode { on_no_match: 1 })),
@@ -239,7 +239,7 @@ fn arbitrary_graph() -> impl Strategy<Value = PipelineGraph> {
         .prop_map(|(source, target, when, weight, optional, into)| Edge {
             source,
             target,
-            when,
+            when: when.map(Box::new),
             weight,
             optional,
             into,

@@ -32,12 +32,11 @@ if [ -x "$VENV/bin/ray" ] && [ "$(cat "$MARKER" 2>/dev/null)" = "$WANT" ]; then
 fi
 
 start=$(date +%s)
-log "installing $WANT into $VENV; cold: a few minutes (downloads ~100 MB of wheels)"
+log "installing $WANT into $VENV; cold: about a minute (downloads ~100 MB of wheels)"
 # A venv is not relocatable (its scripts name their interpreter by absolute path), so it is
 # built in place; the marker is written last, so an interrupted install is redone next time.
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet --upgrade pip >&2
 "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "ray[serve]==$RAY_VERSION" >&2
 got=$("$VENV/bin/python" -c 'import ray, ray.serve; print(ray.__version__)')
 [ "$got" = "$RAY_VERSION" ] || { log "installed ray $got, wanted $RAY_VERSION"; exit 1; }

@@ -56,12 +56,13 @@ pub async fn counting_client() -> (kube::Client, std::sync::Arc<std::sync::atomi
         .expect("client config");
     let writes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = writes.clone();
-    let count_writes = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-        if request.method() != http::Method::GET {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }
-        request
-    });
+    let count_writes =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            if request.method() != http::Method::GET {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+            request
+        });
     let client = kube::client::ClientBuilder::try_from(config)
         .expect("client builder")
         .with_layer(&count_writes)

@@ -1,0 +1,153 @@
+{{/* Names, labels and RBAC rules shared by the templates. */}}
+
+{{- define "raypipe.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "raypipe.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "raypipe.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "raypipe.serviceAccountName" -}}
+{{- default (include "raypipe.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "raypipe.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "raypipe.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "raypipe.webhookSecretName" -}}
+{{- default (printf "%s-webhook-cert" (include "raypipe.fullname" .)) .Values.webhook.certificate.secretName -}}
+{{- end -}}
+
+{{- define "raypipe.webhookConfigurationName" -}}
+{{- include "raypipe.fullname" . -}}
+{{- end -}}
+
+{{/*
+Permissions the enabled controllers need in the namespaces they watch: nothing more. Verbs
+follow what each controller does: reads through watches (get, list, watch), writes through
+server-side apply (patch; create and update for the few plain writes), status subresources,
+and Events.
+*/}}
+{{- define "raypipe.controllerRules" -}}
+{{- $c := .Values.controllers -}}
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- if has "servepipeline" $c }}
+- apiGroups: [raypipe.dev]
+  resources: [servepipelines]
+  verbs: [get, list, watch]
+- apiGroups: [raypipe.dev]
+  resources: [servepipelines/status]
+  verbs: [get, patch, update]
+- apiGroups: [ray.io]
+  resources: [rayservices]
+  verbs: [get, list, watch, create, patch]
+{{- end }}
+{{- if or (has "servepipeline" $c) (has "raycluster" $c) }}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch{{ if has "raycluster" $c }}, create{{ end }}]
+{{- end }}
+{{- if has "raycluster" $c }}
+- apiGroups: [ray.io]
+  resources: [rayclusters]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [ray.io]
+  resources: [rayclusters/status]
+  verbs: [get, patch, update]
+- apiGroups: [ray.io]
+  resources: [rayclusters/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [pods, services]
+  verbs: [get, list, watch, create, update, patch, delete, deletecollection]
+- apiGroups: [""]
+  resources: [pods/status, services/status]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [serviceaccounts, persistentvolumeclaims]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses]
+  verbs: [get, list, watch, create, update, patch, delete]
+{{- end }}
+{{- if has "rayservice" $c }}
+- apiGroups: [ray.io]
+  resources: [rayservices]
+  verbs: [get, list, watch, update, patch]
+- apiGroups: [ray.io]
+  resources: [rayservices/status]
+  verbs: [get, patch, update]
+- apiGroups: [ray.io]
+  resources: [rayservices/finalizers]
+  verbs: [update]
+- apiGroups: [ray.io]
+  resources: [rayclusters]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, patch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if has "rayjob" $c }}
+- apiGroups: [ray.io]
+  resources: [rayjobs]
+  verbs: [get, list, watch, update, patch, delete]
+- apiGroups: [ray.io]
+  resources: [rayjobs/status]
+  verbs: [get, patch, update]
+- apiGroups: [ray.io]
+  resources: [rayjobs/finalizers]
+  verbs: [update]
+- apiGroups: [ray.io]
+  resources: [rayclusters]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if has "raycronjob" $c }}
+- apiGroups: [ray.io]
+  resources: [raycronjobs]
+  verbs: [get, list, watch]
+- apiGroups: [ray.io]
+  resources: [raycronjobs/status]
+  verbs: [get, patch, update]
+- apiGroups: [ray.io]
+  resources: [rayjobs]
+  verbs: [get, list, watch, create, delete]
+{{- end }}
+{{- end -}}

@@ -1,0 +1,522 @@
+//! Prometheus/OpenMetrics metrics: one registry per operator process, filled through typed
+//! methods so controllers never touch metric families or label values directly.
+//!
+//! Labels are bounded sets (controller, error category, fetch outcome, phase) — never object
+//! names: those would grow the series count with every pipeline ever created.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::runtime::reflector::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::api::ServePipeline;
+
+/// The `Content-Type` of [`Metrics::encode`]'s output.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Phase reported for a pipeline whose status has none yet.
+const PHASE_UNKNOWN: &str = "Unknown";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: &'static str,
+    category: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FetchLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdmissionLabels {
+    kind: &'static str,
+    allowed: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+/// What a graph download ended in, as far as metrics care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// New bytes arrived.
+    Fetched,
+    /// The server answered 304 to our ETag.
+    NotModified,
+    /// Bytes arrived but their digest equals the applied graph's.
+    Unchanged,
+}
+
+impl FetchOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            FetchOutcome::Fetched => "fetched",
+            FetchOutcome::NotModified => "not_modified",
+            FetchOutcome::Unchanged => "unchanged",
+        }
+    }
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Reconciles take milliseconds to tens of seconds: 5 ms … ~20 s.
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 13))
+}
+
+/// Downloads: 10 ms … ~80 s.
+fn fetch_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
+/// Provisioning a cluster or upgrading a service: 1 s … ~2.3 h.
+fn rollout_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 14))
+}
+
+/// Cloneable handle on the process' metrics; every clone records into the same registry.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: HistogramFamily<ControllerLabels>,
+    reconciles_in_flight: Family<ControllerLabels, Gauge>,
+    fetch_duration: HistogramFamily<FetchLabels>,
+    fetch_failures: Family<ReasonLabels, Counter>,
+    raycluster_provisioning: Histogram,
+    rayservice_upgrade: Histogram,
+    leader: Gauge,
+    admissions: Family<AdmissionLabels, Counter>,
+    pipelines: Arc<PipelinePhases>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every raypipe metric (prefix `raypipe_`).
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("raypipe");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        registry.register(
+            "reconcile",
+            "Reconciliations run, by controller",
+            reconciles.clone(),
+        );
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconciliations that ended in an error, by controller and error category",
+            reconcile_errors.clone(),
+        );
+        let reconcile_duration: HistogramFamily<ControllerLabels> =
+            Family::new_with_constructor(reconcile_histogram);
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time one reconciliation took, by controller",
+            reconcile_duration.clone(),
+        );
+        let reconciles_in_flight = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciliations running now, by controller (kube-runtime keeps its queue private, so this is the visible part of it)",
+            reconciles_in_flight.clone(),
+        );
+        let fetch_duration: HistogramFamily<FetchLabels> =
+            Family::new_with_constructor(fetch_histogram);
+        registry.register(
+            "graph_fetch_duration_seconds",
+            "Time a model-graph download took, by outcome (failed downloads included)",
+            fetch_duration.clone(),
+        );
+        let fetch_failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "graph_fetch_failures",
+            "Model-graph downloads that failed, by reason",
+            fetch_failures.clone(),
+        );
+        let raycluster_provisioning = rollout_histogram();
+        registry.register(
+            "raycluster_provisioning_duration_seconds",
+            "Time from a RayCluster's creation until all its Pods were first ready",
+            raycluster_provisioning.clone(),
+        );
+        let rayservice_upgrade = rollout_histogram();
+        registry.register(
+            "rayservice_upgrade_duration_seconds",
+            "Time a RayService took to move its traffic to a new RayCluster",
+            rayservice_upgrade.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease and runs the controllers",
+            leader.clone(),
+        );
+        let admissions = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "webhook_admissions",
+            "Admission reviews answered, by kind and verdict",
+            admissions.clone(),
+        );
+        let pipelines = Arc::new(PipelinePhases::default());
+        registry.register_collector(Box::new(pipelines.clone()));
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                reconciles,
+                reconcile_errors,
+                reconcile_duration,
+                reconciles_in_flight,
+                fetch_duration,
+                fetch_failures,
+                raycluster_provisioning,
+                rayservice_upgrade,
+                leader,
+                admissions,
+                pipelines,
+            }),
+        }
+    }
+
+    /// Starts timing one reconciliation of `controller` (a fixed name such as
+    /// `servepipeline`); finish it with [`ReconcileTimer::finish`].
+    pub fn reconcile_started(&self, controller: &'static str) -> ReconcileTimer {
+        let labels = ControllerLabels { controller };
+        self.inner.reconciles.get_or_create(&labels).inc();
+        self.inner.reconciles_in_flight.get_or_create(&labels).inc();
+        ReconcileTimer {
+            metrics: self.clone(),
+            controller,
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// Records one graph download that produced an answer.
+    pub fn graph_fetched(&self, outcome: FetchOutcome, took: Duration) {
+        self.inner
+            .fetch_duration
+            .get_or_create(&FetchLabels {
+                outcome: outcome.label(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records one failed graph download; `reason` is the failure's fixed reason string (such
+    /// as `Unauthorized` or `DigestMismatch`).
+    pub fn graph_fetch_failed(&self, reason: &'static str, took: Duration) {
+        self.inner
+            .fetch_duration
+            .get_or_create(&FetchLabels { outcome: "failed" })
+            .observe(took.as_secs_f64());
+        self.inner
+            .fetch_failures
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// A RayCluster became provisioned (all Pods ready for the first time) `took` after it was
+    /// created.
+    pub fn raycluster_provisioned(&self, took: Duration) {
+        self.inner
+            .raycluster_provisioning
+            .observe(took.as_secs_f64());
+    }
+
+    /// A RayService finished moving its traffic to a new cluster, `took` after the upgrade began.
+    pub fn rayservice_upgraded(&self, took: Duration) {
+        self.inner.rayservice_upgrade.observe(took.as_secs_f64());
+    }
+
+    /// Whether this replica leads (runs the controllers).
+    pub fn set_leader(&self, leading: bool) {
+        self.inner.leader.set(i64::from(leading));
+    }
+
+    /// One admission review answered for `kind` (a fixed kind name).
+    pub fn admission_reviewed(&self, kind: &'static str, allowed: bool) {
+        self.inner
+            .admissions
+            .get_or_create(&AdmissionLabels { kind, allowed })
+            .inc();
+    }
+
+    /// Counts the pipelines in `store` by `status.phase` at every scrape, until the returned
+    /// registration is dropped (a controller holds it for as long as it runs).
+    pub fn observe_pipelines(&self, store: Store<ServePipeline>) -> PipelineRegistration {
+        let id = self.inner.pipelines.next_id.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .pipelines
+            .stores
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, store);
+        PipelineRegistration {
+            phases: self.inner.pipelines.clone(),
+            id,
+        }
+    }
+
+    /// The registry in the OpenMetrics text format (ends with `# EOF`).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)?;
+        Ok(out)
+    }
+
+    fn reconcile_finished(
+        &self,
+        controller: &'static str,
+        took: Duration,
+        error: Option<&'static str>,
+    ) {
+        let labels = ControllerLabels { controller };
+        self.inner.reconciles_in_flight.get_or_create(&labels).dec();
+        self.inner
+            .reconcile_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        if let Some(category) = error {
+            self.inner
+                .reconcile_errors
+                .get_or_create(&ErrorLabels {
+                    controller,
+                    category,
+                })
+                .inc();
+        }
+    }
+}
+
+/// One running reconciliation. Dropped without [`finish`](Self::finish) (the reconcile future
+/// was cancelled), it still leaves the in-flight gauge correct.
+pub struct ReconcileTimer {
+    metrics: Metrics,
+    controller: &'static str,
+    started: Instant,
+    finished: bool,
+}
+
+impl ReconcileTimer {
+    /// Records the duration and, for a failure, its category (a fixed string such as `kube`,
+    /// `input` or `apply`).
+    pub fn finish(mut self, error_category: Option<&'static str>) {
+        self.finished = true;
+        self.metrics
+            .reconcile_finished(self.controller, self.started.elapsed(), error_category);
+    }
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.metrics.reconcile_finished(
+                self.controller,
+                self.started.elapsed(),
+                Some("cancelled"),
+            );
+        }
+    }
+}
+
+/// Keeps a pipeline store counted in `raypipe_servepipelines`; dropping it stops that.
+pub struct PipelineRegistration {
+    phases: Arc<PipelinePhases>,
+    id: u64,
+}
+
+impl Drop for PipelineRegistration {
+    fn drop(&mut self) {
+        self.phases
+            .stores
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Computes pipelines by phase from the controllers' caches at scrape time, so deleted
+/// pipelines disappear without bookkeeping (KubeRay computes its info metrics the same way).
+#[derive(Default)]
+struct PipelinePhases {
+    next_id: AtomicU64,
+    stores: Mutex<BTreeMap<u64, Store<ServePipeline>>>,
+}
+
+impl std::fmt::Debug for PipelinePhases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PipelinePhases")
+    }
+}
+
+impl PipelinePhases {
+    fn counts(&self) -> BTreeMap<String, i64> {
+        let stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = BTreeMap::new();
+        for store in stores.values() {
+            for pipeline in store.state() {
+                let phase = pipeline
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_else(|| PHASE_UNKNOWN.to_owned());
+                *counts.entry(phase).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+}
+
+impl Collector for PipelinePhases {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let family = Family::<PhaseLabels, Gauge>::default();
+        for (phase, count) in self.counts() {
+            family.get_or_create(&PhaseLabels { phase }).set(count);
+        }
+        let metric = encoder.encode_descriptor(
+            "servepipelines",
+            "ServePipelines in the watched namespaces, by status.phase",
+            None,
+            family.metric_type(),
+        )?;
+        family.encode(metric)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcile_counts_errors_and_durations_are_labelled_by_controller_only() {
+        let metrics = Metrics::new();
+        metrics.reconcile_started("servepipeline").finish(None);
+        metrics
+            .reconcile_started("servepipeline")
+            .finish(Some("kube"));
+        drop(metrics.reconcile_started("raycluster"));
+        let text = metrics.encode().expect("encodes");
+        assert!(
+            text.contains("raypipe_reconcile_total{controller=\"servepipeline\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "raypipe_reconcile_errors_total{controller=\"servepipeline\",category=\"kube\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "raypipe_reconcile_errors_total{controller=\"raycluster\",category=\"cancelled\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "raypipe_reconcile_duration_seconds_count{controller=\"servepipeline\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("raypipe_reconciles_in_flight{controller=\"servepipeline\"} 0"),
+            "{text}"
+        );
+        assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    }
+
+    #[test]
+    fn domain_metrics_are_recorded() {
+        let metrics = Metrics::new();
+        metrics.graph_fetched(FetchOutcome::NotModified, Duration::from_millis(20));
+        metrics.graph_fetch_failed("Unauthorized", Duration::from_millis(5));
+        metrics.raycluster_provisioned(Duration::from_secs(30));
+        metrics.rayservice_upgraded(Duration::from_secs(90));
+        metrics.set_leader(true);
+        metrics.admission_reviewed("RayCluster", false);
+        let text = metrics.encode().expect("encodes");
+        for expected in [
+            "raypipe_graph_fetch_duration_seconds_count{outcome=\"not_modified\"} 1",
+            "raypipe_graph_fetch_duration_seconds_count{outcome=\"failed\"} 1",
+            "raypipe_graph_fetch_failures_total{reason=\"Unauthorized\"} 1",
+            "raypipe_raycluster_provisioning_duration_seconds_count 1",
+            "raypipe_rayservice_upgrade_duration_seconds_sum 90.0",
+            "raypipe_leader 1",
+            "raypipe_webhook_admissions_total{kind=\"RayCluster\",allowed=\"false\"} 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn pipelines_are_counted_by_phase_while_registered() {
+        use kube::runtime::watcher;
+        let metrics = Metrics::new();
+        let (store, mut writer) = kube::runtime::reflector::store::<ServePipeline>();
+        let pipeline = |name: &str, phase: Option<&str>| -> ServePipeline {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"source": {"url": "https://example.invalid/g.pb"},
+                         "rayClusterConfig": {"headGroupSpec": {"template": {}}}},
+                "status": phase.map(|p| serde_json::json!({"phase": p})),
+            }))
+            .expect("a pipeline")
+        };
+        writer.apply_watcher_event(&watcher::Event::Apply(pipeline("a", Some("Ready"))));
+        writer.apply_watcher_event(&watcher::Event::Apply(pipeline("b", Some("Ready"))));
+        writer.apply_watcher_event(&watcher::Event::Apply(pipeline("c", None)));
+        let registration = metrics.observe_pipelines(store);
+        let text = metrics.encode().expect("encodes");
+        assert!(
+            text.contains("raypipe_servepipelines{phase=\"Ready\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("raypipe_servepipelines{phase=\"Unknown\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("name="), "no object names as labels: {text}");
+        drop(registration);
+        let text = metrics.encode().expect("encodes");
+        assert!(!text.contains("phase=\"Ready\""), "{text}");
+    }
+}

@@ -1,0 +1,209 @@
+//! `raypipe run`: the operator as deployed. The admin server (health, readiness, metrics) and
+//! the webhook run on every replica; the controllers run only on the replica holding the
+//! leader Lease (unless leader election is off). SIGTERM stops the controllers gracefully,
+//! releases the Lease so another replica takes over at once, then stops the servers.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+
+use crate::admin::{self, Metrics, Readiness};
+use crate::cli::RunArgs;
+use crate::config::{ControllerSettings, FeatureGates, WebhookArgs};
+use crate::leader::LeaderElector;
+use crate::webhook::{self, registration, tls};
+
+/// How often a generated webhook certificate is checked for renewal.
+const CERTIFICATE_CHECK_INTERVAL: Duration = Duration::from_secs(12 * 3600);
+/// How often a certificate directory is re-read.
+const CERTIFICATE_DIR_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Runs the operator with the client from `KUBECONFIG` or the in-cluster config, until SIGINT
+/// or SIGTERM.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API server")?;
+    run_with_client(client, args, crate::controllers::shutdown_signal()).await
+}
+
+/// Runs the operator on `client` until `shutdown` completes (or leadership is lost, or the
+/// controllers fail: both end in an error so the process exits and is restarted).
+pub async fn run_with_client(
+    client: kube::Client,
+    args: RunArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    let readiness = Readiness::new();
+    let operator = &args.operator;
+    let operator_namespace = operator.scope.operator_namespace();
+
+    // One stop signal for everything; the external shutdown feeds it.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let forward_stop = stop_tx.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = forward_stop.send(true);
+    });
+
+    let admin_listener = admin::bind(operator.admin.admin_address).await?;
+    tracing::info!(address = %operator.admin.admin_address, "admin server listening (/healthz, /readyz, /metrics)");
+    let admin_task = tokio::spawn(admin::serve(
+        admin_listener,
+        metrics.clone(),
+        readiness.clone(),
+        stopped(),
+    ));
+
+    let webhook_task = if operator.webhook.webhook {
+        readiness.expect_webhook();
+        Some(
+            start_webhook(
+                &client,
+                &operator.webhook,
+                &operator_namespace,
+                operator.tuning.feature_gates.clone(),
+                &metrics,
+                &readiness,
+                stopped(),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+
+    // Every replica checks the CRDs, so a standby is ready (and serves the webhook) too.
+    crate::controllers::check_crds(&client, &args.controllers).await?;
+    readiness.set_crds_present();
+
+    let settings = ControllerSettings::from_args(
+        &args.controllers,
+        operator,
+        metrics.clone(),
+        readiness.clone(),
+    );
+    let result = if operator.leader.leader_election {
+        let lease = operator.leader.lease_settings(&operator_namespace);
+        let elector = LeaderElector::new(client.clone(), lease)?.with_metrics(metrics.clone());
+        elector
+            .run(stopped(), |stop| async move {
+                crate::controllers::run_with_settings(client, &settings, stop.stopped()).await
+            })
+            .await
+            .map_err(anyhow::Error::from)
+    } else {
+        metrics.set_leader(true);
+        crate::controllers::run_with_settings(client, &settings, stopped()).await
+    };
+
+    let _ = stop_tx.send(true);
+    if let Ok(Err(e)) = admin_task.await {
+        tracing::warn!(error = %e, "admin server");
+    }
+    if let Some(task) = webhook_task {
+        // It stops on the same signal; in-flight reviews get a moment to finish.
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    result
+}
+
+/// Loads or generates the certificate, fills in the CA bundle, and starts serving.
+async fn start_webhook(
+    client: &kube::Client,
+    args: &WebhookArgs,
+    operator_namespace: &str,
+    gates: FeatureGates,
+    metrics: &Metrics,
+    readiness: &Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let listener = webhook::bind(args.webhook_address).await?;
+    let (resolver, keeper) = match &args.webhook_cert_dir {
+        Some(dir) => {
+            let bundle = tls::read_dir(dir)?;
+            let resolver = tls::CertificateResolver::new(&bundle)?;
+            let keeper = tokio::spawn(tls::watch_dir(
+                dir.clone(),
+                resolver.clone(),
+                CERTIFICATE_DIR_INTERVAL,
+            ));
+            (resolver, keeper)
+        }
+        None => {
+            let names = tls::service_dns_names(&args.webhook_service, operator_namespace);
+            let secret = args.webhook_cert_secret.clone();
+            let bundle = tls::from_secret(client, operator_namespace, &secret, &names, &[]).await?;
+            if let Some(configuration) = &args.webhook_configuration {
+                registration::inject_ca_bundle(client, configuration, &bundle.ca_pem).await?;
+            }
+            let resolver = tls::CertificateResolver::new(&bundle)?;
+            let keeper = tokio::spawn(keep_generated_certificate(
+                client.clone(),
+                operator_namespace.to_owned(),
+                secret,
+                names,
+                args.webhook_configuration.clone(),
+                resolver.clone(),
+                bundle,
+            ));
+            (resolver, keeper)
+        }
+    };
+    let server = webhook::serve(listener, resolver, gates, metrics.clone(), shutdown);
+    readiness.set_webhook_serving();
+    tracing::info!(address = %args.webhook_address, "webhook server listening");
+    Ok(tokio::spawn(async move {
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "webhook server");
+        }
+        keeper.abort();
+    }))
+}
+
+/// Renews the generated certificate before it expires (whichever replica gets there first
+/// writes the Secret; the others pick it up) and keeps the CA bundle in step.
+async fn keep_generated_certificate(
+    client: kube::Client,
+    namespace: String,
+    secret: String,
+    names: Vec<String>,
+    configuration: Option<String>,
+    resolver: Arc<tls::CertificateResolver>,
+    mut current: tls::CertificateBundle,
+) {
+    loop {
+        tokio::time::sleep(CERTIFICATE_CHECK_INTERVAL).await;
+        let bundle = match tls::from_secret(&client, &namespace, &secret, &names, &[]).await {
+            Ok(bundle) => bundle,
+            Err(e) => {
+                tracing::warn!(error = %e, "checking the webhook certificate");
+                continue;
+            }
+        };
+        if bundle == current {
+            continue;
+        }
+        if let Some(configuration) = &configuration
+            && let Err(e) =
+                registration::inject_ca_bundle(&client, configuration, &bundle.ca_pem).await
+        {
+            tracing::warn!(error = %e, "updating the webhook CA bundle");
+            continue;
+        }
+        match resolver.set(&bundle) {
+            Ok(()) => current = bundle,
+            Err(e) => tracing::warn!(error = %e, "the renewed webhook certificate is unusable"),
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! Operator configuration for `raypipe run`: clap flags, each with an environment twin, parsed
+//! once at start-up into immutable settings (nothing reads the environment later).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ArgAction;
+
+use crate::admin::{Metrics, Readiness};
+use crate::cli::ControllerKind;
+
+/// KubeRay's feature gates (names and defaults as in KubeRay), consulted by the validation
+/// rules and the controllers.
+pub mod gates {
+    pub const RAY_CLUSTER_STATUS_CONDITIONS: &str = "RayClusterStatusConditions";
+    pub const RAY_JOB_DELETION_POLICY: &str = "RayJobDeletionPolicy";
+    pub const RAY_MULTI_HOST_INDEXING: &str = "RayMultiHostIndexing";
+    pub const RAY_SERVICE_INCREMENTAL_UPGRADE: &str = "RayServiceIncrementalUpgrade";
+    pub const RAY_CRON_JOB: &str = "RayCronJob";
+    pub const SIDECAR_SUBMITTER_RESTART: &str = "SidecarSubmitterRestart";
+    pub const RAY_CLUSTER_NETWORK_POLICY: &str = "RayClusterNetworkPolicy";
+    pub const GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE: &str = "GCSFaultToleranceEmbeddedStorage";
+    pub const RAY_CLUSTER_MTLS: &str = "RayClusterMTLS";
+    pub const RAY_CLUSTER_HISTORY_SERVER: &str = "RayClusterHistoryServer";
+    pub const KUBERNETES_WAS: &str = "KubernetesWAS";
+
+    /// Every gate with its default.
+    pub const DEFAULTS: [(&str, bool); 11] = [
+        (RAY_CLUSTER_STATUS_CONDITIONS, true),
+        (RAY_JOB_DELETION_POLICY, true),
+        (RAY_MULTI_HOST_INDEXING, true),
+        (RAY_SERVICE_INCREMENTAL_UPGRADE, true),
+        (RAY_CRON_JOB, false),
+        (SIDECAR_SUBMITTER_RESTART, false),
+        (RAY_CLUSTER_NETWORK_POLICY, false),
+        (GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE, false),
+        (RAY_CLUSTER_MTLS, false),
+        (RAY_CLUSTER_HISTORY_SERVER, false),
+        (KUBERNETES_WAS, false),
+    ];
+}
+
+/// Which optional features are on: `Name=true,Other=false` (unknown names are refused, so a
+/// typo never silently leaves a feature off).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeatureGates {
+    enabled: BTreeMap<&'static str, bool>,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        FeatureGates {
+            enabled: gates::DEFAULTS.into_iter().collect(),
+        }
+    }
+}
+
+impl FeatureGates {
+    pub fn enabled(&self, gate: &str) -> bool {
+        self.enabled.get(gate).copied().unwrap_or(false)
+    }
+
+    /// The defaults with `text`'s settings applied.
+    pub fn parse(text: &str) -> Result<FeatureGates, String> {
+        let mut gates = FeatureGates::default();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("{item:?}: expected Name=true or Name=false"))?;
+            let value: bool = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("{item:?}: the value must be true or false"))?;
+            let known = gates::DEFAULTS
+                .iter()
+                .map(|(n, _)| *n)
+                .find(|n| *n == name.trim())
+                .ok_or_else(|| {
+                    let names: Vec<&str> = gates::DEFAULTS.iter().map(|(n, _)| *n).collect();
+                    format!("unknown feature gate {name:?}; known: {}", names.join(", "))
+                })?;
+            gates.enabled.insert(known, value);
+        }
+        Ok(gates)
+    }
+
+    /// Sets one gate (tests, embedding).
+    pub fn with(mut self, gate: &'static str, enabled: bool) -> FeatureGates {
+        self.enabled.insert(gate, enabled);
+        self
+    }
+}
+
+impl std::str::FromStr for FeatureGates {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FeatureGates::parse(s)
+    }
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    crate::controllers::servepipeline::build::parse_duration(text)
+}
+
+/// Every flag of `raypipe run` beyond the controller list and the log format.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OperatorArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub tuning: ControllerArgs,
+    #[command(flatten)]
+    pub leader: LeaderElectionArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScopeArgs {
+    /// Namespaces to watch (comma separated); unset: all namespaces.
+    #[arg(long, env = "RAYPIPE_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// The namespace raypipe runs in (leader Lease, webhook certificate Secret); default: the
+    /// service account's namespace in a Pod, else `default`.
+    #[arg(long, env = "RAYPIPE_OPERATOR_NAMESPACE")]
+    pub operator_namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerArgs {
+    /// Reconciliations each controller runs at once (0: no limit).
+    #[arg(long, env = "RAYPIPE_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: u16,
+    /// Ray dashboard URL template used instead of the head Service's DNS name (running outside
+    /// the cluster); `{name}`, `{namespace}` and `{port}` are filled in.
+    #[arg(long, env = "RAYPIPE_RAY_DASHBOARD_URL")]
+    pub ray_dashboard_url: Option<String>,
+    /// Import path of the graph runtime's application builder.
+    #[arg(long, env = "RAYPIPE_RUNTIME_IMPORT_PATH")]
+    pub runtime_import_path: Option<String>,
+    /// `py_modules` URIs that deliver the graph runtime to Ray (comma separated).
+    #[arg(long, env = "RAYPIPE_RUNTIME_PY_MODULES", value_delimiter = ',')]
+    pub runtime_py_modules: Vec<String>,
+    /// Feature gates, `Name=true,Other=false` (KubeRay's names and defaults).
+    #[arg(long, env = "RAYPIPE_FEATURE_GATES", default_value = "")]
+    pub feature_gates: FeatureGates,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LeaderElectionArgs {
+    /// Run the controllers only while holding the leader Lease (needed with 2+ replicas).
+    #[arg(long, env = "RAYPIPE_LEADER_ELECTION", action = ArgAction::Set, default_value_t = true)]
+    pub leader_election: bool,
+    /// Name of the Lease (in the operator namespace).
+    #[arg(
+        long,
+        env = "RAYPIPE_LEADER_ELECTION_ID",
+        default_value = "raypipe-leader"
+    )]
+    pub leader_election_id: String,
+    /// This replica's identity in the Lease (a random suffix is added); default: the host name.
+    #[arg(long, env = "RAYPIPE_LEADER_ELECTION_IDENTITY")]
+    pub leader_election_identity: Option<String>,
+    /// How long others wait after the leader's last renewal before taking over.
+    #[arg(long, env = "RAYPIPE_LEASE_DURATION", value_parser = duration, default_value = "15s")]
+    pub lease_duration: Duration,
+    /// How long the leader retries renewing before it stops its controllers.
+    #[arg(long, env = "RAYPIPE_RENEW_DEADLINE", value_parser = duration, default_value = "10s")]
+    pub renew_deadline: Duration,
+    /// Pause between attempts to acquire or renew the Lease.
+    #[arg(long, env = "RAYPIPE_RETRY_PERIOD", value_parser = duration, default_value = "2s")]
+    pub retry_period: Duration,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdminArgs {
+    /// Address of the admin server (`/healthz`, `/readyz`, `/metrics`).
+    #[arg(long, env = "RAYPIPE_ADMIN_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub admin_address: SocketAddr,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WebhookArgs {
+    /// Serve the validating admission webhook.
+    #[arg(long, env = "RAYPIPE_WEBHOOK", action = ArgAction::Set, default_value_t = false)]
+    pub webhook: bool,
+    /// Address of the webhook's HTTPS server.
+    #[arg(long, env = "RAYPIPE_WEBHOOK_ADDRESS", default_value = "0.0.0.0:9443")]
+    pub webhook_address: SocketAddr,
+    /// Directory with `tls.crt`, `tls.key` (and `ca.crt`), e.g. a mounted cert-manager Secret;
+    /// re-read when it changes. Unset: the operator generates a certificate.
+    #[arg(long, env = "RAYPIPE_WEBHOOK_CERT_DIR")]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// Secret (in the operator namespace) where the generated certificate is kept, so every
+    /// replica serves the same one.
+    #[arg(
+        long,
+        env = "RAYPIPE_WEBHOOK_CERT_SECRET",
+        default_value = "raypipe-webhook-cert"
+    )]
+    pub webhook_cert_secret: String,
+    /// Service in front of the webhook: the generated certificate covers its DNS names.
+    #[arg(
+        long,
+        env = "RAYPIPE_WEBHOOK_SERVICE",
+        default_value = "raypipe-webhook"
+    )]
+    pub webhook_service: String,
+    /// ValidatingWebhookConfiguration whose CA bundle the operator fills in with the generated
+    /// CA (the Helm chart installs it without one).
+    #[arg(long, env = "RAYPIPE_WEBHOOK_CONFIGURATION")]
+    pub webhook_configuration: Option<String>,
+}
+
+/// The namespace of the service account mounted into a Pod, if any.
+fn pod_namespace() -> Option<String> {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "raypipe".to_owned())
+}
+
+impl ScopeArgs {
+    pub fn operator_namespace(&self) -> String {
+        self.operator_namespace
+            .clone()
+            .or_else(pod_namespace)
+            .unwrap_or_else(|| "default".to_owned())
+    }
+
+    /// The namespaces to watch, sorted and without duplicates; empty means all.
+    pub fn watched_namespaces(&self) -> Vec<String> {
+        let mut namespaces: Vec<String> = self
+            .namespaces
+            .iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+    }
+}
+
+impl LeaderElectionArgs {
+    /// The Lease settings, with a unique identity.
+    pub fn lease_settings(&self, namespace: &str) -> crate::leader::LeaseSettings {
+        let base = self
+            .leader_election_identity
+            .clone()
+            .unwrap_or_else(host_name);
+        crate::leader::LeaseSettings {
+            namespace: namespace.to_owned(),
+            name: self.leader_election_id.clone(),
+            identity: crate::leader::unique_identity(&base),
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
+}
+
+/// What the controllers are started with: settings plus the shared metrics and readiness.
+#[derive(Clone, Debug)]
+pub struct ControllerSettings {
+    pub controllers: Vec<ControllerKind>,
+    /// Namespaces to watch; empty: all. One controller instance runs per namespace.
+    pub namespaces: Vec<String>,
+    pub concurrency: u16,
+    pub ray_dashboard_url: Option<String>,
+    pub runtime_import_path: Option<String>,
+    pub runtime_py_modules: Vec<String>,
+    pub feature_gates: FeatureGates,
+    pub metrics: Metrics,
+    pub readiness: Readiness,
+}
+
+impl ControllerSettings {
+    /// `controllers` on all namespaces, everything else at its default.
+    pub fn new(controllers: &[ControllerKind]) -> ControllerSettings {
+        ControllerSettings {
+            controllers: controllers.to_vec(),
+            namespaces: Vec::new(),
+            concurrency: 4,
+            ray_dashboard_url: None,
+            runtime_import_path: None,
+            runtime_py_modules: Vec::new(),
+            feature_gates: FeatureGates::default(),
+            metrics: Metrics::new(),
+            readiness: Readiness::new(),
+        }
+    }
+
+    pub fn from_args(
+        controllers: &[ControllerKind],
+        args: &OperatorArgs,
+        metrics: Metrics,
+        readiness: Readiness,
+    ) -> ControllerSettings {
+        let ControllerArgs {
+            concurrency,
+            ray_dashboard_url,
+            runtime_import_path,
+            runtime_py_modules,
+            feature_gates,
+        } = args.tuning.clone();
+        ControllerSettings {
+            controllers: controllers.to_vec(),
+            namespaces: args.scope.watched_namespaces(),
+            concurrency,
+            ray_dashboard_url,
+            runtime_import_path,
+            runtime_py_modules,
+            feature_gates,
+            metrics,
+            readiness,
+        }
+    }
+
+    /// `None` (all namespaces) or each watched namespace.
+    pub fn scopes(&self) -> Vec<Option<String>> {
+        if self.namespaces.is_empty() {
+            vec![None]
+        } else {
+            self.namespaces.iter().cloned().map(Some).collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_gates_start_at_kuberays_defaults_and_refuse_unknown_names() {
+        let defaults = FeatureGates::default();
+        assert!(defaults.enabled(gates::RAY_JOB_DELETION_POLICY));
+        assert!(!defaults.enabled(gates::RAY_CLUSTER_NETWORK_POLICY));
+        let parsed =
+            FeatureGates::parse("RayClusterNetworkPolicy=true, RayJobDeletionPolicy=false")
+                .expect("parses");
+        assert!(parsed.enabled(gates::RAY_CLUSTER_NETWORK_POLICY));
+        assert!(!parsed.enabled(gates::RAY_JOB_DELETION_POLICY));
+        assert_eq!(FeatureGates::parse("").expect("empty is fine"), defaults);
+        assert!(FeatureGates::parse("RayClusterNetworkPolcy=true").is_err());
+        assert!(FeatureGates::parse("RayCronJob=yes").is_err());
+    }
+
+    #[test]
+    fn every_run_flag_has_an_environment_twin() {
+        use clap::CommandFactory;
+        let cli = crate::cli::Cli::command();
+        let run = cli.find_subcommand("run").expect("a run subcommand");
+        let missing: Vec<String> = run
+            .get_arguments()
+            .filter(|a| a.get_long().is_some_and(|l| l != "help" && l != "version"))
+            .filter(|a| a.get_env().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "flags without an env twin: {missing:?}");
+    }
+
+    #[test]
+    fn run_elects_a_leader_unless_told_not_to() {
+        use clap::Parser;
+        let parse = |args: &[&str]| -> OperatorArgs {
+            let mut argv = vec!["raypipe", "run"];
+            argv.extend_from_slice(args);
+            match crate::cli::Cli::try_parse_from(argv)
+                .expect("valid flags")
+                .command
+            {
+                crate::cli::Command::Run(run) => run.operator,
+                _ => panic!("expected run"),
+            }
+        };
+        let defaults = parse(&[]);
+        assert!(defaults.leader.leader_election);
+        assert_eq!(defaults.leader.lease_duration, Duration::from_secs(15));
+        assert!(!defaults.webhook.webhook);
+        assert!(defaults.scope.watched_namespaces().is_empty());
+        let custom = parse(&[
+            "--leader-election=false",
+            "--namespaces=a,b",
+            "--retry-period=500ms",
+            "--feature-gates=RayCronJob=true",
+        ]);
+        assert!(!custom.leader.leader_election);
+        assert_eq!(custom.scope.watched_namespaces(), vec!["a", "b"]);
+        assert_eq!(custom.leader.retry_period, Duration::from_millis(500));
+        assert!(custom.tuning.feature_gates.enabled(gates::RAY_CRON_JOB));
+        let lease = custom.leader.lease_settings("ops");
+        assert_eq!(lease.namespace, "ops");
+        assert!(lease.check().is_ok());
+    }
+
+    #[test]
+    fn scope_lists_are_normalised() {
+        let scope = ScopeArgs {
+            namespaces: vec!["b".into(), " a ".into(), "b".into(), String::new()],
+            operator_namespace: Some("ops".into()),
+        };
+        assert_eq!(scope.watched_namespaces(), vec!["a", "b"]);
+        assert_eq!(scope.operator_namespace(), "ops");
+    }
+}

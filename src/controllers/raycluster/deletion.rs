@@ -1,0 +1,147 @@
+//! The deletion of a GCS fault-tolerant cluster: its Redis storage is cleaned up by a Job before
+//! the finalizer goes, within a time limit.
+
+use super::pods::{delete_pod_collection, node_type_of};
+use super::*;
+
+/// The deletion of a GCS-FT cluster: delete its Pods, wait for the head to go, run the Redis
+/// cleanup Job, then remove the finalizer. Bounded: past the timeout the finalizer goes anyway,
+/// whatever Redis, the Job or a stuck Pod does.
+pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Action, Error> {
+    let has_finalizer = cluster
+        .finalizers()
+        .iter()
+        .any(|f| f == keys::GCS_FT_REDIS_CLEANUP_FINALIZER);
+    if !has_finalizer {
+        // Garbage collection removes what the cluster owns.
+        ctx.forget(&key_of(cluster));
+        return Ok(Action::await_change());
+    }
+    let (namespace, name) = key_of(cluster);
+    let remove_finalizer = || {
+        let rest: Vec<String> = cluster
+            .finalizers()
+            .iter()
+            .filter(|f| *f != keys::GCS_FT_REDIS_CLEANUP_FINALIZER)
+            .cloned()
+            .collect();
+        set_finalizers(cluster, ctx, rest)
+    };
+    if !builders::gcs_ft_redis(cluster) || !ctx.config.gcs_ft_redis_cleanup {
+        // No Redis to clean (any more): the finalizer is stale.
+        remove_finalizer().await?;
+        return Ok(Action::await_change());
+    }
+
+    let timeout = cluster
+        .annotations()
+        .get(annotations::GCS_FT_DELETION_TIMEOUT)
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(ctx.config.gcs_ft_deletion_timeout, Duration::from_secs);
+    let deleted_at = cluster
+        .meta()
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+    let age = Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(deleted_at))
+        .unwrap_or_default();
+    // Checked first (KubeRay checks it only after the head Pod is gone): a head Pod stuck in
+    // Terminating must not hold the cluster forever either.
+    if age >= timeout {
+        remove_finalizer().await?;
+        let storage = builders::pod::external_storage_namespace(cluster);
+        ctx.event(
+            cluster,
+            EventType::Warning,
+            reasons::FORCE_DELETED_STUCK_CLUSTER,
+            "Cleanup",
+            format!("Force-removed the GCS FT finalizer after {age:?}: the Redis cleanup did not finish; Redis storage namespace {storage:?} may need manual cleanup"),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    let remaining = timeout - age;
+    let soon = |d: Duration| Action::requeue(d.min(remaining).max(Duration::from_millis(500)));
+
+    let heads = ctx
+        .cluster_pods(cluster)
+        .iter()
+        .filter(|p| node_type_of(p) == Some(labels::HEAD))
+        .count();
+    for node_type in [labels::HEAD, labels::WORKER] {
+        let selector = format!(
+            "{}={name},{}={node_type}",
+            labels::CLUSTER,
+            labels::NODE_TYPE
+        );
+        delete_pod_collection(cluster, ctx, &selector)
+            .await
+            .map_err(|e| Error::kube(format!("deleting the {node_type} Pods"), e))?;
+    }
+    if heads > 0 {
+        // The GCS may still write to Redis until the head is gone.
+        return Ok(soon(HEAD_TERMINATION_REQUEUE));
+    }
+
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
+    let job_name = names::redis_cleanup_job_name(&name);
+    let job = jobs
+        .get_opt(&job_name)
+        .await
+        .map_err(|e| Error::kube(format!("reading Job {job_name}"), e))?;
+    match job {
+        Some(job) => {
+            let finished = job
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| {
+                    matches!(c.type_.as_str(), "Complete" | "Failed" | "FailureTarget")
+                        && c.status == conditions::TRUE
+                });
+            match finished {
+                Some(condition) => {
+                    info!(job = %job_name, result = %condition.type_, "Redis cleanup finished; removing the finalizer");
+                    remove_finalizer().await?;
+                    Ok(Action::await_change())
+                }
+                // The Job's watch event brings the next pass; the requeue bounds the wait.
+                None => Ok(soon(HEAD_TERMINATION_REQUEUE)),
+            }
+        }
+        None => {
+            let spec_hash = builders::spec_hash(&cluster.spec);
+            let job =
+                builders::cleanup_job::redis_cleanup_job(cluster, &ctx.config.build, &spec_hash)?;
+            match jobs.create(&PostParams::default(), &job).await {
+                Ok(_) => {
+                    ctx.event(
+                        cluster,
+                        EventType::Normal,
+                        reasons::CREATED_REDIS_CLEANUP_JOB,
+                        "Create",
+                        format!("Created Redis cleanup Job {namespace}/{job_name}"),
+                    )
+                    .await;
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    ctx.event(
+                        cluster,
+                        EventType::Warning,
+                        reasons::FAILED_TO_CREATE_REDIS_CLEANUP_JOB,
+                        "Create",
+                        format!("Failed to create Redis cleanup Job {namespace}/{job_name}: {e}"),
+                    )
+                    .await;
+                    return Err(Error::kube(format!("creating Job {job_name}"), e));
+                }
+            }
+            Ok(soon(SHORT_REQUEUE))
+        }
+    }
+}

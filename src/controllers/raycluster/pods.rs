@@ -1,0 +1,462 @@
+//! The Pods of a RayCluster: suspension, Recreate upgrades, the head, then each worker group
+//! as `scaling` plans it. Every create and delete is recorded as an expectation first seen in
+//! the cache before the group is touched again.
+
+use super::*;
+
+/// Five characters from Kubernetes' random-name alphabet (no vowels, no look-alikes).
+pub(super) fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    let mut value = hasher.finish();
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(value % ALPHABET.len() as u64) as usize];
+            value /= ALPHABET.len() as u64;
+            c as char
+        })
+        .collect()
+}
+
+pub(super) fn node_type_of(pod: &Pod) -> Option<&str> {
+    pod.labels().get(labels::NODE_TYPE).map(String::as_str)
+}
+
+fn condition_true(status: Option<&RayClusterStatus>, type_: &str) -> bool {
+    status
+        .and_then(|s| conditions::find(&s.conditions, type_))
+        .is_some_and(|c| c.status == conditions::TRUE)
+}
+
+/// Deletes every Pod of the cluster (or of one group) with one call.
+pub(super) async fn delete_pod_collection(
+    cluster: &RayCluster,
+    ctx: &Context,
+    selector: &str,
+) -> Result<(), kube::Error> {
+    let api: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    api.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels(selector),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Deletes one Pod, only if it is still the one seen (UID precondition). Gone already is fine.
+async fn delete_pod(ctx: &Context, pod: &Pod) -> Result<(), kube::Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    let params = DeleteParams {
+        preconditions: pod.uid().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pod.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn create_pod(ctx: &Context, pod: &Pod) -> Result<Pod, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    api.create(&PostParams::default(), pod).await
+}
+
+/// Suspension, Recreate upgrades, the head Pod, then each worker group.
+pub(super) async fn reconcile_pods(
+    cluster: &RayCluster,
+    ctx: &Context,
+    status: Option<&RayClusterStatus>,
+) -> Result<Progress, Error> {
+    let key = key_of(cluster);
+    let (namespace, name) = key.clone();
+    let all_pods = format!(
+        "{}={name},{} in ({},{})",
+        labels::CLUSTER,
+        labels::NODE_TYPE,
+        labels::HEAD,
+        labels::WORKER
+    );
+
+    if condition_true(status, condition_types::RAY_CLUSTER_SUSPENDING) {
+        if let Err(e) = delete_pod_collection(cluster, ctx, &all_pods).await {
+            ctx.event(
+                cluster,
+                EventType::Warning,
+                reasons::FAILED_TO_DELETE_POD_COLLECTION,
+                "Delete",
+                format!(
+                    "Failed deleting Pods of RayCluster {namespace}/{name} for its suspension: {e}"
+                ),
+            )
+            .await;
+            return Err(Error::replica(
+                condition_reasons::FAILED_DELETE_ALL_PODS,
+                "deleting all Pods",
+                e,
+            ));
+        }
+        ctx.expectations.forget(&key);
+        if !ctx.cluster_pods(cluster).is_empty() {
+            ctx.event(
+                cluster,
+                EventType::Normal,
+                reasons::DELETED_POD,
+                "Delete",
+                format!("Deleted Pods for RayCluster {namespace}/{name} due to suspension"),
+            )
+            .await;
+        }
+        return Ok(Progress::Done);
+    }
+    if condition_true(status, condition_types::RAY_CLUSTER_SUSPENDED)
+        || cluster.spec.suspend == Some(true)
+    {
+        // Suspended, or about to be: the status moves to Suspending first.
+        return Ok(Progress::Done);
+    }
+
+    let pods = ctx.cluster_pods(cluster);
+    let spec_hash = builders::spec_hash(&cluster.spec);
+    let heads: Vec<&Pod> = pods
+        .iter()
+        .map(|p| p.as_ref())
+        .filter(|p| node_type_of(p) == Some(labels::HEAD))
+        .collect();
+
+    if builders::recreate_on_change(&cluster.spec)
+        && let Some(head) = heads.first()
+    {
+        let pod_annotations = head.annotations();
+        let version = pod_annotations
+            .get(annotations::KUBERAY_VERSION)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let hash = pod_annotations
+            .get(annotations::RECREATE_HASH)
+            .map(String::as_str)
+            .unwrap_or_default();
+        if !version.is_empty() && version != keys::OPERATOR_VERSION {
+            // A new operator version hashes differently: adopt the Pods instead of recreating.
+            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                annotations::RECREATE_HASH: spec_hash,
+                annotations::KUBERAY_VERSION: keys::OPERATOR_VERSION,
+            }}});
+            if let Err(e) = api
+                .patch(
+                    &head.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                warn!(error = %e, "updating the head Pod's hash after an operator upgrade failed");
+            }
+        } else if !hash.is_empty() && hash != spec_hash {
+            info!("spec changed under the Recreate upgrade strategy; deleting all Pods");
+            if let Err(e) = delete_pod_collection(cluster, ctx, &all_pods).await {
+                ctx.event(cluster, EventType::Warning, reasons::FAILED_TO_DELETE_POD_COLLECTION, "Delete", format!("Failed deleting Pods of RayCluster {namespace}/{name} for the Recreate upgrade: {e}"))
+                    .await;
+                return Err(Error::replica(
+                    condition_reasons::FAILED_DELETE_ALL_PODS,
+                    "deleting all Pods",
+                    e,
+                ));
+            }
+            ctx.expectations.forget(&key);
+            ctx.event(cluster, EventType::Normal, reasons::DELETED_POD, "Delete", format!("Deleted all Pods for RayCluster {namespace}/{name} due to spec change with Recreate upgradeStrategy"))
+                .await;
+            return Ok(Progress::Done);
+        }
+    }
+
+    let in_cache = |pod: &str| ctx.pod_in_cache(&namespace, pod);
+    if ctx
+        .expectations
+        .is_satisfied(&key, &Group::Head, Instant::now(), in_cache)
+    {
+        match heads.as_slice() {
+            [] => {
+                let provisioned = condition_true(status, condition_types::RAY_CLUSTER_PROVISIONED);
+                let no_restart = cluster
+                    .annotations()
+                    .get(annotations::DISABLE_PROVISIONED_HEAD_RESTART)
+                    .is_some_and(|v| v == "true");
+                if !(provisioned && no_restart) {
+                    create_head_pod(cluster, ctx, &spec_hash).await?;
+                }
+            }
+            [head] => {
+                if let Some(reason) = scaling::unhealthy_reason(head) {
+                    if let Err(e) = delete_pod(ctx, head).await {
+                        ctx.event(
+                            cluster,
+                            EventType::Warning,
+                            reasons::FAILED_TO_DELETE_HEAD_POD,
+                            "Delete",
+                            format!(
+                                "Failed deleting head Pod {namespace}/{}: {reason}: {e}",
+                                head.name_any()
+                            ),
+                        )
+                        .await;
+                        return Err(Error::replica(
+                            condition_reasons::FAILED_DELETE_HEAD_POD,
+                            format!("deleting head Pod {}", head.name_any()),
+                            e,
+                        ));
+                    }
+                    ctx.expectations.record(
+                        &key,
+                        Group::Head,
+                        &head.name_any(),
+                        ScaleAction::Delete,
+                        Instant::now(),
+                    );
+                    ctx.event(
+                        cluster,
+                        EventType::Normal,
+                        reasons::DELETED_HEAD_POD,
+                        "Delete",
+                        format!("Deleted head Pod {namespace}/{}: {reason}", head.name_any()),
+                    )
+                    .await;
+                    return Ok(Progress::Waiting(reason));
+                }
+            }
+            many => {
+                let found: Vec<String> = many.iter().map(|p| p.name_any()).collect();
+                return Err(Error::Conflict(format!(
+                    "{} head Pods found ({}); a RayCluster has one, delete the extra ones",
+                    found.len(),
+                    found.join(", ")
+                )));
+            }
+        }
+    }
+
+    // The autoscaler alone removes Pods, unless random deletion is switched on.
+    let scale_down_allowed =
+        !builders::autoscaling_enabled(&cluster.spec) || ctx.config.random_pod_delete;
+    for group in cluster.spec.worker_group_specs.iter().flatten() {
+        let group_key = Group::Worker(group.group_name.clone());
+        if !ctx
+            .expectations
+            .is_satisfied(&key, &group_key, Instant::now(), in_cache)
+        {
+            debug!(group = %group.group_name, "waiting for the cache to show earlier changes");
+            continue;
+        }
+        let group_pods: Vec<&Pod> = pods
+            .iter()
+            .map(|p| p.as_ref())
+            .filter(|p| {
+                node_type_of(p) == Some(labels::WORKER)
+                    && p.labels().get(labels::GROUP) == Some(&group.group_name)
+            })
+            .collect();
+        let plan = scaling::plan_group(group, &group_pods, scale_down_allowed, &mut random_suffix);
+
+        if plan.delete_all {
+            if !group_pods.is_empty() {
+                let selector = format!(
+                    "{}={name},{}={},{}={}",
+                    labels::CLUSTER,
+                    labels::GROUP,
+                    group.group_name,
+                    labels::NODE_TYPE,
+                    labels::WORKER
+                );
+                if let Err(e) = delete_pod_collection(cluster, ctx, &selector).await {
+                    ctx.event(
+                        cluster,
+                        EventType::Warning,
+                        reasons::FAILED_TO_DELETE_WORKER_POD_COLLECTION,
+                        "Delete",
+                        format!(
+                            "Failed deleting worker Pods of suspended group {}: {e}",
+                            group.group_name
+                        ),
+                    )
+                    .await;
+                    return Err(Error::replica(
+                        condition_reasons::FAILED_DELETE_WORKER_POD,
+                        "deleting a suspended group's Pods",
+                        e,
+                    ));
+                }
+                ctx.event(cluster, EventType::Normal, reasons::DELETED_WORKER_POD, "Delete", format!("Deleted all Pods of suspended worker group {} in RayCluster {namespace}/{name}", group.group_name))
+                    .await;
+            }
+            continue;
+        }
+        if let Some(problem) = plan.error {
+            return Err(Error::Conflict(problem));
+        }
+        for (pod_name, reason) in &plan.delete {
+            let Some(pod) = group_pods.iter().find(|p| p.name_any() == *pod_name) else {
+                continue;
+            };
+            delete_worker(cluster, ctx, &group_key, pod, reason).await?;
+        }
+        if let Some(wait) = plan.wait {
+            return Ok(Progress::Waiting(wait));
+        }
+        for replica in &plan.create {
+            create_worker_pod(cluster, ctx, group, replica).await?;
+        }
+    }
+    Ok(Progress::Done)
+}
+
+async fn create_head_pod(
+    cluster: &RayCluster,
+    ctx: &Context,
+    spec_hash: &str,
+) -> Result<(), Error> {
+    let (namespace, name) = key_of(cluster);
+    let pod = builders::pod::head_pod(cluster, &ctx.config.build, spec_hash)?;
+    match create_pod(ctx, &pod).await {
+        Ok(created) => {
+            let created_name = created.name_any();
+            ctx.expectations.record(
+                &(namespace.clone(), name),
+                Group::Head,
+                &created_name,
+                ScaleAction::Create,
+                Instant::now(),
+            );
+            ctx.event(
+                cluster,
+                EventType::Normal,
+                reasons::CREATED_HEAD_POD,
+                "Create",
+                format!("Created head Pod {namespace}/{created_name}"),
+            )
+            .await;
+            Ok(())
+        }
+        Err(e) => {
+            ctx.event(
+                cluster,
+                EventType::Warning,
+                reasons::FAILED_TO_CREATE_HEAD_POD,
+                "Create",
+                format!("Failed to create head Pod for {namespace}/{name}: {e}"),
+            )
+            .await;
+            Err(Error::replica(
+                condition_reasons::FAILED_CREATE_HEAD_POD,
+                "creating the head Pod",
+                e,
+            ))
+        }
+    }
+}
+
+async fn create_worker_pod(
+    cluster: &RayCluster,
+    ctx: &Context,
+    group: &crate::api::raycluster::WorkerGroupSpec,
+    replica: &WorkerReplica,
+) -> Result<(), Error> {
+    let (namespace, name) = key_of(cluster);
+    let pod = builders::pod::worker_pod(cluster, group, replica, &ctx.config.build)?;
+    match create_pod(ctx, &pod).await {
+        Ok(created) => {
+            let created_name = created.name_any();
+            ctx.expectations.record(
+                &(namespace.clone(), name),
+                Group::Worker(group.group_name.clone()),
+                &created_name,
+                ScaleAction::Create,
+                Instant::now(),
+            );
+            ctx.event(
+                cluster,
+                EventType::Normal,
+                reasons::CREATED_WORKER_POD,
+                "Create",
+                format!("Created worker Pod {namespace}/{created_name}"),
+            )
+            .await;
+            Ok(())
+        }
+        Err(e) => {
+            ctx.event(
+                cluster,
+                EventType::Warning,
+                reasons::FAILED_TO_CREATE_WORKER_POD,
+                "Create",
+                format!("Failed to create worker Pod for the cluster {namespace}/{name}: {e}"),
+            )
+            .await;
+            Err(Error::replica(
+                condition_reasons::FAILED_CREATE_WORKER_POD,
+                format!("creating a worker Pod of group {}", group.group_name),
+                e,
+            ))
+        }
+    }
+}
+
+async fn delete_worker(
+    cluster: &RayCluster,
+    ctx: &Context,
+    group: &Group,
+    pod: &Pod,
+    reason: &DeleteReason,
+) -> Result<(), Error> {
+    let (namespace, _) = key_of(cluster);
+    let pod_name = pod.name_any();
+    if let Err(e) = delete_pod(ctx, pod).await {
+        ctx.event(
+            cluster,
+            EventType::Warning,
+            reasons::FAILED_TO_DELETE_WORKER_POD,
+            "Delete",
+            format!(
+                "Failed deleting worker Pod {namespace}/{pod_name} ({}): {e}",
+                reason.describe()
+            ),
+        )
+        .await;
+        return Err(Error::replica(
+            condition_reasons::FAILED_DELETE_WORKER_POD,
+            format!("deleting worker Pod {pod_name}"),
+            e,
+        ));
+    }
+    ctx.expectations.record(
+        &key_of(cluster),
+        group.clone(),
+        &pod_name,
+        ScaleAction::Delete,
+        Instant::now(),
+    );
+    ctx.event(
+        cluster,
+        EventType::Normal,
+        reasons::DELETED_WORKER_POD,
+        "Delete",
+        format!(
+            "Deleted worker Pod {namespace}/{pod_name}: {}",
+            reason.describe()
+        ),
+    )
+    .await;
+    Ok(())
+}

@@ -1,0 +1,740 @@
+//! The RayCluster status, computed from the spec, the Pods and the head Service as KubeRay
+//! computes it: replica counts, desired resources, `state`, conditions, endpoints, head info.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::builders::quantity::Amount;
+use super::builders::ray_start::is_gpu_resource;
+use super::keys::labels;
+use crate::api::conditions::{self, FALSE, TRUE, condition, set_condition};
+use crate::api::raycluster::{
+    ClusterState, HeadInfo, RayCluster, RayClusterStatus, WorkerGroupSpec, condition_reasons,
+    condition_types,
+};
+
+/// How the reconcile that precedes the status went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything was applied.
+    Clean,
+    /// Progress that needs another pass (e.g. unhealthy Pods deleted, creations wait).
+    Waiting(String),
+    /// A failure; Pod create/delete failures carry their `ReplicaFailure` reason.
+    Failed {
+        replica_failure: Option<&'static str>,
+        message: String,
+    },
+}
+
+/// Everything the status is computed from.
+pub struct StatusInputs<'a> {
+    pub cluster: &'a RayCluster,
+    /// The cluster's head and worker Pods, terminating ones included.
+    pub pods: &'a [&'a Pod],
+    pub head_service: Option<&'a Service>,
+    pub outcome: &'a Outcome,
+    /// The status to start from (the last one written).
+    pub previous: Option<&'a RayClusterStatus>,
+    pub now: Time,
+}
+
+/// Desired Pods of a group: replicas clamped to [min, max] (unset: min), times hosts; 0 when
+/// the group is suspended.
+pub fn desired_workers(group: &WorkerGroupSpec) -> i32 {
+    if group.suspend == Some(true) {
+        return 0;
+    }
+    let min = group.min_replicas.unwrap_or(0);
+    let max = group.max_replicas.unwrap_or(i32::MAX);
+    let replicas = match group.replicas {
+        None => min,
+        Some(r) if r < min => min,
+        Some(r) if r > max => max,
+        Some(r) => r,
+    };
+    replicas.saturating_mul(hosts(group))
+}
+
+/// `numOfHosts`, at least 1.
+pub fn hosts(group: &WorkerGroupSpec) -> i32 {
+    group.num_of_hosts.unwrap_or(1).max(1)
+}
+
+fn node_type(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::NODE_TYPE))
+        .map(String::as_str)
+}
+
+fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
+fn ready_condition(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+}
+
+/// Running with a True Ready condition.
+pub fn is_running_and_ready(pod: &Pod) -> bool {
+    phase(pod) == Some("Running") && ready_condition(pod).is_some_and(|c| c.status == TRUE)
+}
+
+/// KubeRay's "all Pods running": at least one Pod, all Running, none with a Ready condition
+/// other than True (a Pod without one counts as ready).
+pub fn all_pods_running(pods: &[&Pod]) -> bool {
+    !pods.is_empty()
+        && pods.iter().all(|pod| {
+            phase(pod) == Some("Running") && ready_condition(pod).is_none_or(|c| c.status == TRUE)
+        })
+}
+
+/// Requests of a Pod template, with limits where a request is missing, summed over its
+/// containers.
+fn pod_resources(spec: Option<&PodSpec>) -> BTreeMap<String, Amount> {
+    let mut total: BTreeMap<String, Amount> = BTreeMap::new();
+    for container in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+        let resources = container.resources.as_ref();
+        let mut merged = resources
+            .and_then(|r| r.requests.clone())
+            .unwrap_or_default();
+        for (name, quantity) in resources.and_then(|r| r.limits.clone()).unwrap_or_default() {
+            merged.entry(name).or_insert(quantity);
+        }
+        for (name, quantity) in merged {
+            if let Some(amount) = Amount::of(&quantity) {
+                let sum = total.get(&name).copied().unwrap_or_default().plus(amount);
+                total.insert(name, sum);
+            }
+        }
+    }
+    total
+}
+
+/// Total resources of the head and `replicas * numOfHosts` workers of every group (replicas as
+/// written, not clamped; suspended groups count nothing).
+fn desired_resources(cluster: &RayCluster) -> BTreeMap<String, Amount> {
+    let mut total = pod_resources(cluster.spec.head_group_spec.template.spec.as_ref());
+    for group in cluster.spec.worker_group_specs.iter().flatten() {
+        if group.suspend == Some(true) {
+            continue;
+        }
+        let count = i64::from(group.replicas.unwrap_or(0)) * i64::from(hosts(group));
+        for (name, amount) in pod_resources(group.template.spec.as_ref()) {
+            let sum = total
+                .get(&name)
+                .copied()
+                .unwrap_or_default()
+                .plus(amount.times(count));
+            total.insert(name, sum);
+        }
+    }
+    total
+}
+
+/// The HeadPodReady condition from the head Pod's Ready condition.
+fn head_pod_ready(
+    head: Option<&Pod>,
+    generation: Option<i64>,
+    now: &Time,
+) -> conditions::Condition {
+    let Some(head) = head else {
+        return condition(
+            condition_types::HEAD_POD_READY,
+            FALSE,
+            condition_reasons::HEAD_POD_NOT_FOUND,
+            "Head Pod not found",
+            generation,
+            now.clone(),
+        );
+    };
+    let Some(ready) = ready_condition(head) else {
+        return condition(
+            condition_types::HEAD_POD_READY,
+            FALSE,
+            condition_reasons::UNKNOWN,
+            "",
+            generation,
+            now.clone(),
+        );
+    };
+    let mut reason = ready.reason.clone().unwrap_or_default();
+    let mut message = ready.message.clone().unwrap_or_default();
+    if ready.status == TRUE && reason.is_empty() {
+        reason = condition_reasons::HEAD_POD_RUNNING_AND_READY.to_owned();
+    }
+    if reason == "ContainersNotReady" {
+        // The first waiting or terminated container says more than "ContainersNotReady".
+        let statuses = head
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref());
+        let detail = statuses.into_iter().flatten().find_map(|s| {
+            let state = s.state.as_ref()?;
+            if let Some(waiting) = &state.waiting {
+                Some((
+                    waiting.reason.clone(),
+                    s.name.clone(),
+                    waiting.message.clone(),
+                ))
+            } else {
+                state
+                    .terminated
+                    .as_ref()
+                    .map(|t| (t.reason.clone(), s.name.clone(), t.message.clone()))
+            }
+        });
+        if let Some((detail_reason, container, detail_message)) = detail {
+            if !message.is_empty() {
+                message.push_str("; ");
+            }
+            message.push_str(&format!(
+                "{container}: {}",
+                detail_message.unwrap_or_default()
+            ));
+            reason = detail_reason.unwrap_or_default();
+        }
+    }
+    if reason.is_empty() {
+        reason = condition_reasons::UNKNOWN.to_owned();
+    }
+    condition(
+        condition_types::HEAD_POD_READY,
+        &ready.status,
+        &reason,
+        message,
+        generation,
+        now.clone(),
+    )
+}
+
+fn is_true(status: &RayClusterStatus, type_: &str) -> bool {
+    conditions::find(&status.conditions, type_).is_some_and(|c| c.status == TRUE)
+}
+
+/// Head Service ports by name: the node port when there is one, else the target port.
+fn endpoints(service: &Service) -> BTreeMap<String, String> {
+    let mut endpoints = BTreeMap::new();
+    for port in service.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
+        let Some(name) = port.name.as_deref().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let value = match (&port.node_port, &port.target_port) {
+            (Some(node_port), _) if *node_port != 0 => node_port.to_string(),
+            (_, Some(IntOrString::Int(target))) if *target != 0 => target.to_string(),
+            (_, Some(IntOrString::String(target))) if !target.is_empty() => target.clone(),
+            _ => continue,
+        };
+        endpoints.insert(name.to_owned(), value);
+    }
+    endpoints
+}
+
+fn non_empty(value: Option<&String>) -> Option<String> {
+    value.filter(|v| !v.is_empty()).cloned()
+}
+
+/// The new status. Pure: the time is an input.
+pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
+    let cluster = inputs.cluster;
+    let spec = &cluster.spec;
+    let generation = cluster.metadata.generation;
+    let now = &inputs.now;
+    let mut status = inputs.previous.cloned().unwrap_or_default();
+
+    match inputs.outcome {
+        Outcome::Clean => status
+            .conditions
+            .retain(|c| c.type_ != condition_types::REPLICA_FAILURE),
+        Outcome::Failed {
+            replica_failure: Some(reason),
+            message,
+        } => set_condition(
+            &mut status.conditions,
+            condition(
+                condition_types::REPLICA_FAILURE,
+                TRUE,
+                reason,
+                message.clone(),
+                generation,
+                now.clone(),
+            ),
+        ),
+        // Other problems leave the condition as it was, as in KubeRay.
+        Outcome::Failed { .. } | Outcome::Waiting(_) => {}
+    }
+    status.observed_generation = generation;
+
+    let workers: Vec<&Pod> = inputs
+        .pods
+        .iter()
+        .copied()
+        .filter(|p| node_type(p) == Some(labels::WORKER))
+        .collect();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    status.ready_worker_replicas = Some(count(
+        workers.iter().filter(|p| is_running_and_ready(p)).count(),
+    ));
+    status.available_worker_replicas = Some(count(
+        workers
+            .iter()
+            .filter(|p| phase(p) == Some("Running"))
+            .count(),
+    ));
+    let groups: Vec<&WorkerGroupSpec> = spec.worker_group_specs.iter().flatten().collect();
+    let desired: i32 = groups
+        .iter()
+        .map(|g| desired_workers(g))
+        .fold(0, i32::saturating_add);
+    status.desired_worker_replicas = Some(desired);
+    let active = groups.iter().filter(|g| g.suspend != Some(true));
+    status.min_worker_replicas = Some(
+        active
+            .clone()
+            .map(|g| g.min_replicas.unwrap_or(0).saturating_mul(hosts(g)))
+            .fold(0, i32::saturating_add),
+    );
+    let max: i64 = active
+        .map(|g| i64::from(g.max_replicas.unwrap_or(i32::MAX)) * i64::from(hosts(g)))
+        .sum();
+    status.max_worker_replicas = Some(i32::try_from(max).unwrap_or(i32::MAX));
+
+    let resources = desired_resources(cluster);
+    let get = |name: &str| resources.get(name).copied().unwrap_or_default();
+    status.desired_cpu = Some(get("cpu").to_quantity());
+    status.desired_memory = Some(get("memory").to_quantity());
+    let gpus = resources
+        .iter()
+        .filter(|(name, amount)| is_gpu_resource(name) && !amount.is_zero())
+        .fold(Amount::default(), |sum, (_, amount)| sum.plus(*amount));
+    status.desired_gpu = Some(gpus.to_quantity());
+    status.desired_tpu = Some(get("google.com/tpu").to_quantity());
+
+    let previous_state = status.state;
+    let all_running = all_pods_running(inputs.pods);
+    if *inputs.outcome == Outcome::Clean
+        && inputs.pods.len() == usize::try_from(desired).unwrap_or(0) + 1
+        && all_running
+    {
+        status.state = Some(ClusterState::Ready);
+        status.reason = None;
+    }
+
+    let head = inputs
+        .pods
+        .iter()
+        .copied()
+        .find(|p| node_type(p) == Some(labels::HEAD));
+    set_condition(
+        &mut status.conditions,
+        head_pod_ready(head, generation, now),
+    );
+
+    let suspending = is_true(&status, condition_types::RAY_CLUSTER_SUSPENDING);
+    let suspended = is_true(&status, condition_types::RAY_CLUSTER_SUSPENDED);
+    let set =
+        |status: &mut RayClusterStatus, type_: &str, value: &str, reason: &str, message: &str| {
+            set_condition(
+                &mut status.conditions,
+                condition(type_, value, reason, message, generation, now.clone()),
+            );
+        };
+    // Provisioned turns True once, when every Pod first runs and is ready; only a suspension
+    // resets it.
+    if !is_true(&status, condition_types::RAY_CLUSTER_PROVISIONED) && !suspended {
+        if all_running {
+            set(
+                &mut status,
+                condition_types::RAY_CLUSTER_PROVISIONED,
+                TRUE,
+                condition_reasons::ALL_POD_RUNNING_AND_READY_FIRST_TIME,
+                "All Ray Pods are ready for the first time",
+            );
+        } else {
+            set(
+                &mut status,
+                condition_types::RAY_CLUSTER_PROVISIONED,
+                FALSE,
+                condition_reasons::RAY_CLUSTER_PODS_PROVISIONING,
+                "RayCluster Pods are being provisioned for first time",
+            );
+        }
+    }
+    let wants_suspend = spec.suspend == Some(true);
+    let suspending_type = condition_types::RAY_CLUSTER_SUSPENDING;
+    let suspended_type = condition_types::RAY_CLUSTER_SUSPENDED;
+    if suspending {
+        if inputs.pods.is_empty() {
+            set(
+                &mut status,
+                condition_types::RAY_CLUSTER_PROVISIONED,
+                FALSE,
+                condition_reasons::RAY_CLUSTER_PODS_PROVISIONING,
+                "RayCluster has been suspended",
+            );
+            set(&mut status, suspending_type, FALSE, suspending_type, "");
+            set(&mut status, suspended_type, TRUE, suspended_type, "");
+        }
+    } else if suspended {
+        // KubeRay resumes only on an explicit `suspend: false`; an unset field resumes too.
+        if !wants_suspend {
+            set(&mut status, suspended_type, FALSE, suspended_type, "");
+        }
+    } else {
+        set(&mut status, suspended_type, FALSE, suspended_type, "");
+        let value = if wants_suspend { TRUE } else { FALSE };
+        set(&mut status, suspending_type, value, suspending_type, "");
+    }
+    if wants_suspend && inputs.pods.is_empty() {
+        status.state = Some(ClusterState::Suspended);
+    }
+
+    if let Some(service) = inputs.head_service {
+        status.endpoints = Some(endpoints(service)).filter(|e| !e.is_empty());
+    }
+    let head_status = head.and_then(|p| p.status.as_ref());
+    let head_pod_ip = non_empty(head_status.and_then(|s| s.pod_ip.as_ref()));
+    let service_ip = inputs.head_service.and_then(|s| {
+        let cluster_ip = s.spec.as_ref().and_then(|spec| spec.cluster_ip.as_ref())?;
+        // A headless Service has no IP of its own: the head Pod's stands in.
+        if cluster_ip == "None" {
+            head_pod_ip.clone()
+        } else {
+            non_empty(Some(cluster_ip))
+        }
+    });
+    status.head = Some(HeadInfo {
+        pod_ip: head_pod_ip,
+        service_ip,
+        pod_name: head.and_then(|p| non_empty(p.metadata.name.as_ref())),
+        service_name: inputs
+            .head_service
+            .and_then(|s| non_empty(s.metadata.name.as_ref())),
+    });
+
+    if status.state != previous_state
+        && let Some(state) = status.state
+    {
+        status
+            .state_transition_times
+            .get_or_insert_with(BTreeMap::new)
+            .insert(state.as_str().to_owned(), now.clone());
+    }
+    status.last_update_time = Some(now.clone());
+    status
+}
+
+/// Whether `new` says anything `old` does not (the update time aside).
+pub fn differs(old: Option<&RayClusterStatus>, new: &RayClusterStatus) -> bool {
+    let Some(old) = old else {
+        return true;
+    };
+    let mut old = old.clone();
+    old.last_update_time = new.last_update_time.clone();
+    old != *new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::raycluster::builders::test_cluster;
+    use serde_json::{Value, json};
+
+    fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("time"))
+    }
+
+    fn cluster(extra: Value) -> RayCluster {
+        let mut value = json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "c", "generation": 3},
+            "spec": {
+                "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "i",
+                    "resources": {"requests": {"cpu": "1", "memory": "5Gi"}}}]}}},
+                "workerGroupSpecs": [{"groupName": "g", "replicas": 2, "minReplicas": 1, "maxReplicas": 5,
+                    "template": {"spec": {"containers": [{"name": "w", "image": "i",
+                        "resources": {"limits": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}}}]}}}]
+            }
+        });
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            value["spec"][k] = v;
+        }
+        test_cluster(value)
+    }
+
+    fn pod(name: &str, node_type: &str, phase: &str, ready: Option<&str>) -> Pod {
+        let mut status = json!({"phase": phase, "podIP": format!("10.0.0.{}", name.len())});
+        if let Some(ready) = ready {
+            status["conditions"] = json!([{"type": "Ready", "status": ready}]);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"ray.io/node-type": node_type}},
+            "status": status
+        }))
+        .expect("a Pod")
+    }
+
+    fn headless_service() -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": "c-head-svc"},
+            "spec": {"clusterIP": "None", "ports": [
+                {"name": "dashboard", "port": 8265, "targetPort": 8265},
+                {"name": "gcs", "port": 6379, "targetPort": "gcs"},
+                {"name": "client", "port": 10001, "nodePort": 30001, "targetPort": 10001},
+                {"port": 1}
+            ]}
+        }))
+        .expect("a Service")
+    }
+
+    fn compute(
+        cluster: &RayCluster,
+        pods: &[Pod],
+        outcome: Outcome,
+        previous: Option<&RayClusterStatus>,
+    ) -> RayClusterStatus {
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let service = headless_service();
+        compute_status(&StatusInputs {
+            cluster,
+            pods: &refs,
+            head_service: Some(&service),
+            outcome: &outcome,
+            previous,
+            now: at(100),
+        })
+    }
+
+    fn reason(status: &RayClusterStatus, type_: &str) -> (String, String) {
+        let c = conditions::find(&status.conditions, type_).expect(type_);
+        (c.status.clone(), c.reason.clone())
+    }
+
+    #[test]
+    fn a_running_cluster_becomes_ready_with_counts_resources_and_endpoints() {
+        let c = cluster(json!({}));
+        let pods = [
+            pod("head", "head", "Running", Some("True")),
+            pod("w1", "worker", "Running", Some("True")),
+            pod("w2", "worker", "Running", Some("False")),
+        ];
+        let status = compute(&c, &pods, Outcome::Clean, None);
+        assert_eq!(status.state, None, "a worker is not ready");
+        assert_eq!(
+            (
+                status.ready_worker_replicas,
+                status.available_worker_replicas
+            ),
+            (Some(1), Some(2))
+        );
+        assert_eq!(
+            (
+                status.desired_worker_replicas,
+                status.min_worker_replicas,
+                status.max_worker_replicas
+            ),
+            (Some(2), Some(1), Some(5))
+        );
+        assert_eq!(status.desired_cpu.as_ref().map(|q| q.0.as_str()), Some("2"));
+        assert_eq!(
+            status.desired_memory.as_ref().map(|q| q.0.as_str()),
+            Some("7Gi")
+        );
+        assert_eq!(status.desired_gpu.as_ref().map(|q| q.0.as_str()), Some("2"));
+        assert_eq!(status.desired_tpu.as_ref().map(|q| q.0.as_str()), Some("0"));
+        assert_eq!(status.observed_generation, Some(3));
+        assert_eq!(
+            reason(&status, "HeadPodReady"),
+            ("True".into(), "HeadPodRunningAndReady".into())
+        );
+        assert_eq!(
+            reason(&status, "RayClusterProvisioned"),
+            ("False".into(), "RayClusterPodsProvisioning".into())
+        );
+        assert_eq!(
+            reason(&status, "RayClusterSuspended"),
+            ("False".into(), "RayClusterSuspended".into())
+        );
+        assert_eq!(
+            reason(&status, "RayClusterSuspending"),
+            ("False".into(), "RayClusterSuspending".into())
+        );
+        assert_eq!(
+            status.endpoints,
+            Some(BTreeMap::from([
+                ("client".into(), "30001".into()),
+                ("dashboard".into(), "8265".into()),
+                ("gcs".into(), "gcs".into())
+            ]))
+        );
+        let head = status.head.clone().expect("head");
+        assert_eq!(head.pod_name.as_deref(), Some("head"));
+        assert_eq!(head.service_ip, head.pod_ip, "headless: the head Pod's IP");
+        assert_eq!(head.service_name.as_deref(), Some("c-head-svc"));
+
+        let all_ready = [
+            pod("head", "head", "Running", Some("True")),
+            pod("w1", "worker", "Running", Some("True")),
+            pod("w2", "worker", "Running", Some("True")),
+        ];
+        let ready = compute(&c, &all_ready, Outcome::Clean, Some(&status));
+        assert_eq!(ready.state, Some(ClusterState::Ready));
+        assert_eq!(
+            ready
+                .state_transition_times
+                .as_ref()
+                .map(|t| t.contains_key("ready")),
+            Some(true)
+        );
+        assert_eq!(
+            reason(&ready, "RayClusterProvisioned"),
+            ("True".into(), "AllPodRunningAndReadyFirstTime".into())
+        );
+
+        // Ready and Provisioned are sticky.
+        let degraded = compute(&c, &pods, Outcome::Clean, Some(&ready));
+        assert_eq!(degraded.state, Some(ClusterState::Ready));
+        assert_eq!(reason(&degraded, "RayClusterProvisioned").0, "True");
+    }
+
+    #[test]
+    fn not_ready_while_pods_are_missing_or_the_reconcile_failed() {
+        let c = cluster(json!({}));
+        let two = [
+            pod("head", "head", "Running", Some("True")),
+            pod("w1", "worker", "Running", Some("True")),
+        ];
+        assert_eq!(compute(&c, &two, Outcome::Clean, None).state, None);
+        let three = [
+            pod("head", "head", "Running", Some("True")),
+            pod("w1", "worker", "Running", Some("True")),
+            pod("w2", "worker", "Running", Some("True")),
+        ];
+        let waiting = compute(&c, &three, Outcome::Waiting("w".into()), None);
+        assert_eq!(waiting.state, None);
+        assert_eq!(
+            reason(&waiting, "RayClusterProvisioned").0,
+            "True",
+            "Provisioned ignores the count"
+        );
+    }
+
+    #[test]
+    fn replica_failure_is_set_and_cleared() {
+        let c = cluster(json!({}));
+        let failed = compute(
+            &c,
+            &[],
+            Outcome::Failed {
+                replica_failure: Some("FailedCreateWorkerPod"),
+                message: "quota".into(),
+            },
+            None,
+        );
+        assert_eq!(
+            reason(&failed, "ReplicaFailure"),
+            ("True".into(), "FailedCreateWorkerPod".into())
+        );
+        assert_eq!(
+            reason(&failed, "HeadPodReady"),
+            ("False".into(), "HeadPodNotFound".into())
+        );
+        let other = compute(
+            &c,
+            &[],
+            Outcome::Failed {
+                replica_failure: None,
+                message: "x".into(),
+            },
+            Some(&failed),
+        );
+        assert!(conditions::find(&other.conditions, "ReplicaFailure").is_some());
+        let clean = compute(&c, &[], Outcome::Clean, Some(&failed));
+        assert!(conditions::find(&clean.conditions, "ReplicaFailure").is_none());
+    }
+
+    #[test]
+    fn suspend_and_resume_walk_the_conditions() {
+        let running = cluster(json!({}));
+        let pods = [pod("head", "head", "Running", Some("True"))];
+        let start = compute(&running, &pods, Outcome::Clean, None);
+        let suspend = cluster(json!({"suspend": true}));
+        let suspending = compute(&suspend, &pods, Outcome::Clean, Some(&start));
+        assert_eq!(reason(&suspending, "RayClusterSuspending").0, "True");
+        let still = compute(&suspend, &pods, Outcome::Clean, Some(&suspending));
+        assert_eq!(
+            reason(&still, "RayClusterSuspending").0,
+            "True",
+            "until the Pods are gone"
+        );
+        let done = compute(&suspend, &[], Outcome::Clean, Some(&still));
+        assert_eq!(reason(&done, "RayClusterSuspending").0, "False");
+        assert_eq!(reason(&done, "RayClusterSuspended").0, "True");
+        assert_eq!(
+            reason(&done, "RayClusterProvisioned"),
+            ("False".into(), "RayClusterPodsProvisioning".into())
+        );
+        assert_eq!(done.state, Some(ClusterState::Suspended));
+        let resumed = compute(&running, &[], Outcome::Clean, Some(&done));
+        assert_eq!(reason(&resumed, "RayClusterSuspended").0, "False");
+        assert_eq!(reason(&resumed, "RayClusterSuspending").0, "False");
+    }
+
+    #[test]
+    fn head_pod_ready_explains_containers_not_ready() {
+        let head: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "h", "labels": {"ray.io/node-type": "head"}},
+            "status": {"phase": "Pending",
+                "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": "containers with unready status: [ray-head]"}],
+                "containerStatuses": [{"name": "ray-head", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"waiting": {"reason": "ImagePullBackOff", "message": "back-off"}}}]}
+        })).expect("a Pod");
+        let condition = head_pod_ready(Some(&head), Some(1), &at(1));
+        assert_eq!(condition.reason, "ImagePullBackOff");
+        assert_eq!(
+            condition.message,
+            "containers with unready status: [ray-head]; ray-head: back-off"
+        );
+        let no_ready = pod("h", "head", "Pending", None);
+        assert_eq!(
+            head_pod_ready(Some(&no_ready), None, &at(1)).reason,
+            "Unknown"
+        );
+    }
+
+    #[test]
+    fn desired_workers_clamps_and_counts_hosts() {
+        let group = |replicas: Option<i32>, hosts: i32, suspend: bool| WorkerGroupSpec {
+            replicas,
+            min_replicas: Some(1),
+            max_replicas: Some(3),
+            num_of_hosts: Some(hosts),
+            suspend: Some(suspend),
+            ..Default::default()
+        };
+        assert_eq!(desired_workers(&group(Some(9), 1, false)), 3);
+        assert_eq!(desired_workers(&group(Some(0), 1, false)), 1);
+        assert_eq!(desired_workers(&group(None, 2, false)), 2);
+        assert_eq!(desired_workers(&group(Some(2), 4, false)), 8);
+        assert_eq!(desired_workers(&group(Some(2), 4, true)), 0);
+    }
+
+    #[test]
+    fn differs_ignores_only_the_update_time() {
+        let c = cluster(json!({}));
+        let a = compute(&c, &[], Outcome::Clean, None);
+        let mut b = a.clone();
+        b.last_update_time = Some(at(5000));
+        assert!(!differs(Some(&a), &b));
+        b.ready_worker_replicas = Some(9);
+        assert!(differs(Some(&a), &b));
+        assert!(differs(None, &a));
+    }
+}

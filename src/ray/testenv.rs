@@ -1,0 +1,909 @@
+//! Real Ray heads on 127.0.0.1 for tests and `raypipe dev`.
+//!
+//! Ray comes from PyPI: a pinned `ray[serve]` in a virtualenv cached outside the repository
+//! (`<raypipe cache>/ray/venv-<version>`, filled once by the embedded `provision-ray.sh`).
+//! Each [`RayHead`] gets its own ports, its own short temp dir and an environment that keeps
+//! every Ray process on loopback; it is stopped by the process ids it started, never with
+//! `ray stop` (which stops every Ray on the machine).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, Once, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::testenv::TestEnvError;
+use crate::testenv::binaries::cache_root;
+use crate::testenv::process::ManagedProcess;
+
+use super::{BearerToken, DashboardClientOptions, DashboardUrl, RayDashboardClient};
+
+/// The `ray[serve]` version tests run (the one the reference notes were verified against).
+pub const RAY_VERSION: &str = "2.60.0";
+
+/// The provisioning script, embedded so it works from any directory.
+pub const PROVISION_RAY_SCRIPT: &str = include_str!("testenv/provision-ray.sh");
+
+/// Loaded by every Python process of a head: moves the gRPC servers Ray Serve opens on every
+/// interface (no setting for that in Ray 2.60) to 127.0.0.1.
+const LOOPBACK_SITECUSTOMIZE: &str = include_str!("testenv/sitecustomize.py");
+
+/// Path of a `ray` executable to use instead of the cached virtualenv.
+pub const RAY_BIN_ENV: &str = "RAYPIPE_RAY_BIN";
+
+const INHERITED_RAY_VARIABLES_TO_DROP: [&str; 4] = [
+    "RAY_ADDRESS",
+    "RAY_AUTH_MODE",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+];
+
+/// Ports reserved for Ray's worker processes (one per worker; a test head runs a few dozen).
+const WORKER_PORT_COUNT: u16 = 100;
+
+/// Only loopback, for every listener and every advertised address.
+const LOOPBACK: &str = "127.0.0.1";
+
+/// Unix socket paths (`<temp dir>/session_<date>_<pid>/sockets/plasma_store`) must stay under
+/// 108 bytes, so the temp dir must be short.
+const MAX_TEMP_ROOT_LEN: usize = 40;
+
+/// The virtualenv `provision-ray.sh` fills for [`RAY_VERSION`].
+pub fn venv_dir() -> PathBuf {
+    cache_root().join("ray").join(format!("venv-{RAY_VERSION}"))
+}
+
+/// The `ray` executable: `$RAYPIPE_RAY_BIN`, else the cached virtualenv, provisioned on first
+/// use (blocking; about a minute cold, instant when warm).
+pub fn locate_ray() -> Result<PathBuf, TestEnvError> {
+    if let Some(bin) = std::env::var_os(RAY_BIN_ENV) {
+        let bin = PathBuf::from(bin);
+        return if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(TestEnvError::Provision(format!(
+                "{RAY_BIN_ENV}={} is not a file",
+                bin.display()
+            )))
+        };
+    }
+    let venv = venv_dir();
+    let ray = venv.join("bin").join("ray");
+    let marker = std::fs::read_to_string(venv.join(".raypipe-provisioned")).unwrap_or_default();
+    // `bin/python` is a symlink to the interpreter the venv was made with: gone means rebuild.
+    let interpreter_present = venv.join("bin").join("python").exists();
+    if ray.is_file()
+        && interpreter_present
+        && marker.starts_with(&format!("ray[serve]=={RAY_VERSION} "))
+    {
+        return Ok(ray);
+    }
+    provision_ray(&venv)?;
+    if ray.is_file() {
+        Ok(ray)
+    } else {
+        Err(TestEnvError::Provision(format!(
+            "{} is missing after provisioning",
+            ray.display()
+        )))
+    }
+}
+
+/// Runs the embedded provisioning script for `venv`, its progress going to stderr.
+pub fn provision_ray(venv: &Path) -> Result<(), TestEnvError> {
+    eprintln!(
+        "raypipe: installing ray[serve]=={RAY_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
+        venv.display()
+    );
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(PROVISION_RAY_SCRIPT)
+        .arg("provision-ray.sh")
+        .arg(venv)
+        .env("RAY_VERSION", RAY_VERSION)
+        .env("RAYPIPE_CACHE_DIR", cache_root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| TestEnvError::Provision(format!("cannot run bash: {e}")))?;
+    if !status.success() {
+        return Err(TestEnvError::Provision(format!(
+            "provision-ray.sh failed ({status}); see its output above"
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+pub struct RayHeadOptions {
+    /// Directories put on `PYTHONPATH` of every Ray process, so Serve configs and jobs can
+    /// import local test code by import path (Serve refuses local `working_dir` paths).
+    pub python_path: Vec<PathBuf>,
+    /// More environment for every Ray process; wins over what the head sets (so put import
+    /// paths in `python_path`, not in a `PYTHONPATH` here).
+    pub env: Vec<(String, String)>,
+    /// Logical CPUs the head offers; `None` lets Ray count the machine's.
+    pub num_cpus: Option<u32>,
+    pub object_store_memory_bytes: u64,
+    /// Start the head with token authentication (`RAY_AUTH_MODE=token`) and this token.
+    pub auth_token: Option<BearerToken>,
+    /// Until the dashboard answers for Serve and Jobs (provisioning not included).
+    pub startup_timeout: Duration,
+}
+
+impl Default for RayHeadOptions {
+    fn default() -> Self {
+        RayHeadOptions {
+            python_path: Vec::new(),
+            env: Vec::new(),
+            num_cpus: None,
+            // Ray's default is 30 % of RAM; tests move almost nothing through the object store.
+            object_store_memory_bytes: 200 * 1000 * 1000,
+            auth_token: None,
+            startup_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Every port a head listens on (all on 127.0.0.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RayHeadPorts {
+    pub gcs: u16,
+    pub dashboard: u16,
+    pub dashboard_agent_http: u16,
+    pub dashboard_agent_grpc: u16,
+    pub runtime_env_agent: u16,
+    pub metrics_export: u16,
+    pub client_server: u16,
+    pub node_manager: u16,
+    pub object_manager: u16,
+    /// Serve binds it when the first config naming it is deployed (see
+    /// [`RayHead::bind_serve_to_loopback`]).
+    pub serve_http: u16,
+    pub min_worker: u16,
+    pub max_worker: u16,
+}
+
+/// A running Ray head. Dropping it (or [`RayHead::stop`]) stops every process it started.
+pub struct RayHead {
+    dir: PathBuf,
+    dashboard_url: DashboardUrl,
+    ports: RayHeadPorts,
+    auth_token: Option<BearerToken>,
+    process: Mutex<Option<ManagedProcess>>,
+    root_pid: u32,
+    keep_dir: bool,
+}
+
+impl std::fmt::Debug for RayHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RayHead")
+            .field("dir", &self.dir)
+            .field("dashboard_url", &self.dashboard_url)
+            .field("ports", &self.ports)
+            .field("root_pid", &self.root_pid)
+            .field("auth_token", &self.auth_token)
+            .finish()
+    }
+}
+
+impl RayHead {
+    /// Provisions Ray if needed, starts `ray start --head --block` and waits until the
+    /// dashboard serves the Serve and Jobs APIs.
+    pub async fn start(options: RayHeadOptions) -> Result<RayHead, TestEnvError> {
+        let started = Instant::now();
+        let ray = tokio::task::spawn_blocking(locate_ray)
+            .await
+            .map_err(|e| TestEnvError::Provision(e.to_string()))??;
+        let dir = run_dir()?;
+        let ports = pick_ports()?;
+        let dashboard_url = DashboardUrl::parse(&format!("http://{LOOPBACK}:{}", ports.dashboard))
+            .map_err(|e| TestEnvError::Spawn("ray".into(), e.to_string()))?;
+
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        // Without it Ray swaps 127.0.0.1 for the host's interface address (§8 of the notes).
+        env.insert("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER".into(), "0".into());
+        // A SIGTERM'd head would otherwise drain for up to 30 s before stopping.
+        env.insert("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S".into(), "0".into());
+        env.insert("RAY_USAGE_STATS_ENABLED".into(), "0".into());
+        // Job entrypoints run `python`: make it the one that has Ray.
+        let bin_dir = ray.parent().map(Path::to_path_buf).unwrap_or_default();
+        let path = std::env::var("PATH").unwrap_or_default();
+        env.insert("PATH".into(), format!("{}:{path}", bin_dir.display()));
+        let site_dir = dir.join("python");
+        std::fs::create_dir_all(&site_dir)
+            .map_err(|e| TestEnvError::Io(format!("create {}", site_dir.display()), e))?;
+        write_private(&site_dir.join("sitecustomize.py"), LOOPBACK_SITECUSTOMIZE)?;
+        let python_path: Vec<String> = std::iter::once(&site_dir)
+            .chain(&options.python_path)
+            .map(|p| p.display().to_string())
+            .collect();
+        env.insert("PYTHONPATH".into(), python_path.join(":"));
+        if let Some(token) = &options.auth_token {
+            // Through a file, so the token is on no command line.
+            let token_file = dir.join("auth-token");
+            write_private(&token_file, token.expose_secret())?;
+            env.insert("RAY_AUTH_MODE".into(), "token".into());
+            env.insert(
+                "RAY_AUTH_TOKEN_PATH".into(),
+                token_file.display().to_string(),
+            );
+        }
+        env.extend(options.env.iter().cloned());
+
+        // `env` sets the variables and execs `ray` (same pid): ManagedProcess inherits ours.
+        // Ray settings of the calling environment (an address to join, a token mode) must not
+        // leak into a head that is meant to stand alone.
+        let mut args: Vec<String> = INHERITED_RAY_VARIABLES_TO_DROP
+            .iter()
+            .flat_map(|name| ["-u".to_owned(), (*name).to_owned()])
+            .collect();
+        args.extend(env.iter().map(|(key, value)| format!("{key}={value}")));
+        args.push(ray.display().to_string());
+        args.extend(ray_start_args(&ports, &dir, &options));
+
+        let log = dir.join("head.log");
+        let process = ManagedProcess::start("ray-head", Path::new("/usr/bin/env"), &args, &log)?;
+        let root_pid = process.pid();
+        write_private(&dir.join("ray-start.pid"), &root_pid.to_string())?;
+        let head = RayHead {
+            dir,
+            dashboard_url,
+            ports,
+            auth_token: options.auth_token.clone(),
+            process: Mutex::new(Some(process)),
+            root_pid,
+            keep_dir: std::env::var_os("RAYPIPE_TESTENV_KEEP").is_some(),
+        };
+        // On failure `head` is dropped here, which stops whatever did start.
+        head.wait_ready(options.startup_timeout).await?;
+        tracing::info!(
+            dashboard = %head.dashboard_url,
+            dir = %head.dir.display(),
+            seconds = started.elapsed().as_secs_f64(),
+            "ray head ready"
+        );
+        Ok(head)
+    }
+
+    pub fn dashboard_url(&self) -> &DashboardUrl {
+        &self.dashboard_url
+    }
+
+    /// Serve's HTTP proxy, once a config from [`RayHead::bind_serve_to_loopback`] is deployed.
+    pub fn serve_url(&self) -> String {
+        format!("http://{LOOPBACK}:{}", self.ports.serve_http)
+    }
+
+    pub fn ports(&self) -> RayHeadPorts {
+        self.ports
+    }
+
+    /// `127.0.0.1:<gcs port>`, for `ray.init(address=…)` or worker nodes.
+    pub fn gcs_address(&self) -> String {
+        format!("{LOOPBACK}:{}", self.ports.gcs)
+    }
+
+    /// A dashboard client for this head (with its token, if it has one).
+    pub fn client(
+        &self,
+        request_timeout: Duration,
+    ) -> Result<RayDashboardClient, super::DashboardError> {
+        RayDashboardClient::new(
+            self.dashboard_url.clone(),
+            DashboardClientOptions {
+                request_timeout,
+                bearer_token: self.auth_token.clone(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Sets `http_options` of a Serve config to this head's loopback port. Serve's own default
+    /// is 0.0.0.0:8000, which leaves loopback and collides with any other head; and Serve
+    /// takes the HTTP options only from the config that first starts it.
+    pub fn bind_serve_to_loopback(&self, config: &mut serde_json::Value) {
+        if let Some(object) = config.as_object_mut() {
+            object.insert(
+                "http_options".into(),
+                serde_json::json!({"host": LOOPBACK, "port": self.ports.serve_http}),
+            );
+        }
+    }
+
+    /// The head's directory: `head.log` (output of `ray start`) and Ray's `session_*` dirs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Ray's own logs (raylet, GCS, dashboard, Serve, job drivers).
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.join("session_latest").join("logs")
+    }
+
+    /// Pid of `ray start --block`, the root of every process of this head.
+    pub fn root_pid(&self) -> u32 {
+        self.root_pid
+    }
+
+    /// The live processes of this head: `ray start` and everything it spawned.
+    pub fn pids(&self) -> Vec<u32> {
+        own_processes(self.root_pid)
+            .into_iter()
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// Every TCP address a process of this head listens on (to check that all are loopback).
+    pub fn listening_addresses(&self) -> Vec<std::net::SocketAddr> {
+        let mut socket_inodes: BTreeSet<u64> = BTreeSet::new();
+        for pid in self.pids() {
+            let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+                continue;
+            };
+            for fd in fds.flatten() {
+                let target = std::fs::read_link(fd.path()).unwrap_or_default();
+                let inode = target
+                    .to_str()
+                    .and_then(|t| t.strip_prefix("socket:["))
+                    .and_then(|t| t.strip_suffix(']'))
+                    .and_then(|t| t.parse::<u64>().ok());
+                socket_inodes.extend(inode);
+            }
+        }
+        ["/proc/net/tcp", "/proc/net/tcp6"]
+            .iter()
+            .flat_map(|table| listening_sockets(table))
+            .filter(|(_, inode)| socket_inodes.contains(inode))
+            .map(|(address, _)| address)
+            .collect()
+    }
+
+    /// Stops every process of this head, by pid: SIGTERM to `ray start` (Ray then stops what
+    /// it started), then SIGKILL for anything of the head still alive (orphaned agents,
+    /// workers in their own process groups). Idempotent.
+    pub fn stop(&self) {
+        let process = self
+            .process
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(mut process) = process else {
+            return;
+        };
+        // Listed before the root goes: orphans are re-parented and lose the link to it.
+        let mut leftovers: BTreeSet<ProcessIdentity> =
+            own_processes(self.root_pid).into_iter().collect();
+        process.stop(Duration::from_secs(15));
+        leftovers.extend(ray_processes_in_group(self.root_pid, &self.dir));
+        kill_and_wait(&leftovers, Duration::from_secs(5));
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    async fn wait_ready(&self, timeout: Duration) -> Result<(), TestEnvError> {
+        let deadline = Instant::now() + timeout;
+        let client = self
+            .client(Duration::from_secs(5))
+            .map_err(|e| TestEnvError::Spawn("ray".into(), e.to_string()))?;
+        loop {
+            self.check_running()?;
+            // The Serve module of the dashboard starts lazily; the Jobs API needs the agent.
+            let ready = async {
+                client.get_version().await?;
+                client.get_serve_applications().await?;
+                client.list_jobs().await
+            };
+            let last_error = match ready.await {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            if Instant::now() > deadline {
+                let log = self.dir.join("head.log");
+                return Err(TestEnvError::Timeout(
+                    timeout,
+                    format!(
+                        "the Ray dashboard at {} ({last_error}); last lines of {}:\n{}",
+                        self.dashboard_url,
+                        log.display(),
+                        crate::testenv::process::log_tail(&log, 30)
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    fn check_running(&self) -> Result<(), TestEnvError> {
+        let mut guard = self.process.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(process) = guard.as_mut()
+            && let Some(status) = process.exited()
+        {
+            return Err(TestEnvError::Exited {
+                name: "ray start --head".into(),
+                status,
+                log: process.log_tail(40),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RayHead {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Stops `head` when the process exits normally. For heads kept in statics, which are never
+/// dropped: a test binary's shared head would otherwise outlive the run (parts of Ray survive
+/// the parent-death signal that ends `ray start`).
+pub fn stop_at_exit(head: &'static RayHead) {
+    static REGISTER: Once = Once::new();
+    HEADS_TO_STOP_AT_EXIT
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(head);
+    REGISTER.call_once(|| {
+        // SAFETY: registers a plain function; it only signals processes and removes files.
+        unsafe {
+            libc::atexit(stop_heads_at_exit);
+        }
+    });
+}
+
+static HEADS_TO_STOP_AT_EXIT: Mutex<Vec<&'static RayHead>> = Mutex::new(Vec::new());
+
+extern "C" fn stop_heads_at_exit() {
+    let heads: Vec<&'static RayHead> = std::mem::take(
+        &mut *HEADS_TO_STOP_AT_EXIT
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    for head in heads {
+        head.stop();
+    }
+}
+
+fn ray_start_args(ports: &RayHeadPorts, dir: &Path, options: &RayHeadOptions) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "start".into(),
+        "--head".into(),
+        // Blocks, so this process is the root of the head and its stop handler cleans up.
+        "--block".into(),
+        format!("--node-ip-address={LOOPBACK}"),
+        format!("--port={}", ports.gcs),
+        "--include-dashboard=true".into(),
+        format!("--dashboard-host={LOOPBACK}"),
+        format!("--dashboard-port={}", ports.dashboard),
+        format!(
+            "--dashboard-agent-listen-port={}",
+            ports.dashboard_agent_http
+        ),
+        format!("--dashboard-agent-grpc-port={}", ports.dashboard_agent_grpc),
+        format!("--runtime-env-agent-port={}", ports.runtime_env_agent),
+        format!("--metrics-export-port={}", ports.metrics_export),
+        format!("--ray-client-server-port={}", ports.client_server),
+        format!("--node-manager-port={}", ports.node_manager),
+        format!("--object-manager-port={}", ports.object_manager),
+        format!("--min-worker-port={}", ports.min_worker),
+        format!("--max-worker-port={}", ports.max_worker),
+        format!("--temp-dir={}", dir.display()),
+        format!(
+            "--object-store-memory={}",
+            options.object_store_memory_bytes
+        ),
+        "--disable-usage-stats".into(),
+        "--log-style=record".into(),
+        "--log-color=false".into(),
+    ];
+    if let Some(cpus) = options.num_cpus {
+        args.push(format!("--num-cpus={cpus}"));
+    }
+    args
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<(), TestEnvError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut file| file.write_all(contents.as_bytes()))
+        .map_err(|e| TestEnvError::Io(format!("write {}", path.display()), e))
+}
+
+/// A short temp root: `$TMPDIR` when short enough for Ray's socket paths, else `/tmp`.
+fn temp_root() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    if tmp.as_os_str().len() <= MAX_TEMP_ROOT_LEN {
+        tmp
+    } else {
+        PathBuf::from("/tmp")
+    }
+}
+
+/// A fresh `rp-ray-<our pid>-<n>` directory, after cleaning up after heads whose test process
+/// died without stopping them.
+fn run_dir() -> Result<PathBuf, TestEnvError> {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let root = temp_root();
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let owner = name
+                .strip_prefix("rp-ray-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if let Some(owner) = owner
+                && !Path::new(&format!("/proc/{owner}")).exists()
+            {
+                clean_up_abandoned_head(&entry.path());
+            }
+        }
+    }
+    let dir = root.join(format!(
+        "rp-ray-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
+    Ok(dir)
+}
+
+/// Kills what is left of a head whose owner is gone (see [`ray_processes_in_group`]), then
+/// removes its directory.
+fn clean_up_abandoned_head(dir: &Path) {
+    let root = std::fs::read_to_string(dir.join("ray-start.pid"))
+        .ok()
+        .and_then(|pid| pid.trim().parse::<u32>().ok());
+    if let Some(root) = root {
+        let abandoned: BTreeSet<ProcessIdentity> =
+            ray_processes_in_group(root, dir).into_iter().collect();
+        kill_and_wait(&abandoned, Duration::from_secs(5));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `(address, socket inode)` of each listening socket in a `/proc/net/tcp{,6}` table.
+fn listening_sockets(table: &str) -> Vec<(std::net::SocketAddr, u64)> {
+    const LISTEN: &str = "0A";
+    let text = std::fs::read_to_string(table).unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(3) != Some(&LISTEN) {
+                return None;
+            }
+            let (host, port) = fields.get(1)?.split_once(':')?;
+            let port = u16::from_str_radix(port, 16).ok()?;
+            let inode = fields.get(9)?.parse().ok()?;
+            Some((std::net::SocketAddr::new(parse_proc_ip(host)?, port), inode))
+        })
+        .collect()
+}
+
+/// The kernel prints addresses as 32-bit words in host (little-endian) byte order.
+fn parse_proc_ip(hex: &str) -> Option<std::net::IpAddr> {
+    let words: Vec<u32> = (0..hex.len() / 8)
+        .map(|i| u32::from_str_radix(hex.get(i * 8..i * 8 + 8)?, 16).ok())
+        .collect::<Option<_>>()?;
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    match bytes.len() {
+        4 => Some(std::net::IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?)),
+        16 => Some(std::net::IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?)),
+        _ => None,
+    }
+}
+
+/// A process, identified so that a recycled pid is never mistaken for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct ProcessIdentity {
+    pid: u32,
+    start_time: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ProcessInfo {
+    pid: u32,
+    ppid: u32,
+    pgrp: u32,
+    start_time: u64,
+    zombie: bool,
+}
+
+impl ProcessInfo {
+    fn identity(&self) -> ProcessIdentity {
+        ProcessIdentity {
+            pid: self.pid,
+            start_time: self.start_time,
+        }
+    }
+}
+
+fn process_info(pid: u32) -> Option<ProcessInfo> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `comm` (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // Fields 3 (state), 4 (ppid), 5 (pgrp) and 22 (starttime) of proc(5), counted from 3.
+    Some(ProcessInfo {
+        pid,
+        zombie: *fields.first()? == "Z",
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+fn all_processes() -> Vec<ProcessInfo> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(process_info)
+        .collect()
+}
+
+/// `root`, its descendants, and the members of its process group (Ray's agents keep the group
+/// after being orphaned; its workers have their own groups but are the raylet's children).
+/// Only meaningful while `root` runs: afterwards its pid may be recycled.
+fn own_processes(root: u32) -> Vec<ProcessIdentity> {
+    let processes = all_processes();
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for p in &processes {
+        children.entry(p.ppid).or_default().push(p.pid);
+    }
+    let mut own: BTreeSet<u32> = processes
+        .iter()
+        .filter(|p| p.pgrp == root)
+        .map(|p| p.pid)
+        .collect();
+    own.insert(root);
+    let mut frontier: Vec<u32> = own.iter().copied().collect();
+    while let Some(pid) = frontier.pop() {
+        for &child in children.get(&pid).into_iter().flatten() {
+            if own.insert(child) {
+                frontier.push(child);
+            }
+        }
+    }
+    processes
+        .iter()
+        .filter(|p| own.contains(&p.pid) && !p.zombie)
+        .map(ProcessInfo::identity)
+        .collect()
+}
+
+/// Ray processes left in the process group of a `ray start` that has ended: group members
+/// with a `ray::…` title or the head's directory on their command line. (The group id stays
+/// reserved while members exist, but checking that they are Ray's costs little.)
+fn ray_processes_in_group(root: u32, dir: &Path) -> Vec<ProcessIdentity> {
+    let dir_text = dir.display().to_string();
+    all_processes()
+        .into_iter()
+        .filter(|p| p.pgrp == root && !p.zombie)
+        .filter(|p| {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            cmdline.starts_with("ray::") || cmdline.contains(&dir_text)
+        })
+        .map(|p| p.identity())
+        .collect()
+}
+
+fn is_alive(process: &ProcessIdentity) -> bool {
+    process_info(process.pid)
+        .is_some_and(|info| info.start_time == process.start_time && !info.zombie)
+}
+
+/// SIGKILL for each process still alive (same pid *and* start time), then waits up to `grace`
+/// for them to disappear.
+fn kill_and_wait(processes: &BTreeSet<ProcessIdentity>, grace: Duration) {
+    for process in processes.iter().filter(|p| is_alive(p)) {
+        let Ok(pid) = libc::pid_t::try_from(process.pid) else {
+            continue;
+        };
+        // SAFETY: signalling a process this head started, checked by start time just above.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+    let deadline = Instant::now() + grace;
+    while processes.iter().any(is_alive) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Free loopback ports for every listener, and a worker port range that none of them (nor
+/// anything the kernel hands out later) falls into.
+fn pick_ports() -> Result<RayHeadPorts, TestEnvError> {
+    let (min_worker, max_worker) = pick_worker_port_range()?;
+    // Listeners stay open until all ports are chosen, so the kernel hands out distinct ones.
+    let mut held: Vec<TcpListener> = Vec::new();
+    let mut next = || -> Result<u16, TestEnvError> {
+        loop {
+            let listener = TcpListener::bind((LOOPBACK, 0))
+                .map_err(|e| TestEnvError::Io("bind 127.0.0.1:0".into(), e))?;
+            let port = listener
+                .local_addr()
+                .map_err(|e| TestEnvError::Io("local_addr".into(), e))?
+                .port();
+            held.push(listener);
+            if !(min_worker..=max_worker).contains(&port) {
+                return Ok(port);
+            }
+        }
+    };
+    Ok(RayHeadPorts {
+        gcs: next()?,
+        dashboard: next()?,
+        dashboard_agent_http: next()?,
+        dashboard_agent_grpc: next()?,
+        runtime_env_agent: next()?,
+        metrics_export: next()?,
+        client_server: next()?,
+        node_manager: next()?,
+        object_manager: next()?,
+        serve_http: next()?,
+        min_worker,
+        max_worker,
+    })
+}
+
+/// The kernel's ephemeral port range (`bind(0)` ports and outgoing connections).
+fn ephemeral_port_range() -> (u16, u16) {
+    let text =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut bounds = text
+        .split_whitespace()
+        .filter_map(|n| n.parse::<u16>().ok());
+    match (bounds.next(), bounds.next()) {
+        (Some(low), Some(high)) if low <= high => (low, high),
+        _ => (32768, 60999),
+    }
+}
+
+/// A block of [`WORKER_PORT_COUNT`] ports outside the ephemeral range that are free now. The
+/// start depends on our pid and a counter, so heads of parallel test processes differ.
+fn pick_worker_port_range() -> Result<(u16, u16), TestEnvError> {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let (ephemeral_low, ephemeral_high) = ephemeral_port_range();
+    let below = (
+        20_000u32,
+        u32::from(ephemeral_low).saturating_sub(u32::from(WORKER_PORT_COUNT)),
+    );
+    let above = (
+        u32::from(ephemeral_high) + 1,
+        65_535 - u32::from(WORKER_PORT_COUNT),
+    );
+    let (low, high) = if below.1 > below.0 { below } else { above };
+    if high <= low {
+        return Err(TestEnvError::Spawn(
+            "ray".into(),
+            "no room for worker ports outside the ephemeral port range".into(),
+        ));
+    }
+    let blocks = (high - low) / u32::from(WORKER_PORT_COUNT);
+    let seed = std::process::id().wrapping_mul(7919);
+    for _ in 0..64 {
+        let attempt = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let block = seed.wrapping_add(attempt.wrapping_mul(31)) % blocks.max(1);
+        let start = low + block * u32::from(WORKER_PORT_COUNT);
+        let (Ok(first), Ok(last)) = (
+            u16::try_from(start),
+            u16::try_from(start + u32::from(WORKER_PORT_COUNT) - 1),
+        ) else {
+            continue;
+        };
+        if (first..=last).all(|port| TcpListener::bind((LOOPBACK, port)).is_ok()) {
+            return Ok((first, last));
+        }
+    }
+    Err(TestEnvError::Spawn(
+        "ray".into(),
+        format!("no free block of {WORKER_PORT_COUNT} worker ports found"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_distinct_and_outside_the_worker_range() {
+        let ports = pick_ports().expect("ports");
+        let listeners = [
+            ports.gcs,
+            ports.dashboard,
+            ports.dashboard_agent_http,
+            ports.dashboard_agent_grpc,
+            ports.runtime_env_agent,
+            ports.metrics_export,
+            ports.client_server,
+            ports.node_manager,
+            ports.object_manager,
+            ports.serve_http,
+        ];
+        let distinct: BTreeSet<u16> = listeners.iter().copied().collect();
+        assert_eq!(distinct.len(), listeners.len(), "{ports:?}");
+        assert_eq!(ports.max_worker - ports.min_worker + 1, WORKER_PORT_COUNT);
+        assert!(
+            listeners
+                .iter()
+                .all(|p| !(ports.min_worker..=ports.max_worker).contains(p)),
+            "{ports:?}"
+        );
+    }
+
+    #[test]
+    fn the_head_command_line_stays_on_loopback() {
+        let ports = pick_ports().expect("ports");
+        let args = ray_start_args(
+            &ports,
+            Path::new("/tmp/rp-ray-1-0"),
+            &RayHeadOptions::default(),
+        )
+        .join(" ");
+        assert!(args.starts_with("start --head --block "), "{args}");
+        assert!(args.contains("--node-ip-address=127.0.0.1"));
+        assert!(args.contains("--dashboard-host=127.0.0.1"));
+        assert!(args.contains(&format!("--dashboard-port={}", ports.dashboard)));
+        assert!(args.contains("--temp-dir=/tmp/rp-ray-1-0"));
+    }
+
+    #[test]
+    fn own_processes_include_the_root_and_its_descendants() {
+        let own = own_processes(std::process::id());
+        assert!(own.iter().any(|p| p.pid == std::process::id()));
+        let me = process_info(std::process::id()).expect("this process");
+        assert!(is_alive(&me.identity()));
+        assert!(!is_alive(&ProcessIdentity {
+            pid: me.pid,
+            start_time: me.start_time + 1
+        }));
+    }
+
+    #[test]
+    fn proc_net_addresses_are_decoded() {
+        assert_eq!(
+            parse_proc_ip("0100007F"),
+            Some("127.0.0.1".parse().expect("ip"))
+        );
+        assert_eq!(
+            parse_proc_ip("00000000"),
+            Some("0.0.0.0".parse().expect("ip"))
+        );
+        assert_eq!(
+            parse_proc_ip("0000000000000000FFFF00000100007F"),
+            Some("::ffff:127.0.0.1".parse().expect("ip"))
+        );
+        assert_eq!(
+            parse_proc_ip("00000000000000000000000001000000"),
+            Some("::1".parse().expect("ip"))
+        );
+        let listener = TcpListener::bind((LOOPBACK, 0)).expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        assert!(
+            listening_sockets("/proc/net/tcp")
+                .iter()
+                .any(|(a, _)| a.port() == port && a.ip().is_loopback())
+        );
+    }
+
+    #[test]
+    fn the_temp_root_is_short_enough_for_unix_sockets() {
+        assert!(temp_root().as_os_str().len() <= MAX_TEMP_ROOT_LEN);
+    }
+}

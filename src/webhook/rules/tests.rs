@@ -1,0 +1,415 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+fn gates() -> FeatureGates {
+    FeatureGates::default()
+}
+
+/// What `samples/ray-cluster.yaml`'s alpha cluster says the operator must run with.
+fn sample_gates() -> FeatureGates {
+    FeatureGates::parse(SAMPLE_GATES).expect("known gates")
+}
+
+const SAMPLE_GATES: &str = "GCSFaultToleranceEmbeddedStorage=true,RayClusterHistoryServer=true,RayClusterNetworkPolicy=true,RayClusterMTLS=true,RayCronJob=true";
+
+/// Every object of `kind` in the `*.yaml` files of `dir`, as (file, document).
+fn samples(dir: &std::path::Path) -> Vec<(String, Value)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("sample directory")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(&file).expect("readable sample");
+            let name = file.display().to_string();
+            crate::api::yaml::documents(&text)
+                .expect("YAML")
+                .into_iter()
+                .map(move |doc| (name.clone(), doc))
+        })
+        .collect()
+}
+
+fn problems_of(doc: &Value) -> Option<Vec<String>> {
+    problems_with(doc, &gates())
+}
+
+fn problems_with(doc: &Value, gates: &FeatureGates) -> Option<Vec<String>> {
+    let gates = gates.clone();
+    let kind = doc["kind"].as_str()?;
+    let parse = |d: &Value| d.clone();
+    Some(match kind {
+        "RayCluster" => raycluster(
+            &serde_json::from_value(parse(doc)).expect("RayCluster"),
+            &gates,
+        ),
+        "RayJob" => rayjob(&serde_json::from_value(parse(doc)).expect("RayJob"), &gates),
+        "RayService" => rayservice(
+            &serde_json::from_value(parse(doc)).expect("RayService"),
+            &gates,
+        ),
+        "RayCronJob" => raycronjob(
+            &serde_json::from_value(parse(doc)).expect("RayCronJob"),
+            &gates,
+        ),
+        "ServePipeline" => servepipeline(
+            &serde_json::from_value(parse(doc)).expect("ServePipeline"),
+            &gates,
+        ),
+        _ => return None,
+    })
+}
+
+#[test]
+fn every_sample_passes_every_rule() {
+    let own = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples");
+    let mut checked = 0;
+    for dir in [own, crate::api::yaml::kuberay_samples_dir()] {
+        for (file, doc) in samples(&dir) {
+            if let Some(problems) = problems_with(&doc, &sample_gates()) {
+                assert!(
+                    problems.is_empty(),
+                    "{file}: {} {} was refused: {problems:#?}",
+                    doc["kind"],
+                    doc["metadata"]["name"]
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} sample objects found");
+}
+
+fn container() -> Value {
+    json!({"name": "ray", "image": "rayproject/ray:2.52.0"})
+}
+
+fn cluster_spec() -> Value {
+    json!({
+        "rayVersion": "2.52.0",
+        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container()]}}},
+        "workerGroupSpecs": [
+            {"groupName": "small", "replicas": 1, "minReplicas": 1, "maxReplicas": 3,
+             "template": {"spec": {"containers": [container()]}}}
+        ]
+    })
+}
+
+fn object(kind: &str, name: &str, spec: Value) -> Value {
+    let api_version = if kind == "ServePipeline" {
+        "raypipe.dev/v1alpha1"
+    } else {
+        "ray.io/v1"
+    };
+    json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": "ns"}, "spec": spec})
+}
+
+/// Applies `change` to a valid object of `kind` and asserts a problem mentions `expected`.
+fn assert_refused(kind: &str, name: &str, change: impl FnOnce(&mut Value), expected: &str) {
+    let spec = match kind {
+        "RayCluster" => cluster_spec(),
+        "RayService" => {
+            json!({"rayClusterConfig": cluster_spec(), "serveConfigV2": "applications: []\n"})
+        }
+        "RayJob" => json!({"entrypoint": "python job.py", "rayClusterSpec": cluster_spec()}),
+        "RayCronJob" => {
+            json!({"schedule": "*/5 * * * *", "jobTemplate": {"entrypoint": "python job.py", "rayClusterSpec": cluster_spec()}})
+        }
+        "ServePipeline" => {
+            json!({"source": {"url": "https://registry.example/g.pb"}, "rayClusterConfig": cluster_spec()})
+        }
+        other => panic!("no template for {other}"),
+    };
+    let valid = object(kind, "ok", spec);
+    assert_eq!(
+        problems_of(&valid).expect("a known kind"),
+        Vec::<String>::new(),
+        "the unchanged {kind} must pass"
+    );
+    let mut invalid = valid;
+    invalid["metadata"]["name"] = json!(name);
+    change(&mut invalid);
+    let problems = problems_of(&invalid).expect("a known kind");
+    assert!(
+        problems.iter().any(|p| p.contains(expected)),
+        "expected a problem containing {expected:?}, got {problems:#?}"
+    );
+}
+
+#[test]
+fn cluster_rules_from_kuberay() {
+    let worker = |v: &mut Value| v["spec"]["workerGroupSpecs"][0].clone();
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| {
+            let w = worker(v);
+            v["spec"]["workerGroupSpecs"]
+                .as_array_mut()
+                .expect("list")
+                .push(w);
+        },
+        "duplicate worker group name \"small\"",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| v["spec"]["headGroupSpec"]["template"]["spec"]["containers"] = json!([]),
+        "the head Pod needs at least one container",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| v["spec"]["workerGroupSpecs"][0]["minReplicas"] = json!(5),
+        "minReplicas (5) must not exceed maxReplicas (3)",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| {
+            v["spec"]["workerGroupSpecs"][0]["resources"] = json!({"CPU": "1"});
+            v["spec"]["workerGroupSpecs"][0]["rayStartParams"] = json!({"num-cpus": "1"});
+        },
+        "resources and rayStartParams \"num-cpus\" cannot both be set",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| v["spec"]["workerGroupSpecs"][0]["labels"] = json!({"bad key!": "x"}),
+        "is not a valid label key",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| v["spec"]["workerGroupSpecs"][0]["idleTimeoutSeconds"] = json!(60),
+        "idleTimeoutSeconds needs autoscaler v2",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| {
+            v["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"] =
+                json!([{"name": "RAY_REDIS_ADDRESS", "value": "redis:6379"}])
+        },
+        "needs GCS fault tolerance",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| {
+            v["metadata"]["annotations"] = json!({"ray.io/ft-enabled": "true"});
+            v["spec"]["gcsFaultToleranceOptions"] = json!({"redisAddress": "redis:6379"});
+        },
+        "cannot be used with spec.gcsFaultToleranceOptions",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| v["spec"]["networkPolicy"] = json!({"mode": "DenyAll"}),
+        "needs the RayClusterNetworkPolicy feature gate",
+    );
+    assert_refused(
+        "RayCluster",
+        "c",
+        |v| {
+            v["spec"]["rayVersion"] = json!("2.50.0");
+            v["spec"]["authOptions"] = json!({"mode": "token"});
+        },
+        "mode token needs rayVersion 2.52.0 or later",
+    );
+    assert_refused(
+        "RayCluster",
+        "a-name-that-is-fifty-four-characters-long-abcdefghijkl",
+        |_| {},
+        "at most 53 characters",
+    );
+    assert_refused("RayCluster", "Bad_Name", |_| {}, "is not a DNS-1035 label");
+}
+
+#[test]
+fn rayservice_rules_from_kuberay_and_ours() {
+    let long = "a".repeat(48);
+    assert_refused("RayService", &long, |_| {}, "at most 47 characters");
+    assert_refused(
+        "RayService",
+        "s",
+        |v| v["metadata"]["annotations"] = json!({"ray.io/initializing-timeout": "soon"}),
+        "is not a positive duration",
+    );
+    assert_refused(
+        "RayService",
+        "s",
+        |v| v["spec"]["rayClusterConfig"]["upgradeStrategy"] = json!({"type": "Recreate"}),
+        "upgradeStrategy is not allowed on a RayCluster created by a RayService",
+    );
+    assert_refused(
+        "RayService",
+        "s",
+        |v| v["spec"]["upgradeStrategy"] = json!({"type": "NewClusterWithIncrementalUpgrade"}),
+        "clusterUpgradeOptions is required",
+    );
+    assert_refused(
+        "RayService",
+        "s",
+        |v| v["spec"]["serveConfigV2"] = json!("x".repeat(MAX_SERVE_CONFIG_BYTES + 1)),
+        "at most 1048576 fit in one object",
+    );
+    assert_refused(
+        "RayService",
+        "s",
+        |v| {
+            v["spec"]["rayClusterConfig"]["headGroupSpec"]["headService"] =
+                json!({"metadata": {"name": "mine"}})
+        },
+        "headService.metadata.name must be empty",
+    );
+    // Go durations and plain seconds are both accepted.
+    for timeout in ["30m", "1h30m", "600"] {
+        let mut v = object(
+            "RayService",
+            "s",
+            json!({"rayClusterConfig": cluster_spec()}),
+        );
+        v["metadata"]["annotations"] = json!({"ray.io/initializing-timeout": timeout});
+        assert_eq!(problems_of(&v), Some(vec![]), "{timeout}");
+    }
+}
+
+#[test]
+fn rayjob_and_raycronjob_rules_from_kuberay() {
+    assert_refused(
+        "RayJob",
+        "j",
+        |v| v["spec"]["suspend"] = json!(true),
+        "suspend needs shutdownAfterJobFinishes",
+    );
+    assert_refused(
+        "RayJob",
+        "j",
+        |v| v["spec"]["ttlSecondsAfterFinished"] = json!(10),
+        "ttlSecondsAfterFinished needs shutdownAfterJobFinishes",
+    );
+    assert_refused(
+        "RayJob",
+        "j",
+        |v| {
+            v["spec"]
+                .as_object_mut()
+                .expect("map")
+                .remove("rayClusterSpec");
+        },
+        "set rayClusterSpec (a new cluster) or clusterSelector",
+    );
+    assert_refused(
+        "RayJob",
+        "j",
+        |v| v["spec"]["runtimeEnvYAML"] = json!("pip: [unclosed"),
+        "runtimeEnvYAML is not valid YAML",
+    );
+    assert_refused(
+        "RayJob",
+        "j",
+        |v| {
+            v["spec"]["submissionMode"] = json!("InteractiveMode");
+            v["spec"]["backoffLimit"] = json!(2);
+        },
+        "backoffLimit must be 0 or unset in InteractiveMode",
+    );
+    assert_refused(
+        "RayJob",
+        "j",
+        |v| {
+            v["spec"]["deletionStrategy"] = json!({"deletionRules": [
+                {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 10}},
+                {"policy": "DeleteWorkers", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 60}}
+            ]});
+        },
+        "DeleteWorkers (after 60s) must not come later than DeleteCluster (after 10s)",
+    );
+    assert_refused(
+        "RayCronJob",
+        "c",
+        |v| v["spec"]["schedule"] = json!("CRON_TZ=UTC */5 * * * *"),
+        "must not contain TZ",
+    );
+    assert_refused(
+        "RayCronJob",
+        "c",
+        |v| v["spec"]["schedule"] = json!("61 * * * *"),
+        "minute field \"61\": 61 is outside 0-59",
+    );
+    assert_refused(
+        "RayCronJob",
+        "a-cron-job-name-longer-than-36-chars1",
+        |_| {},
+        "at most 36 characters",
+    );
+    assert_refused(
+        "RayCronJob",
+        "c",
+        |v| v["spec"]["jobTemplate"]["suspend"] = json!(true),
+        "spec.jobTemplate.suspend needs shutdownAfterJobFinishes",
+    );
+}
+
+#[test]
+fn servepipeline_rules_reuse_the_controllers_checks() {
+    assert_refused(
+        "ServePipeline",
+        "p",
+        |v| v["spec"]["source"]["refreshInterval"] = json!("500ms"),
+        "source.refreshInterval must be at least 1s",
+    );
+    assert_refused(
+        "ServePipeline",
+        "p",
+        |v| v["spec"]["source"]["url"] = json!("http://registry.example/g.pb"),
+        "source.url uses plain http://",
+    );
+    assert_refused(
+        "ServePipeline",
+        &"p".repeat(48),
+        |_| {},
+        "may have at most 47",
+    );
+    assert_refused(
+        "ServePipeline",
+        "p",
+        |v| v["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["maxReplicas"] = json!(-1),
+        "spec.rayClusterConfig.workerGroupSpecs[0].maxReplicas must not be negative",
+    );
+}
+
+#[test]
+fn cron_schedules_and_durations() {
+    for ok in [
+        "*/5 * * * *",
+        "0 9 * * MON-FRI",
+        "15,45 0-6/2 1 JAN,jul 0",
+        "@hourly",
+        "@every 1h30m",
+    ] {
+        assert!(check_cron_schedule(ok).is_ok(), "{ok}");
+    }
+    for bad in [
+        "* * * *",
+        "0 24 * * *",
+        "5-1 * * * *",
+        "*/0 * * * *",
+        "@fortnightly",
+    ] {
+        assert!(check_cron_schedule(bad).is_err(), "{bad}");
+    }
+    assert_eq!(go_duration_seconds("1h30m"), Some(5400.0));
+    assert_eq!(go_duration_seconds("1.5s"), Some(1.5));
+    assert_eq!(go_duration_seconds("30"), None);
+    assert!(is_label_key("ray.io/accelerator-type"));
+    assert!(!is_label_key("/x"));
+    assert!(is_time_zone_name("America/Argentina/Buenos_Aires"));
+    assert!(!is_time_zone_name("../etc/passwd"));
+}
