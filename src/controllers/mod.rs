@@ -78,8 +78,19 @@ pub async fn run_with_settings(
     shutdown.await;
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
-    for task in tasks {
-        let _ = task.await;
+    // In-flight reconciles finish, but a stop must not wait on them for long (a graph download
+    // may be retrying for a minute): past the drain time the rest is aborted, well inside a
+    // Pod's default 30 s termination grace period.
+    let drain = async {
+        for task in &mut tasks {
+            let _ = task.await;
+        }
+    };
+    if tokio::time::timeout(SHUTDOWN_DRAIN, drain).await.is_err() {
+        tracing::warn!(
+            seconds = SHUTDOWN_DRAIN.as_secs(),
+            "controllers did not stop in time; aborting them"
+        );
     }
     Ok(())
 }
@@ -98,6 +109,9 @@ pub async fn check_crds(
     needed.dedup();
     crate::api::check_named_crds_installed(client, &needed).await
 }
+
+/// How long a stop waits for in-flight reconciles before aborting them.
+const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Aborts the controller tasks when dropped; after a normal shutdown they have ended already.
 struct AbortOnDrop(Vec<tokio::task::AbortHandle>);

@@ -208,10 +208,17 @@ async fn serve_application_deploys_runs_answers_and_updates_in_place() {
         },
     )
     .await;
-    let details = client
-        .get_serve_applications()
-        .await
-        .expect("GET serve applications");
+    // The new user_config answers before Ray reports the application RUNNING again.
+    let details = support::eventually(
+        Duration::from_secs(120),
+        "the application to be RUNNING after the update",
+        || async {
+            let details = client.get_serve_applications().await.ok()?;
+            (details.applications.get(&app)?.status == Some(ApplicationStatus::Running))
+                .then_some(details)
+        },
+    )
+    .await;
     let application = &details.applications[&app];
     assert_eq!(application.status, Some(ApplicationStatus::Running));
     assert_eq!(
