@@ -103,11 +103,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .join("dev")
             .join("kubeconfig")
     });
+    // Before the controllers run, an interrupt abandons start-up (dropping what was started
+    // stops it); after, `serve` itself stops in order on the same signal.
+    let controllers_running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let serving = serve(args, &kubeconfig, stopped(), controllers_running.clone());
+    tokio::pin!(serving);
     let result = tokio::select! {
-        result = serve(args, &kubeconfig, stopped()) => result,
+        result = &mut serving => result,
         _ = stopped() => {
-            eprintln!("raypipe dev: interrupted during start-up");
-            Ok(())
+            if controllers_running.load(std::sync::atomic::Ordering::SeqCst) {
+                serving.await
+            } else {
+                eprintln!("raypipe dev: interrupted during start-up");
+                Ok(())
+            }
         }
     };
     // Whichever way we got here, the control plane (owned by `serve`) has been dropped and so
@@ -122,6 +131,7 @@ async fn serve(
     args: DevArgs,
     kubeconfig: &std::path::Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    controllers_running: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> anyhow::Result<()> {
     let options = if args.minimal {
         ControlPlaneOptions::default()
@@ -165,6 +175,7 @@ async fn serve(
         );
         Some(registry)
     };
+    controllers_running.store(true, std::sync::atomic::Ordering::SeqCst);
     let result = crate::controllers::run_with_client(client, &args.controllers, shutdown).await;
     eprintln!("raypipe dev: stopping the control plane …");
     drop(plane);
