@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
@@ -97,23 +96,12 @@ pub fn provision_ray(venv: &Path) -> Result<(), TestEnvError> {
         "raypipe: installing ray[serve]=={RAY_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
         venv.display()
     );
-    let status = Command::new("bash")
-        .arg("-c")
-        .arg(PROVISION_RAY_SCRIPT)
-        .arg("provision-ray.sh")
-        .arg(venv)
-        .env("RAY_VERSION", RAY_VERSION)
-        .env("RAYPIPE_CACHE_DIR", cache_root())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .map_err(|e| TestEnvError::Provision(format!("cannot run bash: {e}")))?;
-    if !status.success() {
-        return Err(TestEnvError::Provision(format!(
-            "provision-ray.sh failed ({status}); see its output above"
-        )));
-    }
-    Ok(())
+    crate::testenv::binaries::run_embedded_script(
+        "provision-ray.sh",
+        PROVISION_RAY_SCRIPT,
+        venv,
+        &[("RAY_VERSION", RAY_VERSION)],
+    )
 }
 
 #[derive(Clone, Debug)]

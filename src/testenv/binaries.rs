@@ -132,14 +132,32 @@ pub fn provision(dir: &Path) -> Result<(), TestEnvError> {
         "raypipe: building the Kubernetes control plane (v{KUBE_VERSION}, etcd v{ETCD_VERSION}, kwok v{KWOK_VERSION}) into {} — the first time takes ~10-30 minutes, later runs reuse it",
         dir.display()
     );
+    run_embedded_script(
+        "provision.sh",
+        PROVISION_SCRIPT,
+        dir,
+        &[
+            ("KUBE_VERSION", KUBE_VERSION),
+            ("ETCD_VERSION", ETCD_VERSION),
+            ("KWOK_VERSION", KWOK_VERSION),
+        ],
+    )
+}
+
+/// Runs a script embedded in the binary with `bash -c`, with `target` as its one argument and
+/// raypipe's cache root in `RAYPIPE_CACHE_DIR`; its progress goes to stderr.
+pub fn run_embedded_script(
+    name: &str,
+    script: &str,
+    target: &Path,
+    env: &[(&str, &str)],
+) -> Result<(), TestEnvError> {
     let status = Command::new("bash")
         .arg("-c")
-        .arg(PROVISION_SCRIPT)
-        .arg("provision.sh")
-        .arg(dir)
-        .env("KUBE_VERSION", KUBE_VERSION)
-        .env("ETCD_VERSION", ETCD_VERSION)
-        .env("KWOK_VERSION", KWOK_VERSION)
+        .arg(script)
+        .arg(name)
+        .arg(target)
+        .envs(env.iter().copied())
         .env("RAYPIPE_CACHE_DIR", cache_root())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -147,8 +165,24 @@ pub fn provision(dir: &Path) -> Result<(), TestEnvError> {
         .map_err(|e| TestEnvError::Provision(format!("cannot run bash: {e}")))?;
     if !status.success() {
         return Err(TestEnvError::Provision(format!(
-            "provision.sh failed ({status}); see its output above"
+            "{name} failed ({status}); see its output above"
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod script_tests {
+    use super::*;
+
+    #[test]
+    fn embedded_scripts_get_their_argument_environment_and_exit_status() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = r#"test -d "$1" && [ -n "$RAYPIPE_CACHE_DIR" ] && [ "$GREETING" = hello ]"#;
+        run_embedded_script("check.sh", script, dir.path(), &[("GREETING", "hello")])
+            .expect("the script succeeds");
+        let err = run_embedded_script("check.sh", script, dir.path(), &[("GREETING", "bye")])
+            .expect_err("the script fails");
+        assert!(err.to_string().contains("check.sh failed"), "{err}");
+    }
 }
