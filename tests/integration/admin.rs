@@ -177,7 +177,14 @@ async fn health_readiness_and_metrics_follow_the_work_and_other_namespaces_are_i
                 &text,
                 "raypipe_graph_fetch_duration_seconds_count{outcome=\"fetched\"}",
             ) == Some(1.0)
-            && sample(&text, "raypipe_servepipelines{phase=\"Deploying\"}").is_some();
+            && sample(&text, "raypipe_servepipelines{phase=\"Deploying\"}").is_some()
+            // A reconcile is counted when it starts and its duration observed when it ends:
+            // wait until both of them have ended.
+            && sample(
+                &text,
+                "raypipe_reconcile_duration_seconds_count{controller=\"servepipeline\"}",
+            )
+            .is_some_and(|n| n >= 2.0);
         ready.then_some(text)
     })
     .await;
