@@ -328,30 +328,18 @@ async fn the_namespace_scoped_rbac_is_enough_for_the_operator_and_no_more() {
     ));
     let operator_client = kube::Client::try_from(config).expect("a client");
 
-    let raypipe::cli::Command::Run(args) = <raypipe::cli::Cli as clap::Parser>::try_parse_from([
-        "raypipe",
-        "run",
-        "--controllers=servepipeline",
-        &format!("--namespaces={watched}"),
-        &format!("--operator-namespace={operator_ns}"),
-        "--admin-address=127.0.0.1:0",
-        "--lease-duration=6s",
-        "--renew-deadline=4s",
-        "--retry-period=500ms",
-    ])
-    .expect("valid flags")
-    .command
-    else {
-        panic!("expected the run command");
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let operator_client_for_run = operator_client.clone();
-    let operator = tokio::spawn(async move {
-        raypipe::cli::run::run_with_client(operator_client_for_run, args, async move {
-            let _ = stop_rx.await;
-        })
-        .await
-    });
+    let (stop_tx, operator) = support::spawn_operator(
+        operator_client.clone(),
+        vec![
+            "--controllers=servepipeline".to_owned(),
+            format!("--namespaces={watched}"),
+            format!("--operator-namespace={operator_ns}"),
+            "--admin-address=127.0.0.1:0".to_owned(),
+            "--lease-duration=6s".to_owned(),
+            "--renew-deadline=4s".to_owned(),
+            "--retry-period=500ms".to_owned(),
+        ],
+    );
 
     // It leads with a Lease in its own namespace and reconciles the watched namespace.
     let pipelines: Api<ServePipeline> = Api::namespaced(client.clone(), &watched);

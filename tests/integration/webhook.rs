@@ -322,32 +322,20 @@ async fn raypipe_run_generates_its_certificate_fills_in_the_ca_bundle_and_serves
     .await
     .expect("install the webhook configuration");
 
-    let raypipe::cli::Command::Run(args) = <raypipe::cli::Cli as clap::Parser>::try_parse_from([
-        "raypipe".to_owned(),
-        "run".to_owned(),
-        "--controllers=servepipeline".to_owned(),
-        format!("--namespaces={ns}"),
-        format!("--operator-namespace={ns}"),
-        "--leader-election=false".to_owned(),
-        format!("--admin-address={admin}"),
-        "--webhook=true".to_owned(),
-        format!("--webhook-address=127.0.0.1:{webhook_port}"),
-        "--webhook-service=localhost".to_owned(),
-        format!("--webhook-configuration={configuration_name}"),
-    ])
-    .expect("valid flags")
-    .command
-    else {
-        panic!("expected the run command");
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let operator_client = client.clone();
-    let operator = tokio::spawn(async move {
-        raypipe::cli::run::run_with_client(operator_client, args, async move {
-            let _ = stop_rx.await;
-        })
-        .await
-    });
+    let (stop_tx, operator) = support::spawn_operator(
+        client.clone(),
+        vec![
+            "--controllers=servepipeline".to_owned(),
+            format!("--namespaces={ns}"),
+            format!("--operator-namespace={ns}"),
+            "--leader-election=false".to_owned(),
+            format!("--admin-address={admin}"),
+            "--webhook=true".to_owned(),
+            format!("--webhook-address=127.0.0.1:{webhook_port}"),
+            "--webhook-service=localhost".to_owned(),
+            format!("--webhook-configuration={configuration_name}"),
+        ],
+    );
     eventually(WAIT, "the operator to be ready", || async {
         crate::admin::get(admin, "/readyz")
             .await

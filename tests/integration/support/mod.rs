@@ -247,3 +247,32 @@ pub async fn ray_serve_lock() -> tokio::sync::MutexGuard<'static, ()> {
 pub fn ray_test_apps_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ray/apps")
 }
+
+/// Runs `raypipe run FLAGS…` in-process on `client`, as the binary would; the operator stops
+/// when the returned sender is used (or dropped).
+pub fn spawn_operator(
+    client: kube::Client,
+    flags: Vec<String>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let argv = ["raypipe".to_owned(), "run".to_owned()]
+        .into_iter()
+        .chain(flags);
+    let raypipe::cli::Command::Run(args) =
+        <raypipe::cli::Cli as clap::Parser>::try_parse_from(argv)
+            .expect("valid flags")
+            .command
+    else {
+        panic!("expected the run command");
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(async move {
+        raypipe::cli::run::run_with_client(client, args, async move {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
+    (stop_tx, operator)
+}
