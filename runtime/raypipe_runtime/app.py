@@ -1,0 +1,202 @@
+"""The Ray Serve application builder raypipe renders as `import_path: raypipe_runtime.app:build`.
+
+`build(args)` parses the graph from the application's args (spec.py), binds one deployment per
+MODEL node (the user's class imported by path, named exactly after the node, with the node's
+init arguments; its options come from the Serve config's `deployments`, which Serve applies by
+that name) and returns the executor: the ingress deployment, named `args.executor_deployment`,
+which runs the graph for every HTTP request (engine.py) by calling the nodes' handles.
+
+HTTP: the request body is parsed as JSON (an empty body is null; a body that is not JSON is
+handed on as text, and reading inside it is a 400). The response is the OUTPUT node's value as
+JSON with status 200, or `{"error": {code, node, message, attempts}}` with the status of the
+failure (400 INVALID_INPUT, 422 NO_ROUTE / OUTPUT_SKIPPED, a user exception's own 4xx
+`status_code`, 502 NODE_FAILED / UNAVAILABLE / SELECT_MISSING, 503 BACKPRESSURE, 504 TIMEOUT /
+DEADLINE). Headers: x-raypipe-graph, x-raypipe-route (switch/split choices), x-raypipe-partial
+(skipped optional parts), x-raypipe-fallback, and x-raypipe-trace when the request sends
+`x-raypipe-trace: 1`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+from typing import Any
+
+from . import engine
+from .pointer import RawBody
+from .spec import ArgsError, GraphSpec, NodeSpec, parse_args
+
+logger = logging.getLogger("raypipe_runtime")
+
+
+def import_attr(import_path: str):
+    """Imports "package.module:Attr" (or "package.module.Attr"); Attr may be dotted after ':'."""
+    if ":" in import_path:
+        module_name, attr_path = import_path.split(":", 1)
+    else:
+        module_name, _, attr_path = import_path.rpartition(".")
+    module = importlib.import_module(module_name)
+    target = module
+    for part in attr_path.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _node_field(graph: GraphSpec, node: NodeSpec, field: str) -> str:
+    index = list(graph.nodes).index(node.name)
+    return f'args.graph.nodes[{index}] ("{node.name}").model.{field}'
+
+
+def _user_callable(target, method: str):
+    """The user's function or method behind a class / function / serve.Deployment."""
+    from ray import serve
+
+    if isinstance(target, serve.Deployment):
+        target = target.func_or_class
+    if inspect.isclass(target):
+        return getattr(target, method, None)
+    return target if method == "__call__" else None
+
+
+def _takes_headers(fn) -> bool:
+    if fn is None:
+        return False
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "headers" in params and params["headers"].kind in (
+        inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def bind_models(spec):
+    """One bound deployment per MODEL node, named after the node; and the nodes whose method
+    takes a `headers` keyword (they receive the graph's forward_headers)."""
+    from ray import serve
+    from ray.serve.deployment import Application
+
+    graph = spec.graph
+    problems = []
+    bound = {}
+    header_nodes = []
+    for node in graph.model_nodes():
+        model = node.model
+        where = _node_field(graph, node, "import_path")
+        try:
+            target = import_attr(model.import_path)
+        except Exception as exc:  # ImportError, AttributeError, or an error inside the module
+            problems.append((where, f"cannot import {model.import_path!r}: {engine.describe_exception(exc)}"))
+            continue
+        if isinstance(target, Application):
+            problems.append((where, f"{model.import_path!r} is an already bound application; "
+                                    "name the class (or @serve.deployment class) instead"))
+            continue
+        if isinstance(target, serve.Deployment):
+            deployment = target.options(name=node.name)
+        elif inspect.isclass(target) or inspect.isfunction(target):
+            deployment = serve.deployment(target, name=node.name)
+        else:
+            problems.append((where, f"{model.import_path!r} is a {type(target).__name__}, not a class or function"))
+            continue
+        fn = _user_callable(target, model.method)
+        if fn is None:
+            problems.append((_node_field(graph, node, "method"),
+                             f"{model.import_path!r} has no method {model.method!r}"))
+            continue
+        if graph.forward_headers and _takes_headers(fn):
+            header_nodes.append(node.name)
+        try:
+            bound[node.name] = deployment.bind(*model.init_args, **model.init_kwargs)
+        except Exception as exc:
+            problems.append((_node_field(graph, node, "init_kwargs"), engine.describe_exception(exc)))
+    if problems:
+        raise ArgsError(problems)
+    return bound, header_nodes
+
+
+def build(args: dict):
+    """Serve application builder: the graph in `args` -> the executor bound to every node."""
+    from ray import serve
+
+    spec = parse_args(args)
+    bound, header_nodes = bind_models(spec)
+    executor = serve.deployment(GraphExecutor, name=spec.executor_deployment)
+    logger.info("raypipe: built graph %r (%d nodes, %d model deployments)",
+                spec.graph.name, len(spec.graph.nodes), len(bound))
+    return executor.bind(args, bound, header_nodes)
+
+
+def _ray_caller(handle, method: str):
+    """An engine caller over a DeploymentHandle: Ray's failures mapped to the engine's classes."""
+    import ray.exceptions as rex
+    from ray.serve import exceptions as sex
+
+    target = handle.options(method_name=method) if method != "__call__" else handle
+    unavailable = (rex.ActorDiedError, rex.ActorUnavailableError, rex.RayActorError,
+                   rex.WorkerCrashedError, rex.NodeDiedError, rex.ActorUnschedulableError,
+                   sex.DeploymentUnavailableError, sex.ReplicaUnavailableError)
+
+    async def call(*args, **kwargs):
+        response = target.remote(*args, **kwargs)
+        try:
+            return await response
+        except asyncio.CancelledError:
+            response.cancel()
+            raise
+        except sex.BackPressureError as exc:
+            raise engine.Backpressure(str(exc)) from None
+        except unavailable as exc:
+            raise engine.Unavailable(type(exc).__name__) from None
+        except rex.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise
+
+    return call
+
+
+def parse_body(body: bytes) -> Any:
+    if not body or not body.strip():
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return RawBody(body.decode("utf-8", errors="replace"))
+
+
+def encode_result(result: engine.Result):
+    """(status, bytes, media type, headers) of an engine result."""
+    body = result.body
+    if isinstance(body, (bytes, bytearray)):
+        return result.status, bytes(body), "application/octet-stream", result.headers
+    try:
+        content = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        error = engine.GraphError("NODE_FAILED", None,
+                                  f"the response is not JSON-serialisable: {engine.describe_exception(exc)}",
+                                  status=500)
+        content = json.dumps(error.body()).encode("utf-8")
+        return 500, content, "application/json", result.headers
+    return result.status, content, "application/json", result.headers
+
+
+class GraphExecutor:
+    """The ingress deployment: runs the graph for every HTTP request."""
+
+    def __init__(self, args: dict, handles: dict, header_nodes: list):
+        self.spec = parse_args(args)
+        callers = {node.name: _ray_caller(handles[node.name], node.model.method)
+                   for node in self.spec.graph.model_nodes()}
+        self.executor = engine.Executor(self.spec.graph, callers, header_nodes=header_nodes)
+
+    async def __call__(self, request):
+        from starlette.responses import Response
+
+        body = await request.body()
+        result = await self.executor.run(parse_body(body), dict(request.headers))
+        status, content, media_type, headers = encode_result(result)
+        return Response(content=content, status_code=status, media_type=media_type, headers=headers)

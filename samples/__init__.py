@@ -1,0 +1,1 @@
+"""raypipe's samples: `samples.models` holds the user deployments the sample graphs import."""
