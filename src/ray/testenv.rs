@@ -22,6 +22,9 @@ use super::{BearerToken, DashboardClientOptions, DashboardUrl, RayDashboardClien
 /// The `ray[serve]` version tests run (the one the reference notes were verified against).
 pub const RAY_VERSION: &str = "2.60.0";
 
+/// The `pytest` the venv also gets, for the graph runtime's tests (`runtime/tests`).
+pub const PYTEST_VERSION: &str = "9.2.0";
+
 /// The provisioning script, embedded so it works from any directory.
 pub const PROVISION_RAY_SCRIPT: &str = include_str!("testenv/provision-ray.sh");
 
@@ -75,7 +78,9 @@ pub fn locate_ray() -> Result<PathBuf, TestEnvError> {
     let interpreter_present = venv.join("bin").join("python").exists();
     if ray.is_file()
         && interpreter_present
-        && marker.starts_with(&format!("ray[serve]=={RAY_VERSION} "))
+        && marker.starts_with(&format!(
+            "ray[serve]=={RAY_VERSION} pytest=={PYTEST_VERSION} "
+        ))
     {
         return Ok(ray);
     }
@@ -93,14 +98,14 @@ pub fn locate_ray() -> Result<PathBuf, TestEnvError> {
 /// Runs the embedded provisioning script for `venv`, its progress going to stderr.
 pub fn provision_ray(venv: &Path) -> Result<(), TestEnvError> {
     eprintln!(
-        "raypipe: installing ray[serve]=={RAY_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
+        "raypipe: installing ray[serve]=={RAY_VERSION} and pytest=={PYTEST_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
         venv.display()
     );
     crate::testenv::binaries::run_embedded_script(
         "provision-ray.sh",
         PROVISION_RAY_SCRIPT,
         venv,
-        &[("RAY_VERSION", RAY_VERSION)],
+        &[("RAY_VERSION", RAY_VERSION), ("PYTEST_VERSION", PYTEST_VERSION)],
     )
 }
 

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Creates the Python virtualenv that raypipe's tests (and `raypipe dev`) start Ray heads from:
-# a pinned `ray[serve]` from PyPI, installed with the ordinary pip client. Idempotent: a venv
-# whose marker names the same Ray version and Python interpreter is kept as it is.
+# a pinned `ray[serve]` from PyPI, plus a pinned `pytest` for the graph runtime's tests
+# (runtime/tests), installed with the ordinary pip client. Idempotent: a venv whose marker names
+# the same versions and Python interpreter is kept as it is; one with the same Ray and Python
+# but older test tools only gets the test tools installed.
 #
 # Usage: provision-ray.sh [VENV_DIR]    (default: $RAYPIPE_CACHE_DIR/ray/venv-$RAY_VERSION)
-# Env:   RAY_VERSION (default 2.60.0), PYTHON (default python3; Ray 2.60 wheels: CPython 3.10-3.13)
+# Env:   RAY_VERSION (default 2.60.0), PYTEST_VERSION (default 9.2.0), PYTHON (default python3; Ray 2.60 wheels: CPython 3.10-3.13)
 # Prints "ready <dir>" as its last line on success.
 set -euo pipefail
 
 RAY_VERSION=${RAY_VERSION:-2.60.0}
+PYTEST_VERSION=${PYTEST_VERSION:-9.2.0}
 PYTHON=${PYTHON:-python3}
 
 CACHE=${RAYPIPE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/raypipe}
@@ -19,7 +22,7 @@ log() { echo "provision-ray: $*" >&2; }
 
 command -v "$PYTHON" >/dev/null || { log "$PYTHON is required (CPython 3.10-3.13)"; exit 2; }
 PY_VERSION=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
-WANT="ray[serve]==$RAY_VERSION python=$PY_VERSION"
+WANT="ray[serve]==$RAY_VERSION pytest==$PYTEST_VERSION python=$PY_VERSION"
 MARKER=$VENV/.raypipe-provisioned
 
 # One lock per cache, so parallel test binaries do not install into the same venv at once.
@@ -31,13 +34,28 @@ if [ -x "$VENV/bin/ray" ] && [ "$(cat "$MARKER" 2>/dev/null)" = "$WANT" ]; then
   exit 0
 fi
 
+pip_install() {
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "$@" >&2
+}
+
+# Same Ray and Python, other (or no) test tools: install just those, in place.
+HAVE=$(cat "$MARKER" 2>/dev/null || true)
+if [ -x "$VENV/bin/ray" ] && [ -x "$VENV/bin/python" ] \
+  && [ "${HAVE%% *}" = "ray[serve]==$RAY_VERSION" ] && [ "${HAVE##* }" = "python=$PY_VERSION" ]; then
+  log "adding pytest==$PYTEST_VERSION to $VENV"
+  pip_install "pytest==$PYTEST_VERSION"
+  echo "$WANT" > "$MARKER"
+  echo "ready $VENV"
+  exit 0
+fi
+
 start=$(date +%s)
 log "installing $WANT into $VENV; cold: about a minute (downloads ~100 MB of wheels)"
 # A venv is not relocatable (its scripts name their interpreter by absolute path), so it is
 # built in place; the marker is written last, so an interrupted install is redone next time.
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "ray[serve]==$RAY_VERSION" >&2
+pip_install "ray[serve]==$RAY_VERSION" "pytest==$PYTEST_VERSION"
 got=$("$VENV/bin/python" -c 'import ray, ray.serve; print(ray.__version__)')
 [ "$got" = "$RAY_VERSION" ] || { log "installed ray $got, wanted $RAY_VERSION"; exit 1; }
 echo "$WANT" > "$MARKER"
