@@ -1,0 +1,42 @@
+"""Shared helpers of the graph runtime's tests.
+
+Run from the repository root with the Ray venv's Python (what `cargo test --test integration
+runtime::` does):
+
+    PYTHONPATH=.:runtime ~/.cache/raypipe/ray/venv-2.60.0/bin/python -m pytest runtime/tests -q
+
+Everything except test_ray_serve.py runs without Ray.
+"""
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+RUNTIME_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = RUNTIME_DIR.parent
+for path in (str(REPO_ROOT), str(RUNTIME_DIR)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+VECTORS = REPO_ROOT / "tests" / "vectors"
+SAMPLES = ("sequence", "ensemble", "switch-canary")
+
+
+def rendered(name: str) -> dict:
+    """The Serve config `raypipe dag render --json samples/graphs/<name>.yaml` prints (checked in
+    under fixtures/rendered; tests/integration/runtime.rs fails when it drifts)."""
+    return json.loads((FIXTURES / "rendered" / f"{name}.json").read_text())
+
+
+def rendered_args(name: str) -> dict:
+    return rendered(name)["applications"][0]["args"]
+
+
+def run(coro, timeout: float = 20.0):
+    async def bounded():
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
