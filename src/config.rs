@@ -285,6 +285,9 @@ pub struct ControllerSettings {
     pub feature_gates: FeatureGates,
     pub metrics: Metrics,
     pub readiness: Readiness,
+    /// The RayService controller's settings when the caller decides them (`raypipe dev`,
+    /// tests: dashboards and Serve on 127.0.0.1); `None`: from flags and environment.
+    pub rayservice: Option<crate::controllers::rayservice::Config>,
 }
 
 impl ControllerSettings {
@@ -300,6 +303,7 @@ impl ControllerSettings {
             feature_gates: FeatureGates::default(),
             metrics: Metrics::new(),
             readiness: Readiness::new(),
+            rayservice: None,
         }
     }
 
@@ -326,6 +330,7 @@ impl ControllerSettings {
             feature_gates,
             metrics,
             readiness,
+            rayservice: None,
         }
     }
 

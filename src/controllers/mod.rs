@@ -1,6 +1,8 @@
 //! One reconciler per kind; `run` starts the enabled ones.
 
+pub mod dashboard;
 pub mod raycluster;
+pub mod rayservice;
 pub mod servepipeline;
 
 use crate::cli::ControllerKind;
@@ -69,6 +71,23 @@ pub async fn run_with_settings(
                     )))
                 }
             }
+            ControllerKind::Rayservice => {
+                let base = match &settings.rayservice {
+                    Some(config) => config.clone(),
+                    None => rayservice_config(settings)?,
+                };
+                for namespace in settings.scopes() {
+                    tasks.push(tokio::spawn(rayservice::run(
+                        client.clone(),
+                        rayservice::Config {
+                            namespace,
+                            concurrency: settings.concurrency,
+                            ..base.clone()
+                        },
+                        stopped(),
+                    )))
+                }
+            }
             other => {
                 tracing::warn!(controller = ?other, "this controller is not built yet; skipping it")
             }
@@ -93,6 +112,15 @@ pub async fn run_with_settings(
         );
     }
     Ok(())
+}
+
+/// The RayService controller's settings from the operator's flags and environment.
+fn rayservice_config(settings: &ControllerSettings) -> anyhow::Result<rayservice::Config> {
+    let mut config = rayservice::Config::from_env()?;
+    if let Some(template) = settings.ray_dashboard_url.as_deref() {
+        config.dashboard = crate::ray::DashboardLocator::template(template)?;
+    }
+    Ok(config)
 }
 
 /// Fails with a clear message when a CRD that one of `controllers` needs is missing.

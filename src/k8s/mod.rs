@@ -154,6 +154,29 @@ pub fn truncate(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
+/// Five characters from Kubernetes' random-name alphabet (no vowels, no look-alikes).
+pub fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    let mut value = hasher.finish();
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(value % ALPHABET.len() as u64) as usize];
+            value /= ALPHABET.len() as u64;
+            c as char
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

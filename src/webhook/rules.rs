@@ -28,7 +28,7 @@ pub const MAX_SERVE_CONFIG_BYTES: usize = 1024 * 1024;
 
 const ANNOTATION_FT_ENABLED: &str = "ray.io/ft-enabled";
 const ANNOTATION_EXTERNAL_STORAGE_NAMESPACE: &str = "ray.io/external-storage-namespace";
-const ANNOTATION_INITIALIZING_TIMEOUT: &str = "ray.io/initializing-timeout";
+pub(crate) const ANNOTATION_INITIALIZING_TIMEOUT: &str = "ray.io/initializing-timeout";
 const LABEL_ORIGINATED_FROM_CRD: &str = "ray.io/originated-from-crd";
 const LABEL_CLUSTER: &str = "ray.io/cluster";
 const ENV_AUTOSCALER_V2: &str = "RAY_enable_autoscaler_v2";
@@ -161,7 +161,7 @@ fn restart_policy_never_or_unset(template: &PodTemplateSpec) -> bool {
 }
 
 /// Parses a Go duration (`30m`, `1h30m`, `1.5s`, `300ms`, `10us`, `5ns`) into seconds.
-fn go_duration_seconds(text: &str) -> Option<f64> {
+pub(crate) fn go_duration_seconds(text: &str) -> Option<f64> {
     let mut rest = text.trim();
     let negative = rest.starts_with('-');
     rest = rest.trim_start_matches(['-', '+']);

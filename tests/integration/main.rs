@@ -8,6 +8,7 @@ mod dev;
 mod leader;
 mod ray;
 mod raycluster;
+mod rayservice;
 mod servepipeline;
 mod source;
 mod support;

@@ -19,8 +19,7 @@ pub mod status;
 pub mod validate;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -4,27 +4,7 @@
 
 use super::*;
 
-/// Five characters from Kubernetes' random-name alphabet (no vowels, no look-alikes).
-pub(super) fn random_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    let mut value = hasher.finish();
-    (0..5)
-        .map(|_| {
-            let c = ALPHABET[(value % ALPHABET.len() as u64) as usize];
-            value /= ALPHABET.len() as u64;
-            c as char
-        })
-        .collect()
-}
+pub(super) use crate::k8s::random_suffix;
 
 pub(super) fn node_type_of(pod: &Pod) -> Option<&str> {
     pod.labels().get(labels::NODE_TYPE).map(String::as_str)

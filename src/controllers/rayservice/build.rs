@@ -1,0 +1,455 @@
+//! Pure builders and decisions of the RayService controller: the RayCluster a RayService owns,
+//! its head and serve Services, what a spec change means (nothing, an in-place update, a new
+//! cluster), the Serve config actually pushed, and the status mapping of Serve's answer.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use crate::api::raycluster::{RayCluster, RayClusterSpec};
+use crate::api::rayservice::{AppStatus, RayService, RayServiceUpgradeType, ServeDeploymentStatus};
+use crate::controllers::raycluster::builders::{
+    self, BuildError, BuildOptions, names, service as cluster_service,
+};
+use crate::controllers::raycluster::keys::{OPERATOR_VERSION, annotations, labels};
+use crate::ray::ServeInstanceDetails;
+
+/// `ray.io/hash-without-replicas-and-workers-to-delete`: the spec hash that decides between
+/// keeping a cluster and replacing it.
+pub const HASH_ANNOTATION: &str = "ray.io/hash-without-replicas-and-workers-to-delete";
+/// `ray.io/num-worker-groups`: worker groups the cluster was built with; groups appended later
+/// are added in place instead of replacing the cluster.
+pub const NUM_WORKER_GROUPS_ANNOTATION: &str = "ray.io/num-worker-groups";
+/// Not in KubeRay: the hash of the whole cluster spec, replica counts included. With the
+/// autoscaler off, a changed replica count is applied in place (KubeRay ignores it).
+pub const FULL_HASH_ANNOTATION: &str = "raypipe.dev/cluster-spec-hash";
+/// `originated-from-crd` value.
+pub const CREATOR: &str = "RayService";
+
+/// The cluster spec a RayService asks for. The RayService's own `suspend` is separate: a
+/// cluster's `suspend` is taken at creation only.
+pub fn goal_spec(service: &RayService) -> RayClusterSpec {
+    service.spec.ray_cluster_config.clone()
+}
+
+/// The hash that decides whether a cluster must be replaced: replica counts, scheduling
+/// details the autoscaler or Kueue change, and `suspend` do not count.
+pub fn replacement_hash(spec: &RayClusterSpec) -> String {
+    let mut spec = spec.clone();
+    spec.suspend = None;
+    builders::spec_hash(&spec)
+}
+
+/// The hash of the whole spec (replica counts included; `suspend` not).
+pub fn full_hash(spec: &RayClusterSpec) -> String {
+    let mut spec = spec.clone();
+    spec.suspend = None;
+    crate::k8s::stable_hash(&spec)
+}
+
+fn worker_group_count(spec: &RayClusterSpec) -> usize {
+    spec.worker_group_specs.as_ref().map_or(0, Vec::len)
+}
+
+/// The goal hash computed as if only the first `groups` worker groups existed.
+fn replacement_hash_first_groups(spec: &RayClusterSpec, groups: usize) -> String {
+    let mut spec = spec.clone();
+    if let Some(list) = spec.worker_group_specs.as_mut() {
+        list.truncate(groups);
+    }
+    replacement_hash(&spec)
+}
+
+fn annotation<'a>(cluster: &'a RayCluster, key: &str) -> Option<&'a str> {
+    cluster.annotations().get(key).map(String::as_str)
+}
+
+/// What the goal spec means for an existing cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterChange {
+    /// The cluster already is what the RayService asks for.
+    None,
+    /// Changes that the running cluster takes without a restart: worker groups appended, a
+    /// replica count with the autoscaler off, a different operator version's bookkeeping.
+    InPlace,
+    /// Anything else: a new cluster (or nothing, when the upgrade strategy is `None`).
+    Replace,
+}
+
+/// Classifies the goal against `cluster`. `check_version`: an operator version different from
+/// the one that built the cluster also asks for an in-place rebuild (the active cluster
+/// outside an upgrade, as KubeRay does, so an operator upgrade never replaces clusters).
+pub fn classify(cluster: &RayCluster, goal: &RayClusterSpec, check_version: bool) -> ClusterChange {
+    let goal_hash = replacement_hash(goal);
+    let cluster_hash = annotation(cluster, HASH_ANNOTATION).unwrap_or_default();
+    if cluster_hash != goal_hash {
+        let built_groups =
+            annotation(cluster, NUM_WORKER_GROUPS_ANNOTATION).and_then(|n| n.parse::<usize>().ok());
+        return match built_groups {
+            Some(n)
+                if n < worker_group_count(goal)
+                    && replacement_hash_first_groups(goal, n) == cluster_hash =>
+            {
+                ClusterChange::InPlace
+            }
+            _ => ClusterChange::Replace,
+        };
+    }
+    if check_version && annotation(cluster, annotations::KUBERAY_VERSION) != Some(OPERATOR_VERSION)
+    {
+        return ClusterChange::InPlace;
+    }
+    if !builders::autoscaling_enabled(goal)
+        && annotation(cluster, FULL_HASH_ANNOTATION).is_some_and(|h| h != full_hash(goal))
+    {
+        return ClusterChange::InPlace;
+    }
+    ClusterChange::None
+}
+
+/// Whether a spec change may start a new cluster: `upgradeStrategy.type` decides; unset means
+/// the operator default (`ENABLE_ZERO_DOWNTIME`, on unless set to false).
+pub fn zero_downtime(service: &RayService, operator_default: bool) -> bool {
+    match service
+        .spec
+        .upgrade_strategy
+        .as_ref()
+        .and_then(|s| s.type_.as_ref())
+    {
+        Some(RayServiceUpgradeType::None) => false,
+        Some(_) => true,
+        None => operator_default,
+    }
+}
+
+/// The RayCluster a RayService owns, named `name`. `existing_suspend`: an in-place update
+/// keeps the cluster's own `suspend` as it is.
+pub fn cluster(
+    service: &RayService,
+    name: &str,
+    existing_suspend: Option<Option<bool>>,
+) -> Result<RayCluster, BuildError> {
+    let goal = goal_spec(service);
+    let mut labels_map = service.labels().clone();
+    labels_map.insert(
+        labels::ORIGINATED_FROM_CR_NAME.to_owned(),
+        service.name_any(),
+    );
+    labels_map.insert(labels::ORIGINATED_FROM_CRD.to_owned(), CREATOR.to_owned());
+    let mut annotations_map = service.annotations().clone();
+    // kubectl's copy of the RayService is not the cluster's.
+    annotations_map.remove("kubectl.kubernetes.io/last-applied-configuration");
+    annotations_map.insert(HASH_ANNOTATION.to_owned(), replacement_hash(&goal));
+    annotations_map.insert(FULL_HASH_ANNOTATION.to_owned(), full_hash(&goal));
+    annotations_map.insert(
+        NUM_WORKER_GROUPS_ANNOTATION.to_owned(),
+        worker_group_count(&goal).to_string(),
+    );
+    annotations_map.insert(
+        annotations::KUBERAY_VERSION.to_owned(),
+        OPERATOR_VERSION.to_owned(),
+    );
+    let mut spec = goal;
+    if let Some(suspend) = existing_suspend {
+        spec.suspend = suspend;
+    }
+    let mut cluster = RayCluster::new(name, spec);
+    cluster.metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: service.namespace(),
+        labels: Some(labels_map),
+        annotations: Some(annotations_map),
+        owner_references: Some(vec![crate::k8s::controller_owner_ref(service)?]),
+        ..Default::default()
+    };
+    Ok(cluster)
+}
+
+/// `<service>-<5 random characters>`.
+pub fn new_cluster_name(service: &RayService) -> String {
+    format!("{}-{}", service.name_any(), crate::k8s::random_suffix())
+}
+
+/// The name of the RayService's serve Service: `spec.serveService.metadata.name` or
+/// `<service>-serve-svc`.
+pub fn serve_service_name(service: &RayService) -> String {
+    service
+        .spec
+        .serve_service
+        .as_ref()
+        .and_then(|s| s.metadata.name.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| names::serve_service_name(&service.name_any()))
+}
+
+/// `<service>-head-svc`.
+pub fn head_service_name(service: &RayService) -> String {
+    format!("{}-head-svc", service.name_any())
+}
+
+fn service_labels(service: &RayService) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            labels::ORIGINATED_FROM_CR_NAME.to_owned(),
+            service.name_any(),
+        ),
+        (labels::ORIGINATED_FROM_CRD.to_owned(), CREATOR.to_owned()),
+    ])
+}
+
+/// The RayService's head Service: the target cluster's head Service under the RayService's
+/// name; its selector names the target cluster.
+pub fn head_service(
+    service: &RayService,
+    target: &RayCluster,
+    options: &BuildOptions,
+) -> Result<Service, BuildError> {
+    let mut svc = cluster_service::head_service(target, options)?;
+    let mut svc_labels = service_labels(service);
+    svc_labels.insert(labels::NODE_TYPE.to_owned(), labels::HEAD.to_owned());
+    svc_labels.insert(
+        labels::IDENTIFIER.to_owned(),
+        format!("{}-head", service.name_any()),
+    );
+    svc.metadata = ObjectMeta {
+        name: Some(head_service_name(service)),
+        namespace: service.namespace(),
+        labels: Some(svc_labels),
+        annotations: svc.metadata.annotations.take(),
+        owner_references: Some(vec![crate::k8s::controller_owner_ref(service)?]),
+        ..Default::default()
+    };
+    Ok(svc)
+}
+
+/// The RayService's serve Service: selects the target cluster's Pods that serve
+/// (`ray.io/serve=true`). Ports: the head container's `serve`/`serve-*` ports (a user port of
+/// the same name wins), else the user's own.
+pub fn serve_service(service: &RayService, target: &RayCluster) -> Result<Service, BuildError> {
+    let user = service.spec.serve_service.clone().unwrap_or_default();
+    let user_ports = user
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.clone())
+        .unwrap_or_default();
+    let auto_ports: Vec<ServicePort> = cluster_service::head_ports(target)
+        .into_iter()
+        .filter(|(name, _)| cluster_service::is_serve_port(name))
+        .map(|(name, port)| {
+            user_ports
+                .iter()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .cloned()
+                .unwrap_or(ServicePort {
+                    name: Some(name),
+                    port,
+                    ..Default::default()
+                })
+        })
+        .collect();
+    let ports = if auto_ports.is_empty() {
+        user_ports
+    } else {
+        auto_ports
+    };
+    if ports.is_empty() {
+        return Err(BuildError::NoServePort);
+    }
+    let mut svc_labels = user.metadata.labels.clone().unwrap_or_default();
+    svc_labels.extend(service_labels(service));
+    svc_labels.insert(
+        labels::SERVE.to_owned(),
+        names::serve_service_label(&service.name_any()),
+    );
+    let mut spec = user.spec.unwrap_or_default();
+    spec.selector = Some(BTreeMap::from([
+        (labels::CLUSTER.to_owned(), target.name_any()),
+        (labels::SERVE.to_owned(), "true".to_owned()),
+    ]));
+    spec.ports = Some(ports);
+    if spec.type_.is_none() {
+        spec.type_ = service
+            .spec
+            .ray_cluster_config
+            .head_group_spec
+            .service_type
+            .clone();
+    }
+    // A ClusterIP is the API server's to assign; the user's copy of an old one is not ours.
+    spec.cluster_ip = None;
+    spec.cluster_ips = None;
+    Ok(Service {
+        metadata: ObjectMeta {
+            name: Some(serve_service_name(service)),
+            namespace: service.namespace(),
+            labels: Some(svc_labels),
+            annotations: user.metadata.annotations,
+            owner_references: Some(vec![crate::k8s::controller_owner_ref(service)?]),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec { ..spec }),
+        status: None,
+    })
+}
+
+/// The cluster a Service selects (`ray.io/cluster` of its selector).
+pub fn selected_cluster(service: &Service) -> Option<&str> {
+    service
+        .spec
+        .as_ref()?
+        .selector
+        .as_ref()?
+        .get(labels::CLUSTER)
+        .map(String::as_str)
+}
+
+/// Where Serve's HTTP proxy must listen (`http_options.host`/`port`), when the operator
+/// decides it (a Ray head on 127.0.0.1 in `raypipe dev` and tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpBinding {
+    pub host: String,
+    pub port: u16,
+}
+
+/// The JSON body pushed to Serve: `serveConfigV2` parsed, `http_options` bound where the
+/// operator must decide it, and `runtime_env` URIs rewritten through the configured mirrors.
+pub fn serve_config_json(
+    serve_config_v2: &str,
+    binding: Option<&HttpBinding>,
+    mirrors: &[(String, String)],
+) -> Result<serde_json::Value, crate::ray::DashboardError> {
+    let mut config = crate::ray::serve_config_yaml_to_json(serve_config_v2)?;
+    if let Some(binding) = binding
+        && let Some(object) = config.as_object_mut()
+    {
+        let http = object
+            .entry("http_options")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(http) = http.as_object_mut() {
+            http.insert("host".into(), binding.host.clone().into());
+            http.insert("port".into(), binding.port.into());
+        }
+    }
+    if !mirrors.is_empty()
+        && let Some(apps) = config
+            .get_mut("applications")
+            .and_then(|a| a.as_array_mut())
+    {
+        for app in apps {
+            if let Some(env) = app.get_mut("runtime_env") {
+                rewrite_runtime_env_uris(env, mirrors);
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// Rewrites `working_dir` and `py_modules` URIs that start with a mirrored prefix.
+fn rewrite_runtime_env_uris(env: &mut serde_json::Value, mirrors: &[(String, String)]) {
+    let rewrite = |uri: &mut serde_json::Value| {
+        if let Some(text) = uri.as_str()
+            && let Some((from, to)) = mirrors.iter().find(|(from, _)| text.starts_with(from))
+        {
+            *uri = format!("{to}{}", &text[from.len()..]).into();
+        }
+    };
+    if let Some(dir) = env.get_mut("working_dir") {
+        rewrite(dir);
+    }
+    if let Some(modules) = env.get_mut("py_modules").and_then(|m| m.as_array_mut()) {
+        modules.iter_mut().for_each(rewrite);
+    }
+}
+
+/// Serve's answer as status: application name (`""` is `default`) → status, message and
+/// deployment statuses, messages verbatim.
+pub fn application_statuses(details: &ServeInstanceDetails) -> BTreeMap<String, AppStatus> {
+    details
+        .applications
+        .iter()
+        .map(|(name, app)| {
+            let name = if name.is_empty() { "default" } else { name };
+            let deployments: BTreeMap<String, ServeDeploymentStatus> = app
+                .deployments
+                .iter()
+                .map(|(d, dep)| {
+                    (
+                        d.clone(),
+                        ServeDeploymentStatus {
+                            status: dep.status.as_ref().map(|s| s.as_str().to_owned()),
+                            message: dep.message.clone().filter(|m| !m.is_empty()),
+                        },
+                    )
+                })
+                .collect();
+            (
+                name.to_owned(),
+                AppStatus {
+                    status: app.status.as_ref().map(|s| s.as_str().to_owned()),
+                    message: app.message.clone().filter(|m| !m.is_empty()),
+                    serve_deployment_statuses: (!deployments.is_empty()).then_some(deployments),
+                },
+            )
+        })
+        .collect()
+}
+
+/// A one-line account of why the applications are not all RUNNING (for conditions).
+pub fn not_running_summary(apps: &BTreeMap<String, AppStatus>) -> Option<String> {
+    if apps.is_empty() {
+        return Some("Serve reports no applications yet".to_owned());
+    }
+    let mut parts = Vec::new();
+    for (name, app) in apps {
+        let status = app.status.as_deref().unwrap_or("UNKNOWN");
+        if status == crate::api::rayservice::app_statuses::RUNNING {
+            continue;
+        }
+        let mut part = format!("application {name} is {status}");
+        if let Some(message) = app.message.as_deref() {
+            part.push_str(": ");
+            part.push_str(first_line(message));
+        } else if let Some((dep, d)) = app
+            .serve_deployment_statuses
+            .iter()
+            .flatten()
+            .find(|(_, d)| d.message.is_some())
+        {
+            part.push_str(&format!(
+                " (deployment {dep}: {})",
+                first_line(d.message.as_deref().unwrap_or_default())
+            ));
+        }
+        parts.push(part);
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// The last non-empty line: a Python traceback ends with the exception.
+fn first_line(message: &str) -> &str {
+    message
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or(message)
+}
+
+/// Whether any Serve proxy reports HEALTHY (the head's, when proxies run on the head only).
+pub fn proxy_healthy(details: &ServeInstanceDetails) -> bool {
+    details
+        .proxies
+        .values()
+        .any(|p| p.status == Some(crate::ray::ProxyStatus::Healthy))
+}
+
+/// The `kind/name` of `obj` for messages.
+pub fn describe<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{} {}",
+        K::kind(&()),
+        obj.meta().name.as_deref().unwrap_or("")
+    )
+}

@@ -1,0 +1,587 @@
+//! The RayService controller on a real API server + kube-controller-manager + kwok (the Pods of
+//! the RayClusters it owns), talking to real Ray heads on 127.0.0.1 (the dashboards of those
+//! clusters, through a locator override). Every test has its own namespace and its own
+//! namespace-scoped RayCluster and RayService controllers; tests that deploy Serve on the
+//! shared head take turns.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Pod, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use raypipe::api::RayCluster;
+use raypipe::api::conditions;
+use raypipe::api::rayservice::{RayService, RayServiceStatus};
+use raypipe::controllers::rayservice::build::HttpBinding;
+use raypipe::controllers::{raycluster, rayservice};
+use raypipe::ray::testenv::{RayHead, RayHeadOptions};
+use raypipe::ray::{DashboardLocator, DashboardUrl};
+use serde_json::{Value, json};
+
+use crate::support::{self, eventually};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+struct Fixture {
+    client: kube::Client,
+    ns: String,
+    shutdown: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        for tx in self.shutdown.drain(..) {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Maps each RayCluster (by its head Service) to one of `heads`, in the order clusters first
+/// ask: the first cluster gets the first head, the next one the second.
+fn locator_over(heads: Vec<&'static RayHead>) -> (DashboardLocator, rayservice::HttpBindingFor) {
+    let assigned: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let urls: Vec<String> = heads
+        .iter()
+        .map(|h| h.dashboard_url().as_str().to_owned())
+        .collect();
+    let bindings: Vec<(String, u16)> = heads
+        .iter()
+        .map(|h| (h.dashboard_url().authority(), h.ports().serve_http))
+        .collect();
+    let locator = DashboardLocator::resolver(move |head| {
+        let mut assigned = assigned.lock().unwrap();
+        let next = assigned.len();
+        let index = *assigned
+            .entry(format!("{}/{}", head.namespace, head.name))
+            .or_insert(next);
+        urls.get(index % urls.len()).cloned()
+    });
+    let binding: rayservice::HttpBindingFor = Arc::new(move |url: &DashboardUrl| {
+        let authority = url.authority();
+        bindings
+            .iter()
+            .find(|(a, _)| *a == authority)
+            .map(|(_, port)| HttpBinding {
+                host: "127.0.0.1".to_owned(),
+                port: *port,
+            })
+    });
+    (locator, binding)
+}
+
+async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
+    let client = support::client().await;
+    let ns = support::namespace(&client, prefix).await;
+    let (cluster_tx, cluster_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(raycluster::run(
+        client.clone(),
+        raycluster::Config {
+            namespace: Some(ns.clone()),
+            concurrency: 4,
+            ..raycluster::Config::default()
+        },
+        async move {
+            let _ = cluster_rx.await;
+        },
+    ));
+    let (locator, binding) = locator_over(heads);
+    let (service_tx, service_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(rayservice::run(
+        client.clone(),
+        rayservice::Config {
+            namespace: Some(ns.clone()),
+            concurrency: 4,
+            dashboard: locator,
+            http_binding: Some(binding),
+            steady_poll: Duration::from_secs(2),
+            ..rayservice::Config::default()
+        },
+        async move {
+            let _ = service_rx.await;
+        },
+    ));
+    Fixture {
+        client,
+        ns,
+        shutdown: vec![cluster_tx, service_tx],
+    }
+}
+
+/// A small RayService serving the echo test app (importable on the test heads).
+fn echo_service(name: &str, greeting: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": name},
+        "spec": {
+            "rayClusterDeletionDelaySeconds": 1,
+            "serveConfigV2": echo_config(greeting),
+            "rayClusterConfig": {
+                "rayVersion": "2.60.0",
+                "headGroupSpec": {
+                    "rayStartParams": {},
+                    "template": {"spec": {"containers": [{
+                        "name": "ray-head",
+                        "image": image,
+                        "ports": [
+                            {"containerPort": 6379, "name": "gcs-server"},
+                            {"containerPort": 8265, "name": "dashboard"},
+                            {"containerPort": 8000, "name": "serve"}
+                        ],
+                        "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}
+                    }]}}
+                },
+                "workerGroupSpecs": [{
+                    "groupName": "small",
+                    "replicas": 1,
+                    "minReplicas": 1,
+                    "maxReplicas": 2,
+                    "rayStartParams": {},
+                    "template": {"spec": {"containers": [{
+                        "name": "ray-worker",
+                        "image": image,
+                        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}
+                    }]}}
+                }]
+            }
+        }
+    })
+}
+
+fn echo_config(greeting: &str) -> String {
+    format!(
+        r#"proxy_location: HeadOnly
+applications:
+  - name: echo
+    route_prefix: /echo
+    import_path: raypipe_echo:build
+    args:
+      greeting: {greeting}
+    deployments:
+      - name: Echo
+        num_replicas: 1
+        ray_actor_options:
+          num_cpus: 0.05
+"#
+    )
+}
+
+impl Fixture {
+    fn services(&self) -> Api<RayService> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn create(&self, object: &Value) -> RayService {
+        let service: RayService = serde_json::from_value(object.clone()).expect("a RayService");
+        self.services()
+            .create(&PostParams::default(), &service)
+            .await
+            .expect("the RayService is created")
+    }
+
+    async fn patch_spec(&self, name: &str, spec: Value) {
+        self.services()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": spec})),
+            )
+            .await
+            .expect("the RayService is patched");
+    }
+
+    /// Waits until the status satisfies `check`; returns it.
+    async fn status_until(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&RayServiceStatus) -> bool,
+    ) -> RayServiceStatus {
+        let api = self.services();
+        let last = Mutex::new(None::<RayServiceStatus>);
+        let result = tokio::time::timeout(WAIT, async {
+            loop {
+                if let Ok(service) = api.get(name).await
+                    && let Some(status) = service.status
+                {
+                    if check(&status) {
+                        return status;
+                    }
+                    *last.lock().unwrap() = Some(status);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+        .await;
+        match result {
+            Ok(status) => status,
+            Err(_) => panic!(
+                "RayService {name}: {what} did not happen within {WAIT:?}; last status: {}",
+                serde_json::to_string_pretty(&*last.lock().unwrap()).unwrap()
+            ),
+        }
+    }
+
+    async fn clusters(&self) -> Vec<RayCluster> {
+        Api::<RayCluster>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .expect("list RayClusters")
+            .items
+            .into_iter()
+            .filter(|c| c.meta().deletion_timestamp.is_none())
+            .collect()
+    }
+
+    async fn service_selects(&self, name: &str) -> Option<String> {
+        let svc = Api::<Service>::namespaced(self.client.clone(), &self.ns)
+            .get_opt(name)
+            .await
+            .expect("get Service")?;
+        svc.spec?.selector?.get("ray.io/cluster").cloned()
+    }
+
+    async fn event_reasons(&self) -> Vec<String> {
+        Api::<Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+}
+
+fn ready(status: &RayServiceStatus) -> bool {
+    conditions::find(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
+}
+
+fn active_name(status: &RayServiceStatus) -> Option<String> {
+    status
+        .active_service_status
+        .as_ref()?
+        .ray_cluster_name
+        .clone()
+}
+
+fn pending_name(status: &RayServiceStatus) -> Option<String> {
+    status
+        .pending_service_status
+        .as_ref()?
+        .ray_cluster_name
+        .clone()
+}
+
+fn app_status(status: &RayServiceStatus, app: &str) -> Option<String> {
+    status
+        .active_service_status
+        .as_ref()?
+        .application_statuses
+        .as_ref()?
+        .get(app)?
+        .status
+        .clone()
+}
+
+/// POSTs to a head's Serve proxy until it answers 200 with `check` true; returns the body.
+async fn serve_answer(head: &RayHead, path: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("an HTTP client");
+    let url = format!("{}{path}", head.serve_url());
+    eventually(
+        WAIT,
+        &format!("Serve at {url} to give the expected answer"),
+        || {
+            let request = http.post(&url).body("hi");
+            let check = &check;
+            async move {
+                let response = request.send().await.ok()?;
+                if !response.status().is_success() {
+                    return None;
+                }
+                let body: Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+                check(&body).then_some(body)
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rayservice_becomes_ready_updates_in_place_and_recovers_a_head_that_lost_serve() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let fx = fixture("rsvc-ready", vec![head]).await;
+    fx.create(&echo_service("echo", "hello", "rayproject/ray:2.60.0"))
+        .await;
+
+    // Ready: the cluster exists, Serve runs the app, the head Pod serves, endpoints counted.
+    let status = fx
+        .status_until("echo", "Ready", |s| {
+            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+        })
+        .await;
+    let active = active_name(&status).expect("an active cluster");
+    assert!(active.starts_with("echo-"), "{active}");
+    assert_eq!(pending_name(&status), None);
+    assert_eq!(status.service_status.map(|_| "Running"), Some("Running"));
+    assert!(status.num_serve_endpoints.unwrap_or(0) >= 1, "{status:?}");
+    let upgrade = conditions::find(&status.conditions, "UpgradeInProgress").unwrap();
+    assert_eq!(
+        (upgrade.status.as_str(), upgrade.reason.as_str()),
+        ("False", "NoPendingCluster")
+    );
+    assert_eq!(
+        fx.service_selects("echo-serve-svc").await,
+        Some(active.clone())
+    );
+    assert_eq!(
+        fx.service_selects("echo-head-svc").await,
+        Some(active.clone())
+    );
+    let heads = Api::<Pod>::namespaced(fx.client.clone(), &fx.ns)
+        .list(
+            &ListParams::default()
+                .labels(&format!("ray.io/cluster={active},ray.io/node-type=head")),
+        )
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(heads.len(), 1);
+    assert_eq!(
+        heads[0].labels().get("ray.io/serve").map(String::as_str),
+        Some("true"),
+        "the head Pod serves once its proxy is healthy"
+    );
+    serve_answer(head, "/echo", |b| b["greeting"] == "hello").await;
+
+    // A Serve-config-only change is applied in place: same cluster, new answer.
+    fx.patch_spec("echo", json!({"serveConfigV2": echo_config("bonjour")}))
+        .await;
+    serve_answer(head, "/echo", |b| b["greeting"] == "bonjour").await;
+    let status = fx
+        .status_until("echo", "still ready on the same cluster", |s| {
+            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+        })
+        .await;
+    assert_eq!(active_name(&status), Some(active.clone()));
+    assert_eq!(pending_name(&status), None);
+    assert_eq!(
+        fx.clusters().await.len(),
+        1,
+        "no second cluster for a config change"
+    );
+
+    // The head loses its applications (as a head restarted without GCS FT would): they are
+    // pushed again, though the operator's memory says they were pushed.
+    let dashboard = head.client(Duration::from_secs(30)).unwrap();
+    dashboard.delete_serve_applications().await.unwrap();
+    eventually(WAIT, "Serve to report no applications", || async {
+        let details = dashboard.get_serve_applications().await.ok()?;
+        details.applications.is_empty().then_some(())
+    })
+    .await;
+    serve_answer(head, "/echo", |b| b["greeting"] == "bonjour").await;
+    // Only the controller pushes configs: the answer above proves the second push.
+    let reasons = fx.event_reasons().await;
+    for reason in [
+        "CreatedRayCluster",
+        "CreatedService",
+        "UpdatedHeadPodServeLabel",
+        "UpdatedServeApplications",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} event: {reasons:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_serve_config_is_reported_in_status_in_rays_words() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let fx = fixture("rsvc-broken", vec![head]).await;
+    let mut object = echo_service("broken", "x", "rayproject/ray:2.60.0");
+    object["spec"]["serveConfigV2"] = json!(
+        "applications:\n  - name: broken\n    route_prefix: /broken\n    import_path: no_such_module_for_raypipe:app\n"
+    );
+    fx.create(&object).await;
+    let status = fx
+        .status_until("broken", "the Serve error in status", |s| {
+            s.pending_service_status
+                .as_ref()
+                .and_then(|p| p.application_statuses.as_ref())
+                .and_then(|a| a.get("broken"))
+                .is_some_and(|a| a.status.as_deref() == Some("DEPLOY_FAILED"))
+        })
+        .await;
+    let app = &status
+        .pending_service_status
+        .as_ref()
+        .unwrap()
+        .application_statuses
+        .as_ref()
+        .unwrap()["broken"];
+    let message = app.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("no_such_module_for_raypipe"),
+        "Serve's own error is kept verbatim: {message}"
+    );
+    let ready = conditions::find(&status.conditions, "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason, "Initializing");
+    assert!(
+        ready.message.contains("DEPLOY_FAILED") && ready.message.contains("no_such_module"),
+        "the condition says why: {}",
+        ready.message
+    );
+    assert_eq!(status.service_status, None);
+    assert_eq!(
+        fx.service_selects("broken-serve-svc").await,
+        None,
+        "no traffic to a failed app"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_spec_change_moves_traffic_to_a_new_cluster_then_deletes_the_old_one() {
+    let head_a = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let head_b: &'static RayHead = Box::leak(Box::new(
+        RayHead::start(RayHeadOptions {
+            python_path: vec![support::ray_test_apps_dir()],
+            ..Default::default()
+        })
+        .await
+        .expect("a second Ray head starts"),
+    ));
+    let fx = fixture("rsvc-upgrade", vec![head_a, head_b]).await;
+    fx.create(&echo_service("up", "blue", "rayproject/ray:2.60.0"))
+        .await;
+    let status = fx
+        .status_until("up", "Ready on the first cluster", |s| {
+            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+        })
+        .await;
+    let old = active_name(&status).unwrap();
+    serve_answer(head_a, "/echo", |b| b["greeting"] == "blue").await;
+
+    // New image and new greeting at once: the new config must reach only the new cluster.
+    fx.patch_spec(
+        "up",
+        json!({
+            "serveConfigV2": echo_config("green"),
+            "rayClusterConfig": echo_service("up", "green", "rayproject/ray:2.60.0-py311")["spec"]["rayClusterConfig"],
+        }),
+    )
+    .await;
+    let during = fx
+        .status_until("up", "an upgrade in progress", |s| {
+            pending_name(s).is_some()
+                && conditions::find(&s.conditions, "UpgradeInProgress")
+                    .is_some_and(|c| c.status == "True")
+        })
+        .await;
+    let new = pending_name(&during).unwrap();
+    assert_ne!(new, old);
+    assert!(
+        ready(&during),
+        "the old cluster keeps serving during the upgrade"
+    );
+
+    let after = fx
+        .status_until("up", "the new cluster to become active", |s| {
+            active_name(s).as_deref() == Some(new.as_str()) && pending_name(s).is_none() && ready(s)
+        })
+        .await;
+    assert_eq!(app_status(&after, "echo").as_deref(), Some("RUNNING"));
+    assert_eq!(fx.service_selects("up-serve-svc").await, Some(new.clone()));
+    assert_eq!(fx.service_selects("up-head-svc").await, Some(new.clone()));
+    serve_answer(head_b, "/echo", |b| b["greeting"] == "green").await;
+    // The old head never saw the new config.
+    serve_answer(head_a, "/echo", |b| b["greeting"] == "blue").await;
+    let upgrade = conditions::find(&after.conditions, "UpgradeInProgress").unwrap();
+    assert_eq!(upgrade.status, "False");
+
+    eventually(
+        WAIT,
+        "the old cluster to be deleted after the delay",
+        || async {
+            let names: Vec<String> = fx.clusters().await.iter().map(|c| c.name_any()).collect();
+            (names == vec![new.clone()]).then_some(())
+        },
+    )
+    .await;
+    let reasons = fx.event_reasons().await;
+    assert!(
+        reasons.iter().any(|r| r == "DeletedRayCluster"),
+        "{reasons:?}"
+    );
+    head_b.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_strategy_none_keeps_the_cluster_and_suspend_deletes_then_resume_recreates() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let fx = fixture("rsvc-none", vec![head]).await;
+    let mut object = echo_service("keep", "same", "rayproject/ray:2.60.0");
+    object["spec"]["upgradeStrategy"] = json!({"type": "None"});
+    fx.create(&object).await;
+    let status = fx
+        .status_until("keep", "Ready", |s| {
+            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+        })
+        .await;
+    let first = active_name(&status).unwrap();
+
+    let mut changed =
+        echo_service("keep", "same", "rayproject/ray:2.60.0-py311")["spec"]["rayClusterConfig"]
+            .clone();
+    changed["headGroupSpec"]["rayStartParams"] = json!({"num-cpus": "1"});
+    fx.patch_spec("keep", json!({"rayClusterConfig": changed}))
+        .await;
+    // Several passes later: still one cluster, no pending one.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let status = fx.status_until("keep", "a settled status", ready).await;
+    assert_eq!(active_name(&status), Some(first.clone()));
+    assert_eq!(pending_name(&status), None);
+    assert_eq!(fx.clusters().await.len(), 1);
+
+    // Suspend: clusters and Services go; the conditions say so.
+    fx.patch_spec("keep", json!({"suspend": true})).await;
+    let status = fx
+        .status_until("keep", "Suspended", |s| {
+            conditions::find(&s.conditions, "Suspended").is_some_and(|c| c.status == "True")
+        })
+        .await;
+    assert_eq!(active_name(&status), None);
+    assert_eq!(status.service_status, None);
+    eventually(WAIT, "the clusters to be gone", || async {
+        fx.clusters().await.is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(fx.service_selects("keep-serve-svc").await, None);
+
+    // Resume: a new cluster, ready again.
+    fx.patch_spec("keep", json!({"suspend": false})).await;
+    let status = fx
+        .status_until("keep", "Ready after resume", |s| {
+            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+        })
+        .await;
+    let resumed = active_name(&status).unwrap();
+    assert_ne!(resumed, first);
+    let suspended = conditions::find(&status.conditions, "Suspended").unwrap();
+    assert_eq!(
+        (suspended.status.as_str(), suspended.reason.as_str()),
+        ("False", "RayServiceResumed")
+    );
+}
