@@ -53,7 +53,37 @@ fn snake_case(name: &str) -> String {
     out
 }
 
+/// Writes `runtime_files.rs`: the graph runtime's Python files (`runtime/raypipe_runtime`),
+/// embedded so the operator can serve them to Ray as a zip (`src/pypackage.rs`).
+fn embed_runtime() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = Path::new("runtime/raypipe_runtime");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    files.retain(|p| p.extension().is_some_and(|e| e == "py"));
+    files.sort();
+    let mut out = String::from("&[\n");
+    for file in &files {
+        println!("cargo:rerun-if-changed={}", file.display());
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or("file name")?;
+        let absolute = std::fs::canonicalize(file)?;
+        out.push_str(&format!(
+            "    ({name:?}, include_bytes!({:?}) as &[u8]),\n",
+            absolute.display().to_string()
+        ));
+    }
+    out.push(']');
+    let target = PathBuf::from(std::env::var("OUT_DIR")?).join("runtime_files.rs");
+    std::fs::write(target, out)?;
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    embed_runtime()?;
     println!("cargo:rerun-if-changed=proto");
     let mut protos = Vec::new();
     collect_protos(Path::new("proto"), &mut protos)?;

@@ -145,6 +145,12 @@ pub struct ControllerArgs {
     /// `py_modules` URIs that deliver the graph runtime to Ray (comma separated).
     #[arg(long, env = "RAYPIPE_RUNTIME_PY_MODULES", value_delimiter = ',')]
     pub runtime_py_modules: Vec<String>,
+    /// Where Ray nodes reach this operator's package server (the admin port's `/packages`),
+    /// e.g. `http://raypipe.raypipe-system.svc:8080/packages`. When set, the graph runtime
+    /// built into raypipe is added to every pipeline's `py_modules`, so Ray needs no custom
+    /// image for it.
+    #[arg(long, env = "RAYPIPE_RUNTIME_BASE_URL")]
+    pub runtime_base_url: Option<String>,
     /// Feature gates, `Name=true,Other=false` (KubeRay's names and defaults).
     #[arg(long, env = "RAYPIPE_FEATURE_GATES", default_value = "")]
     pub feature_gates: FeatureGates,
@@ -317,9 +323,16 @@ impl ControllerSettings {
             concurrency,
             ray_dashboard_url,
             runtime_import_path,
-            runtime_py_modules,
+            mut runtime_py_modules,
+            runtime_base_url,
             feature_gates,
         } = args.tuning.clone();
+        if let Some(base) = runtime_base_url.as_deref().filter(|b| !b.trim().is_empty()) {
+            runtime_py_modules.push(crate::pypackage::uri(
+                base.trim(),
+                &crate::pypackage::runtime(),
+            ));
+        }
         ControllerSettings {
             controllers: controllers.to_vec(),
             namespaces: args.scope.watched_namespaces(),

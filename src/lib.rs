@@ -11,6 +11,7 @@ pub mod controllers;
 pub mod graph;
 pub mod k8s;
 pub mod leader;
+pub mod pypackage;
 pub mod ray;
 pub mod serve;
 pub mod source;

@@ -28,6 +28,69 @@ pub struct DevArgs {
     /// Do not start the sample registry or create the sample ServePipeline.
     #[arg(long)]
     pub no_sample: bool,
+    /// Do not start a local Ray head (RayServices then never reach their dashboards).
+    #[arg(long)]
+    pub no_ray: bool,
+}
+
+/// The sample user models the sample graphs import (`samples.models`), delivered to Ray as a
+/// package like the runtime, so the local Ray needs nothing installed.
+const SAMPLE_MODELS: &[(&str, &[u8])] = &[
+    (
+        "samples/__init__.py",
+        include_bytes!("../../samples/__init__.py"),
+    ),
+    (
+        "samples/models.py",
+        include_bytes!("../../samples/models.py"),
+    ),
+];
+
+/// The packages `raypipe dev` serves to its Ray head: the graph runtime and the sample models.
+pub fn dev_packages() -> Vec<crate::pypackage::PythonPackage> {
+    let models: Vec<(String, Vec<u8>)> = SAMPLE_MODELS
+        .iter()
+        .map(|(path, bytes)| ((*path).to_owned(), bytes.to_vec()))
+        .collect();
+    vec![
+        crate::pypackage::runtime(),
+        crate::pypackage::PythonPackage::from_files("samples", &models),
+    ]
+}
+
+/// Serves `packages` on 127.0.0.1 (an ephemeral port); returns their URIs.
+pub async fn serve_packages(
+    packages: Vec<crate::pypackage::PythonPackage>,
+) -> anyhow::Result<Vec<String>> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let base = format!("http://{}/packages", listener.local_addr()?);
+    let uris = packages
+        .iter()
+        .map(|p| crate::pypackage::uri(&base, p))
+        .collect();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, crate::pypackage::router(packages)).await;
+    });
+    Ok(uris)
+}
+
+/// The RayService controller's settings for RayClusters whose dashboard is one Ray head on
+/// 127.0.0.1: every cluster maps to it, and Serve listens on its loopback port.
+pub fn local_rayservice_config(
+    head: &crate::ray::testenv::RayHead,
+) -> anyhow::Result<crate::controllers::rayservice::Config> {
+    use crate::controllers::rayservice::{Config, build::HttpBinding};
+    let port = head.ports().serve_http;
+    Ok(Config {
+        dashboard: crate::ray::DashboardLocator::fixed(head.dashboard_url().as_str())?,
+        http_binding: Some(std::sync::Arc::new(move |_: &crate::ray::DashboardUrl| {
+            Some(HttpBinding {
+                host: "127.0.0.1".to_owned(),
+                port,
+            })
+        })),
+        ..Config::from_env()?
+    })
 }
 
 /// The graph `raypipe dev` serves from its registry (fan-out to two models, fan-in).
@@ -175,8 +238,24 @@ async fn serve(
         );
         Some(registry)
     };
+    let mut settings = crate::config::ControllerSettings::new(&args.controllers);
+    let _ray = if args.no_ray {
+        None
+    } else {
+        eprintln!("raypipe dev: starting a local Ray head on 127.0.0.1 …");
+        let head = crate::ray::testenv::RayHead::start(Default::default()).await?;
+        settings.runtime_py_modules = serve_packages(dev_packages()).await?;
+        settings.rayservice = Some(local_rayservice_config(&head)?);
+        println!(
+            "\nRay: dashboard {} ; Serve answers on {} once the pipeline is Ready:\n  kubectl wait servepipeline/{SAMPLE_PIPELINE} --for=condition=Ready --timeout=300s\n  curl -s -X POST {}/demo -H 'content-type: application/json' -d '{{\"text\": \"I love this, great and fast\"}}'",
+            head.dashboard_url(),
+            head.serve_url(),
+            head.serve_url(),
+        );
+        Some(head)
+    };
     controllers_running.store(true, std::sync::atomic::Ordering::SeqCst);
-    let result = crate::controllers::run_with_client(client, &args.controllers, shutdown).await;
+    let result = crate::controllers::run_with_settings(client, &settings, shutdown).await;
     eprintln!("raypipe dev: stopping the control plane …");
     drop(plane);
     result
