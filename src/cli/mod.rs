@@ -22,7 +22,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the enabled controllers against the cluster in KUBECONFIG / in-cluster config.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print every CustomResourceDefinition raypipe serves, as multi-document YAML.
     Crds {
         /// Write one file per CRD into this directory instead (how `crds/` is generated).
@@ -117,7 +117,7 @@ pub fn main() -> ExitCode {
         Command::Dag(cmd) => dag::run(cmd),
         Command::Run(args) => {
             init_tracing(args.log_format);
-            runtime_block_on(run::run(args))
+            runtime_block_on(run::run(*args))
         }
         Command::Dev(args) => {
             init_tracing(LogFormat::Text);

@@ -269,7 +269,7 @@ pub fn spawn_operator(
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let operator = tokio::spawn(async move {
-        raypipe::cli::run::run_with_client(client, args, async move {
+        raypipe::cli::run::run_with_client(client, *args, async move {
             let _ = stop_rx.await;
         })
         .await
