@@ -550,6 +550,8 @@ def _check_structure(graph: GraphSpec, problems: _Problems, where: str) -> None:
                 f"{where}.edges[{edge.index}]",
                 f"leads from shadow node {edge.source!r} into {edge.target!r}, which is not shadow",
             )
+    if problems.items:
+        return  # reachability would only echo problems already listed (e.g. a dropped edge)
     for name in order:
         if name == graph.ingress or name in shadow:
             continue

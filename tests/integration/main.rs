@@ -9,6 +9,7 @@ mod leader;
 mod ray;
 mod raycluster;
 mod rayservice;
+mod runtime;
 mod servepipeline;
 mod source;
 mod support;

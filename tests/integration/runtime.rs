@@ -1,0 +1,122 @@
+//! The Python graph runtime (`runtime/`): its pytest suite run by cargo, and the check that its
+//! fixtures — the Serve configs raypipe renders for the sample graphs, which the Python tests
+//! parse as the runtime's `args` — still match what raypipe renders today.
+//!
+//! The suite runs on the test venv's Python (the pinned `ray[serve]` and `pytest`, provisioned on
+//! first use); its one end-to-end test starts its own Ray head on 127.0.0.1, so this test takes
+//! the shared Ray lock to keep Ray-heavy tests of this binary from overlapping on 2 cores.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support;
+
+const SAMPLES: [&str; 3] = ["sequence", "ensemble", "switch-canary"];
+/// The suite takes about half a minute on an idle 2-core machine (most of it Ray start-up).
+const PYTEST_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixture_path(sample: &str) -> PathBuf {
+    repo().join(format!("runtime/tests/fixtures/rendered/{sample}.json"))
+}
+
+/// What `raypipe dag render --json samples/graphs/<sample>.yaml` prints.
+fn render_sample(sample: &str) -> serde_json::Value {
+    let path = repo().join(format!("samples/graphs/{sample}.yaml"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let graph = raypipe::graph::from_yaml(&text).expect("the sample graph parses");
+    let valid = raypipe::graph::validate(graph).expect("the sample graph is valid");
+    let config = raypipe::serve::render(&valid, &raypipe::serve::RenderOptions::default())
+        .expect("the sample graph renders");
+    serde_json::from_str(&config.to_json()).expect("rendered JSON")
+}
+
+/// Set `RAYPIPE_UPDATE_FIXTURES=1` to rewrite the fixtures after a deliberate rendering change.
+#[test]
+fn runtime_fixtures_match_current_rendering() {
+    let update = std::env::var_os("RAYPIPE_UPDATE_FIXTURES").is_some();
+    let mut drifted = Vec::new();
+    for sample in SAMPLES {
+        let rendered = render_sample(sample);
+        let path = fixture_path(sample);
+        if update {
+            let text = serde_json::to_string_pretty(&rendered).expect("JSON") + "\n";
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            continue;
+        }
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let fixture: serde_json::Value = serde_json::from_str(&text).expect("fixture JSON");
+        if fixture != rendered {
+            drifted.push(path.display().to_string());
+        }
+    }
+    assert!(
+        drifted.is_empty(),
+        "the graph runtime's fixtures no longer match `raypipe dag render --json`: {drifted:?}; \
+         check that runtime/raypipe_runtime still reads the new args, then rerun with \
+         RAYPIPE_UPDATE_FIXTURES=1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn python_runtime_tests_pass() {
+    let _turn = support::ray_serve_lock().await;
+    let ray = tokio::task::spawn_blocking(raypipe::ray::testenv::locate_ray)
+        .await
+        .expect("provisioning did not panic")
+        .expect("the Ray test venv");
+    let python = ray.with_file_name("python");
+    assert!(
+        python.exists(),
+        "no python beside {} (the runtime tests need the Ray venv's interpreter)",
+        ray.display()
+    );
+    let python_path = format!("{}:{}", repo().display(), repo().join("runtime").display());
+    let started = Instant::now();
+    let child = tokio::process::Command::new(&python)
+        .args([
+            "-m",
+            "pytest",
+            "runtime/tests",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ])
+        .current_dir(repo())
+        .env("PYTHONPATH", python_path)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("RAYPIPE_REQUIRE_RAY", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("pytest starts");
+    let output = tokio::time::timeout(PYTEST_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("pytest runtime/tests took longer than {PYTEST_TIMEOUT:?}"))
+        .expect("pytest ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "pytest runtime/tests failed ({}) after {:.1}s:\n{stdout}\n{stderr}",
+        output.status,
+        started.elapsed().as_secs_f64()
+    );
+    // The end-to-end test must have run, not been skipped.
+    assert!(
+        !stdout.contains("skipped"),
+        "pytest skipped tests:\n{stdout}"
+    );
+    eprintln!(
+        "runtime tests: {} in {:.1}s",
+        stdout.lines().last().unwrap_or_default(),
+        started.elapsed().as_secs_f64()
+    );
+}
