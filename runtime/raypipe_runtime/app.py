@@ -31,6 +31,8 @@ from .spec import ArgsError, GraphSpec, NodeSpec, parse_args
 
 logger = logging.getLogger("raypipe_runtime")
 
+EXECUTOR_MAX_ONGOING_REQUESTS = 100
+
 
 def import_attr(import_path: str):
     """Imports "package.module:Attr" (or "package.module.Attr"); Attr may be dotted after ':'."""
@@ -123,7 +125,10 @@ def build(args: dict):
 
     spec = parse_args(args)
     bound, header_nodes = bind_models(spec)
-    executor = serve.deployment(GraphExecutor, name=spec.executor_deployment)
+    # The executor mostly waits on its nodes, so it takes many requests at once (Ray's default
+    # of 5 would cap the whole graph); the config's `deployments` entry overrides this.
+    executor = serve.deployment(GraphExecutor, name=spec.executor_deployment,
+                                max_ongoing_requests=EXECUTOR_MAX_ONGOING_REQUESTS)
     logger.info("raypipe: built graph %r (%d nodes, %d model deployments)",
                 spec.graph.name, len(spec.graph.nodes), len(bound))
     return executor.bind(args, bound, header_nodes)

@@ -77,3 +77,9 @@ def test_switch_canary_candidate_falls_back():
     assert result.status == 200
     assert result.body == {"label": "fallback", "score": 0.0}
     assert result.headers["x-raypipe-fallback"] == "candidate"
+
+
+def test_documented_candidate_user():
+    assert sticky_choice("u1", 100) < 90 <= sticky_choice("u11", 100)
+    result = run(executor("switch-canary").run({"tier": "free", "user_id": "u11", **TEXT}))
+    assert result.body["label"] == "candidate"
