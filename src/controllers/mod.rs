@@ -65,6 +65,7 @@ pub async fn run_with_settings(
                         raycluster::Config {
                             namespace,
                             concurrency: settings.concurrency,
+                            metrics: settings.metrics.clone(),
                             ..raycluster::Config::from_env()
                         },
                         stopped(),
@@ -82,6 +83,7 @@ pub async fn run_with_settings(
                         rayservice::Config {
                             namespace,
                             concurrency: settings.concurrency,
+                            metrics: settings.metrics.clone(),
                             ..base.clone()
                         },
                         stopped(),

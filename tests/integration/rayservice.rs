@@ -27,6 +27,7 @@ const WAIT: Duration = Duration::from_secs(120);
 struct Fixture {
     client: kube::Client,
     ns: String,
+    metrics: raypipe::admin::Metrics,
     shutdown: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -74,12 +75,14 @@ fn locator_over(heads: Vec<&'static RayHead>) -> (DashboardLocator, rayservice::
 async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
+    let metrics = raypipe::admin::Metrics::new();
     let (cluster_tx, cluster_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(raycluster::run(
         client.clone(),
         raycluster::Config {
             namespace: Some(ns.clone()),
             concurrency: 4,
+            metrics: metrics.clone(),
             ..raycluster::Config::default()
         },
         async move {
@@ -96,6 +99,7 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
             dashboard: locator,
             http_binding: Some(binding),
             steady_poll: Duration::from_secs(2),
+            metrics: metrics.clone(),
             ..rayservice::Config::default()
         },
         async move {
@@ -105,6 +109,7 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
     Fixture {
         client,
         ns,
+        metrics,
         shutdown: vec![cluster_tx, service_tx],
     }
 }
@@ -524,6 +529,14 @@ async fn a_cluster_spec_change_moves_traffic_to_a_new_cluster_then_deletes_the_o
         reasons.iter().any(|r| r == "DeletedRayCluster"),
         "{reasons:?}"
     );
+    // One upgrade measured; both clusters' provisioning measured.
+    let exposition = fx.metrics.encode().unwrap();
+    for line in [
+        "raypipe_rayservice_upgrade_duration_seconds_count 1",
+        "raypipe_raycluster_provisioning_duration_seconds_count 2",
+    ] {
+        assert!(exposition.contains(line), "no {line:?} in:\n{exposition}");
+    }
     head_b.stop();
 }
 

@@ -88,6 +88,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// The `error` label of the reconcile error metric.
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } | Error::Apply(_) => "apply",
+            Error::Build(_) => "build",
+            Error::Conflict(_) => "conflict",
+            Error::InvalidStatus(_) => "status",
+            Error::CacheNotReady(_) => "cache",
+        }
+    }
+
     fn kube(action: impl Into<String>, source: kube::Error) -> Error {
         Error::Kube {
             action: action.into(),
@@ -131,6 +142,8 @@ pub struct Config {
     /// How long a deleted GCS-FT cluster may wait for its cleanup before the finalizer is
     /// removed anyway (annotation `ray.io/gcs-ft-deletion-timeout` overrides it per cluster).
     pub gcs_ft_deletion_timeout: Duration,
+    /// Where reconciles and provisioning times are recorded.
+    pub metrics: crate::admin::Metrics,
 }
 
 impl Default for Config {
@@ -143,6 +156,7 @@ impl Default for Config {
             random_pod_delete: false,
             gcs_ft_redis_cleanup: true,
             gcs_ft_deletion_timeout: Duration::from_secs(300),
+            metrics: crate::admin::Metrics::new(),
         }
     }
 }
@@ -502,14 +516,17 @@ async fn reconcile(cluster: Arc<RayCluster>, ctx: Arc<Context>) -> Result<Action
         namespace = %cluster.namespace().unwrap_or_default(),
         name = %cluster.name_any()
     );
-    async move {
+    let timer = ctx.config.metrics.reconcile_started("raycluster");
+    let result = async move {
         ctx.wait_for_caches().await?;
         let action = reconcile_inner(&cluster, &ctx).await?;
         ctx.with_memory(&cluster, |m| m.consecutive_failures = 0);
         Ok(action)
     }
     .instrument(span)
-    .await
+    .await;
+    timer.finish(result.as_ref().err().map(Error::category));
+    result
 }
 
 /// How the Pods step ended when it did not fail.
@@ -601,6 +618,19 @@ async fn reconcile_inner(cluster: &RayCluster, ctx: &Context) -> Result<Action, 
         previous: base_status.as_ref(),
         now: now(),
     });
+    let provisioned = |s: Option<&RayClusterStatus>| {
+        s.is_some_and(|s| {
+            conditions::find(&s.conditions, condition_types::RAY_CLUSTER_PROVISIONED)
+                .is_some_and(|c| c.status == conditions::TRUE)
+        })
+    };
+    if provisioned(Some(&new_status))
+        && !provisioned(base_status.as_ref())
+        && let Some(created) = cluster.meta().creation_timestamp.as_ref()
+        && let Ok(took) = Duration::try_from(now().0.duration_since(created.0))
+    {
+        ctx.config.metrics.raycluster_provisioned(took);
+    }
     let written = status::differs(cluster.status.as_ref(), &new_status);
     if written {
         write_status(cluster, ctx, &new_status).await?;

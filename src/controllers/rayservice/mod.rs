@@ -88,6 +88,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// The `error` label of the reconcile error metric.
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } | Error::Apply(_) => "apply",
+            Error::Build(_) => "build",
+            Error::CacheNotReady(_) => "cache",
+        }
+    }
+
     fn kube(action: impl Into<String>, source: kube::Error) -> Error {
         Error::Kube {
             action: action.into(),
@@ -121,6 +130,8 @@ pub struct Config {
     /// How often a settled RayService's Serve applications are re-read.
     pub steady_poll: Duration,
     pub build: BuildOptions,
+    /// Where reconciles and upgrade durations are recorded.
+    pub metrics: crate::admin::Metrics,
 }
 
 impl Default for Config {
@@ -135,6 +146,7 @@ impl Default for Config {
             zero_downtime: true,
             steady_poll: Duration::from_secs(10),
             build: BuildOptions::default(),
+            metrics: crate::admin::Metrics::new(),
         }
     }
 }
@@ -391,14 +403,17 @@ async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Action
         namespace = %service.namespace().unwrap_or_default(),
         name = %service.name_any()
     );
-    async move {
+    let timer = ctx.config.metrics.reconcile_started("rayservice");
+    let result = async move {
         ctx.wait_for_caches().await?;
         let action = reconcile_inner(&service, &ctx).await?;
         ctx.with_memory(&service, |m| m.consecutive_failures = 0);
         Ok(action)
     }
     .instrument(span)
-    .await
+    .await;
+    timer.finish(result.as_ref().err().map(Error::category));
+    result
 }
 
 /// What one pass learnt from a cluster's Serve.
@@ -604,6 +619,18 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
         && routed == pending_cluster
     {
         info!(cluster = %routed, "traffic switched to the new cluster; it is now active");
+        // An upgrade (not the first start): from UpgradeInProgress=True to the switch.
+        if active_name.is_some()
+            && let Some(since) = crate::api::conditions::find(
+                &status.conditions,
+                condition_types::UPGRADE_IN_PROGRESS,
+            )
+            .filter(|c| c.status == TRUE)
+            .map(|c| c.last_transition_time.0)
+            && let Ok(took) = Duration::try_from(now.0.duration_since(since))
+        {
+            ctx.config.metrics.rayservice_upgraded(took);
+        }
         active_status = pending_status;
         pending_status = RayServiceClusterStatus::default();
         // The old active cluster is now dangling: its deletion delay starts now.
