@@ -4,7 +4,9 @@
 //! (`<raypipe cache>/ray/venv-<version>`, filled once by the embedded `provision-ray.sh`).
 //! Each [`RayHead`] gets its own ports, its own short temp dir and an environment that keeps
 //! every Ray process on loopback; it is stopped by the process ids it started, never with
-//! `ray stop` (which stops every Ray on the machine).
+//! `ray stop` (which stops every Ray on the machine). A head may bring extra worker nodes
+//! (more `ray start` processes on the same machine joining its GCS), for Serve configs that
+//! spread replicas over nodes (`max_replicas_per_node`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
@@ -31,6 +33,9 @@ pub const PROVISION_RAY_SCRIPT: &str = include_str!("testenv/provision-ray.sh");
 /// Loaded by every Python process of a head: moves the gRPC servers Ray Serve opens on every
 /// interface (no setting for that in Ray 2.60) to 127.0.0.1.
 const LOOPBACK_SITECUSTOMIZE: &str = include_str!("testenv/sitecustomize.py");
+
+/// `ray start` for extra worker nodes: joins a cluster on 127.0.0.1 (see the script).
+const RAY_JOIN_SCRIPT: &str = include_str!("testenv/ray-join.py");
 
 /// Path of a `ray` executable to use instead of the cached virtualenv.
 pub const RAY_BIN_ENV: &str = "RAYPIPE_RAY_BIN";
@@ -105,7 +110,10 @@ pub fn provision_ray(venv: &Path) -> Result<(), TestEnvError> {
         "provision-ray.sh",
         PROVISION_RAY_SCRIPT,
         venv,
-        &[("RAY_VERSION", RAY_VERSION), ("PYTEST_VERSION", PYTEST_VERSION)],
+        &[
+            ("RAY_VERSION", RAY_VERSION),
+            ("PYTEST_VERSION", PYTEST_VERSION),
+        ],
     )
 }
 
@@ -122,8 +130,14 @@ pub struct RayHeadOptions {
     pub object_store_memory_bytes: u64,
     /// Start the head with token authentication (`RAY_AUTH_MODE=token`) and this token.
     pub auth_token: Option<BearerToken>,
-    /// Until the dashboard answers for Serve and Jobs (provisioning not included).
+    /// Until the dashboard answers for Serve and Jobs (provisioning not included), and again
+    /// until the extra worker nodes have joined.
     pub startup_timeout: Duration,
+    /// Extra Ray worker nodes on this machine (each its own `ray start --address=…` with its
+    /// own loopback ports), started once the head is ready.
+    pub worker_nodes: u32,
+    /// Logical CPUs each worker node offers; `None` lets Ray count the machine's.
+    pub worker_node_num_cpus: Option<u32>,
 }
 
 impl Default for RayHeadOptions {
@@ -136,6 +150,8 @@ impl Default for RayHeadOptions {
             object_store_memory_bytes: 200 * 1000 * 1000,
             auth_token: None,
             startup_timeout: Duration::from_secs(120),
+            worker_nodes: 0,
+            worker_node_num_cpus: None,
         }
     }
 }
@@ -159,6 +175,58 @@ pub struct RayHeadPorts {
     pub max_worker: u16,
 }
 
+impl RayHeadPorts {
+    /// The listener ports (the worker range left out).
+    pub fn listeners(&self) -> Vec<u16> {
+        vec![
+            self.gcs,
+            self.dashboard,
+            self.dashboard_agent_http,
+            self.dashboard_agent_grpc,
+            self.runtime_env_agent,
+            self.metrics_export,
+            self.client_server,
+            self.node_manager,
+            self.object_manager,
+            self.serve_http,
+        ]
+    }
+}
+
+/// Every port an extra worker node listens on (all on 127.0.0.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RayWorkerNodePorts {
+    pub node_manager: u16,
+    pub object_manager: u16,
+    pub dashboard_agent_http: u16,
+    pub dashboard_agent_grpc: u16,
+    pub runtime_env_agent: u16,
+    pub metrics_export: u16,
+    pub min_worker: u16,
+    pub max_worker: u16,
+}
+
+impl RayWorkerNodePorts {
+    /// The listener ports (the worker range left out).
+    pub fn listeners(&self) -> Vec<u16> {
+        vec![
+            self.node_manager,
+            self.object_manager,
+            self.dashboard_agent_http,
+            self.dashboard_agent_grpc,
+            self.runtime_env_agent,
+            self.metrics_export,
+        ]
+    }
+}
+
+/// One extra worker node of a head: `ray start --address=<gcs> --block` and what it spawned.
+struct WorkerNode {
+    process: ManagedProcess,
+    root_pid: u32,
+    ports: RayWorkerNodePorts,
+}
+
 /// A running Ray head. Dropping it (or [`RayHead::stop`]) stops every process it started.
 pub struct RayHead {
     dir: PathBuf,
@@ -167,6 +235,8 @@ pub struct RayHead {
     auth_token: Option<BearerToken>,
     process: Mutex<Option<ManagedProcess>>,
     root_pid: u32,
+    /// Extra worker nodes, stopped before the head.
+    workers: Mutex<Vec<WorkerNode>>,
     keep_dir: bool,
 }
 
@@ -195,47 +265,8 @@ impl RayHead {
         let dashboard_url = DashboardUrl::parse(&format!("http://{LOOPBACK}:{}", ports.dashboard))
             .map_err(|e| TestEnvError::Spawn("ray".into(), e.to_string()))?;
 
-        let mut env: BTreeMap<String, String> = BTreeMap::new();
-        // Without it Ray swaps 127.0.0.1 for the host's interface address (§8 of the notes).
-        env.insert("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER".into(), "0".into());
-        // A SIGTERM'd head would otherwise drain for up to 30 s before stopping.
-        env.insert("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S".into(), "0".into());
-        env.insert("RAY_USAGE_STATS_ENABLED".into(), "0".into());
-        // Job entrypoints run `python`: make it the one that has Ray.
-        let bin_dir = ray.parent().map(Path::to_path_buf).unwrap_or_default();
-        let path = std::env::var("PATH").unwrap_or_default();
-        env.insert("PATH".into(), format!("{}:{path}", bin_dir.display()));
-        let site_dir = dir.join("python");
-        std::fs::create_dir_all(&site_dir)
-            .map_err(|e| TestEnvError::Io(format!("create {}", site_dir.display()), e))?;
-        write_private(&site_dir.join("sitecustomize.py"), LOOPBACK_SITECUSTOMIZE)?;
-        let python_path: Vec<String> = std::iter::once(&site_dir)
-            .chain(&options.python_path)
-            .map(|p| p.display().to_string())
-            .collect();
-        env.insert("PYTHONPATH".into(), python_path.join(":"));
-        if let Some(token) = &options.auth_token {
-            // Through a file, so the token is on no command line.
-            let token_file = dir.join("auth-token");
-            write_private(&token_file, token.expose_secret())?;
-            env.insert("RAY_AUTH_MODE".into(), "token".into());
-            env.insert(
-                "RAY_AUTH_TOKEN_PATH".into(),
-                token_file.display().to_string(),
-            );
-        }
-        env.extend(options.env.iter().cloned());
-
-        // `env` sets the variables and execs `ray` (same pid): ManagedProcess inherits ours.
-        // Ray settings of the calling environment (an address to join, a token mode) must not
-        // leak into a head that is meant to stand alone.
-        let mut args: Vec<String> = INHERITED_RAY_VARIABLES_TO_DROP
-            .iter()
-            .flat_map(|name| ["-u".to_owned(), (*name).to_owned()])
-            .collect();
-        args.extend(env.iter().map(|(key, value)| format!("{key}={value}")));
-        args.push(ray.display().to_string());
-        args.extend(ray_start_args(&ports, &dir, &options));
+        let env = node_environment(&ray, &dir, &options)?;
+        let args = env_command(&env, &ray, ray_start_args(&ports, &dir, &options));
 
         let log = dir.join("head.log");
         let process = ManagedProcess::start("ray-head", Path::new("/usr/bin/env"), &args, &log)?;
@@ -248,10 +279,16 @@ impl RayHead {
             auth_token: options.auth_token.clone(),
             process: Mutex::new(Some(process)),
             root_pid,
+            workers: Mutex::new(Vec::new()),
             keep_dir: std::env::var_os("RAYPIPE_TESTENV_KEEP").is_some(),
         };
         // On failure `head` is dropped here, which stops whatever did start.
         head.wait_ready(options.startup_timeout).await?;
+        if options.worker_nodes > 0 {
+            head.start_worker_nodes(&ray, &env, &options)?;
+            head.wait_for_nodes(1 + options.worker_nodes as usize, options.startup_timeout)
+                .await?;
+        }
         tracing::info!(
             dashboard = %head.dashboard_url,
             dir = %head.dir.display(),
@@ -321,11 +358,36 @@ impl RayHead {
         self.root_pid
     }
 
-    /// The live processes of this head: `ray start` and everything it spawned.
+    /// The live processes of this head: `ray start` and everything it spawned, and the same
+    /// for each extra worker node.
     pub fn pids(&self) -> Vec<u32> {
-        own_processes(self.root_pid)
+        let mut pids: BTreeSet<u32> = own_processes(self.root_pid)
             .into_iter()
             .map(|p| p.pid)
+            .collect();
+        for root in self.worker_node_root_pids() {
+            pids.extend(own_processes(root).into_iter().map(|p| p.pid));
+        }
+        pids.into_iter().collect()
+    }
+
+    /// Pids of the extra worker nodes' `ray start --block` processes (empty once stopped).
+    pub fn worker_node_root_pids(&self) -> Vec<u32> {
+        self.workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|w| w.root_pid)
+            .collect()
+    }
+
+    /// The ports of each extra worker node.
+    pub fn worker_node_ports(&self) -> Vec<RayWorkerNodePorts> {
+        self.workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|w| w.ports)
             .collect()
     }
 
@@ -358,20 +420,21 @@ impl RayHead {
     /// it started), then SIGKILL for anything of the head still alive (orphaned agents,
     /// workers in their own process groups). Idempotent.
     pub fn stop(&self) {
+        // Worker nodes first: a node whose GCS went away first lingers, retrying.
+        let workers: Vec<WorkerNode> =
+            std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
+        for worker in workers {
+            stop_node(worker.process, worker.root_pid, &self.dir);
+        }
         let process = self
             .process
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let Some(mut process) = process else {
+        let Some(process) = process else {
             return;
         };
-        // Listed before the root goes: orphans are re-parented and lose the link to it.
-        let mut leftovers: BTreeSet<ProcessIdentity> =
-            own_processes(self.root_pid).into_iter().collect();
-        process.stop(Duration::from_secs(15));
-        leftovers.extend(ray_processes_in_group(self.root_pid, &self.dir));
-        kill_and_wait(&leftovers, Duration::from_secs(5));
+        stop_node(process, self.root_pid, &self.dir);
         if !self.keep_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -410,7 +473,112 @@ impl RayHead {
         }
     }
 
+    /// Starts `options.worker_nodes` worker nodes joining this head's GCS, each with its own
+    /// loopback ports, the head's environment and temp dir.
+    fn start_worker_nodes(
+        &self,
+        ray: &Path,
+        env: &BTreeMap<String, String>,
+        options: &RayHeadOptions,
+    ) -> Result<(), TestEnvError> {
+        let join_script = self.dir.join("python").join("ray-join.py");
+        write_private(&join_script, RAY_JOIN_SCRIPT)?;
+        let python = ray.with_file_name("python");
+        let mut taken = self.ports.listeners();
+        let mut worker_ranges = vec![(self.ports.min_worker, self.ports.max_worker)];
+        for index in 0..options.worker_nodes {
+            let ports = pick_worker_node_ports(&taken, &worker_ranges)?;
+            taken.extend(ports.listeners());
+            worker_ranges.push((ports.min_worker, ports.max_worker));
+            // `ray start` itself refuses to join a cluster on loopback: ray-join.py is
+            // `ray start` with that check off (see there), run by the venv's Python.
+            let mut ray_args = vec![join_script.display().to_string()];
+            ray_args.extend(worker_node_start_args(
+                &self.gcs_address(),
+                &ports,
+                &self.dir,
+                options,
+            ));
+            let args = env_command(env, &python, ray_args);
+            let log = self.dir.join(format!("worker-{index}.log"));
+            let process = ManagedProcess::start(
+                &format!("ray-worker-{index}"),
+                Path::new("/usr/bin/env"),
+                &args,
+                &log,
+            )?;
+            let root_pid = process.pid();
+            write_private(
+                &self.dir.join(format!("ray-worker-{index}.pid")),
+                &root_pid.to_string(),
+            )?;
+            self.workers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(WorkerNode {
+                    process,
+                    root_pid,
+                    ports,
+                });
+        }
+        Ok(())
+    }
+
+    /// Waits until the head's state API lists `count` alive nodes.
+    async fn wait_for_nodes(&self, count: usize, timeout: Duration) -> Result<(), TestEnvError> {
+        let deadline = Instant::now() + timeout;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| TestEnvError::Spawn("ray".into(), e.to_string()))?;
+        let url = format!("{}/api/v0/nodes?limit=100", self.dashboard_url);
+        loop {
+            self.check_running()?;
+            let mut request = http.get(&url);
+            if let Some(token) = &self.auth_token {
+                request = request.bearer_auth(token.expose_secret());
+            }
+            let alive = match request.send().await {
+                Ok(response) => response
+                    .bytes()
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .map(|body| alive_nodes(&body))
+                    .unwrap_or(0),
+                Err(_) => 0,
+            };
+            if alive >= count {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let log = self.dir.join("worker-0.log");
+                return Err(TestEnvError::Timeout(
+                    timeout,
+                    format!(
+                        "{count} alive Ray nodes at {url} (saw {alive}); last lines of {}:\n{}",
+                        log.display(),
+                        crate::testenv::process::log_tail(&log, 30)
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     fn check_running(&self) -> Result<(), TestEnvError> {
+        let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        for worker in workers.iter_mut() {
+            if let Some(status) = worker.process.exited() {
+                return Err(TestEnvError::Exited {
+                    name: "ray start --address (worker node)".into(),
+                    status,
+                    log: worker.process.log_tail(40),
+                });
+            }
+        }
+        drop(workers);
         let mut guard = self.process.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(process) = guard.as_mut()
             && let Some(status) = process.exited()
@@ -459,6 +627,125 @@ extern "C" fn stop_heads_at_exit() {
     for head in heads {
         head.stop();
     }
+}
+
+/// The environment of every Ray process of a head and its worker nodes.
+fn node_environment(
+    ray: &Path,
+    dir: &Path,
+    options: &RayHeadOptions,
+) -> Result<BTreeMap<String, String>, TestEnvError> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    // Without it Ray swaps 127.0.0.1 for the host's interface address (§8 of the notes).
+    env.insert("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER".into(), "0".into());
+    // A SIGTERM'd node would otherwise drain for up to 30 s before stopping.
+    env.insert("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S".into(), "0".into());
+    env.insert("RAY_USAGE_STATS_ENABLED".into(), "0".into());
+    // Job entrypoints run `python`: make it the one that has Ray.
+    let bin_dir = ray.parent().map(Path::to_path_buf).unwrap_or_default();
+    let path = std::env::var("PATH").unwrap_or_default();
+    env.insert("PATH".into(), format!("{}:{path}", bin_dir.display()));
+    let site_dir = dir.join("python");
+    std::fs::create_dir_all(&site_dir)
+        .map_err(|e| TestEnvError::Io(format!("create {}", site_dir.display()), e))?;
+    write_private(&site_dir.join("sitecustomize.py"), LOOPBACK_SITECUSTOMIZE)?;
+    let python_path: Vec<String> = std::iter::once(&site_dir)
+        .chain(&options.python_path)
+        .map(|p| p.display().to_string())
+        .collect();
+    env.insert("PYTHONPATH".into(), python_path.join(":"));
+    if let Some(token) = &options.auth_token {
+        // Through a file, so the token is on no command line.
+        let token_file = dir.join("auth-token");
+        write_private(&token_file, token.expose_secret())?;
+        env.insert("RAY_AUTH_MODE".into(), "token".into());
+        env.insert(
+            "RAY_AUTH_TOKEN_PATH".into(),
+            token_file.display().to_string(),
+        );
+    } else {
+        // Ray turns token authentication on by itself when it finds a token in
+        // `~/.ray/auth_token` (anything on the machine may have generated one): say no.
+        env.insert("RAY_AUTH_MODE".into(), "disabled".into());
+    }
+    env.extend(options.env.iter().cloned());
+    Ok(env)
+}
+
+/// `/usr/bin/env` arguments that run `ray ARGS…` with exactly `env` on top of ours. `env` sets
+/// the variables and execs `ray` (same pid): ManagedProcess inherits ours. Ray settings of
+/// the calling environment (an address to join, a token mode) must not leak into a head that
+/// is meant to stand alone.
+fn env_command(env: &BTreeMap<String, String>, ray: &Path, ray_args: Vec<String>) -> Vec<String> {
+    let mut args: Vec<String> = INHERITED_RAY_VARIABLES_TO_DROP
+        .iter()
+        .flat_map(|name| ["-u".to_owned(), (*name).to_owned()])
+        .collect();
+    args.extend(env.iter().map(|(key, value)| format!("{key}={value}")));
+    args.push(ray.display().to_string());
+    args.extend(ray_args);
+    args
+}
+
+/// Stops one node (the head or a worker node) by pid: SIGTERM to its `ray start` (Ray then
+/// stops what it started), then SIGKILL for anything of it still alive (orphaned agents,
+/// workers in their own process groups).
+fn stop_node(mut process: ManagedProcess, root_pid: u32, dir: &Path) {
+    // Listed before the root goes: orphans are re-parented and lose the link to it.
+    let mut leftovers: BTreeSet<ProcessIdentity> = own_processes(root_pid).into_iter().collect();
+    process.stop(Duration::from_secs(15));
+    leftovers.extend(ray_processes_in_group(root_pid, dir));
+    kill_and_wait(&leftovers, Duration::from_secs(5));
+}
+
+/// How many nodes a state API answer (`/api/v0/nodes`) lists as ALIVE.
+fn alive_nodes(body: &serde_json::Value) -> usize {
+    body.pointer("/data/result/result")
+        .and_then(|r| r.as_array())
+        .map_or(0, |nodes| {
+            nodes
+                .iter()
+                .filter(|n| n.get("state").and_then(|s| s.as_str()) == Some("ALIVE"))
+                .count()
+        })
+}
+
+/// `ray start` for a worker node joining `gcs_address`, everything on loopback.
+fn worker_node_start_args(
+    gcs_address: &str,
+    ports: &RayWorkerNodePorts,
+    dir: &Path,
+    options: &RayHeadOptions,
+) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "start".into(),
+        format!("--address={gcs_address}"),
+        "--block".into(),
+        format!("--node-ip-address={LOOPBACK}"),
+        format!(
+            "--dashboard-agent-listen-port={}",
+            ports.dashboard_agent_http
+        ),
+        format!("--dashboard-agent-grpc-port={}", ports.dashboard_agent_grpc),
+        format!("--runtime-env-agent-port={}", ports.runtime_env_agent),
+        format!("--metrics-export-port={}", ports.metrics_export),
+        format!("--node-manager-port={}", ports.node_manager),
+        format!("--object-manager-port={}", ports.object_manager),
+        format!("--min-worker-port={}", ports.min_worker),
+        format!("--max-worker-port={}", ports.max_worker),
+        format!("--temp-dir={}", dir.display()),
+        format!(
+            "--object-store-memory={}",
+            options.object_store_memory_bytes
+        ),
+        "--disable-usage-stats".into(),
+        "--log-style=record".into(),
+        "--log-color=false".into(),
+    ];
+    if let Some(cpus) = options.worker_node_num_cpus {
+        args.push(format!("--num-cpus={cpus}"));
+    }
+    args
 }
 
 fn ray_start_args(ports: &RayHeadPorts, dir: &Path, options: &RayHeadOptions) -> Vec<String> {
@@ -555,10 +842,19 @@ fn run_dir() -> Result<PathBuf, TestEnvError> {
 /// Kills what is left of a head whose owner is gone (see [`ray_processes_in_group`]), then
 /// removes its directory.
 fn clean_up_abandoned_head(dir: &Path) {
-    let root = std::fs::read_to_string(dir.join("ray-start.pid"))
-        .ok()
-        .and_then(|pid| pid.trim().parse::<u32>().ok());
-    if let Some(root) = root {
+    // `ray-start.pid` (the head) and `ray-worker-<n>.pid` (its worker nodes).
+    let roots: Vec<u32> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.starts_with("ray-") && name.ends_with(".pid")
+        })
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .filter_map(|pid| pid.trim().parse::<u32>().ok())
+        .collect();
+    for root in roots {
         let abandoned: BTreeSet<ProcessIdentity> =
             ray_processes_in_group(root, dir).into_iter().collect();
         kill_and_wait(&abandoned, Duration::from_secs(5));
@@ -722,37 +1018,77 @@ fn kill_and_wait(processes: &BTreeSet<ProcessIdentity>, grace: Duration) {
 /// Free loopback ports for every listener, and a worker port range that none of them (nor
 /// anything the kernel hands out later) falls into.
 fn pick_ports() -> Result<RayHeadPorts, TestEnvError> {
-    let (min_worker, max_worker) = pick_worker_port_range()?;
-    // Listeners stay open until all ports are chosen, so the kernel hands out distinct ones.
-    let mut held: Vec<TcpListener> = Vec::new();
-    let mut next = || -> Result<u16, TestEnvError> {
-        loop {
-            let listener = TcpListener::bind((LOOPBACK, 0))
-                .map_err(|e| TestEnvError::Io("bind 127.0.0.1:0".into(), e))?;
-            let port = listener
-                .local_addr()
-                .map_err(|e| TestEnvError::Io("local_addr".into(), e))?
-                .port();
-            held.push(listener);
-            if !(min_worker..=max_worker).contains(&port) {
-                return Ok(port);
-            }
-        }
-    };
+    let (min_worker, max_worker) = pick_worker_port_range(&[])?;
+    let ports = free_ports(10, &[], (min_worker, max_worker))?;
     Ok(RayHeadPorts {
-        gcs: next()?,
-        dashboard: next()?,
-        dashboard_agent_http: next()?,
-        dashboard_agent_grpc: next()?,
-        runtime_env_agent: next()?,
-        metrics_export: next()?,
-        client_server: next()?,
-        node_manager: next()?,
-        object_manager: next()?,
-        serve_http: next()?,
+        gcs: ports[0],
+        dashboard: ports[1],
+        dashboard_agent_http: ports[2],
+        dashboard_agent_grpc: ports[3],
+        runtime_env_agent: ports[4],
+        metrics_export: ports[5],
+        client_server: ports[6],
+        node_manager: ports[7],
+        object_manager: ports[8],
+        serve_http: ports[9],
         min_worker,
         max_worker,
     })
+}
+
+/// Ports for a worker node: none in `taken` (ports of the head and earlier nodes, some of
+/// them not bound yet, like Serve's) nor in any of `worker_ranges`, and a worker range of its
+/// own.
+fn pick_worker_node_ports(
+    taken: &[u16],
+    worker_ranges: &[(u16, u16)],
+) -> Result<RayWorkerNodePorts, TestEnvError> {
+    let (min_worker, max_worker) = pick_worker_port_range(worker_ranges)?;
+    let mut ranges = worker_ranges.to_vec();
+    ranges.push((min_worker, max_worker));
+    let ports = free_ports(6, taken, (min_worker, max_worker))?;
+    let ports: Vec<u16> = ports
+        .into_iter()
+        .filter(|p| !ranges.iter().any(|(lo, hi)| (lo..=hi).contains(&p)))
+        .collect();
+    if ports.len() < 6 {
+        // Ports outside this node's range that fell into another node's: rare, try again.
+        return pick_worker_node_ports(taken, worker_ranges);
+    }
+    Ok(RayWorkerNodePorts {
+        node_manager: ports[0],
+        object_manager: ports[1],
+        dashboard_agent_http: ports[2],
+        dashboard_agent_grpc: ports[3],
+        runtime_env_agent: ports[4],
+        metrics_export: ports[5],
+        min_worker,
+        max_worker,
+    })
+}
+
+/// `count` distinct free loopback ports, none in `taken` nor in `worker_range`.
+fn free_ports(
+    count: usize,
+    taken: &[u16],
+    (min_worker, max_worker): (u16, u16),
+) -> Result<Vec<u16>, TestEnvError> {
+    // Listeners stay open until all ports are chosen, so the kernel hands out distinct ones.
+    let mut held: Vec<TcpListener> = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < count {
+        let listener = TcpListener::bind((LOOPBACK, 0))
+            .map_err(|e| TestEnvError::Io("bind 127.0.0.1:0".into(), e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| TestEnvError::Io("local_addr".into(), e))?
+            .port();
+        held.push(listener);
+        if !(min_worker..=max_worker).contains(&port) && !taken.contains(&port) {
+            ports.push(port);
+        }
+    }
+    Ok(ports)
 }
 
 /// The kernel's ephemeral port range (`bind(0)` ports and outgoing connections).
@@ -768,9 +1104,10 @@ fn ephemeral_port_range() -> (u16, u16) {
     }
 }
 
-/// A block of [`WORKER_PORT_COUNT`] ports outside the ephemeral range that are free now. The
-/// start depends on our pid and a counter, so heads of parallel test processes differ.
-fn pick_worker_port_range() -> Result<(u16, u16), TestEnvError> {
+/// A block of [`WORKER_PORT_COUNT`] ports outside the ephemeral range that are free now and
+/// overlap none of `avoid`. The start depends on our pid and a counter, so heads of parallel
+/// test processes differ.
+fn pick_worker_port_range(avoid: &[(u16, u16)]) -> Result<(u16, u16), TestEnvError> {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let (ephemeral_low, ephemeral_high) = ephemeral_port_range();
     let below = (
@@ -800,7 +1137,8 @@ fn pick_worker_port_range() -> Result<(u16, u16), TestEnvError> {
         ) else {
             continue;
         };
-        if (first..=last).all(|port| TcpListener::bind((LOOPBACK, port)).is_ok()) {
+        let overlaps = avoid.iter().any(|&(lo, hi)| first <= hi && lo <= last);
+        if !overlaps && (first..=last).all(|port| TcpListener::bind((LOOPBACK, port)).is_ok()) {
             return Ok((first, last));
         }
     }
@@ -817,18 +1155,7 @@ mod tests {
     #[test]
     fn ports_are_distinct_and_outside_the_worker_range() {
         let ports = pick_ports().expect("ports");
-        let listeners = [
-            ports.gcs,
-            ports.dashboard,
-            ports.dashboard_agent_http,
-            ports.dashboard_agent_grpc,
-            ports.runtime_env_agent,
-            ports.metrics_export,
-            ports.client_server,
-            ports.node_manager,
-            ports.object_manager,
-            ports.serve_http,
-        ];
+        let listeners = ports.listeners();
         let distinct: BTreeSet<u16> = listeners.iter().copied().collect();
         assert_eq!(distinct.len(), listeners.len(), "{ports:?}");
         assert_eq!(ports.max_worker - ports.min_worker + 1, WORKER_PORT_COUNT);
@@ -854,6 +1181,54 @@ mod tests {
         assert!(args.contains("--dashboard-host=127.0.0.1"));
         assert!(args.contains(&format!("--dashboard-port={}", ports.dashboard)));
         assert!(args.contains("--temp-dir=/tmp/rp-ray-1-0"));
+    }
+
+    #[test]
+    fn worker_node_ports_avoid_the_head_and_stay_on_loopback() {
+        let head = pick_ports().expect("ports");
+        let node = pick_worker_node_ports(&head.listeners(), &[(head.min_worker, head.max_worker)])
+            .expect("worker node ports");
+        let listeners = node.listeners();
+        let distinct: BTreeSet<u16> = listeners.iter().copied().collect();
+        assert_eq!(distinct.len(), listeners.len(), "{node:?}");
+        for port in &listeners {
+            assert!(!head.listeners().contains(port), "{node:?} vs {head:?}");
+            assert!(!(head.min_worker..=head.max_worker).contains(port));
+            assert!(!(node.min_worker..=node.max_worker).contains(port));
+        }
+        assert!(node.max_worker < head.min_worker || head.max_worker < node.min_worker);
+        let args = worker_node_start_args(
+            "127.0.0.1:6379",
+            &node,
+            Path::new("/tmp/rp-ray-1-0"),
+            &RayHeadOptions {
+                worker_node_num_cpus: Some(2),
+                ..Default::default()
+            },
+        )
+        .join(" ");
+        assert!(
+            args.starts_with("start --address=127.0.0.1:6379 --block --node-ip-address=127.0.0.1 "),
+            "{args}"
+        );
+        assert!(!args.contains("--head"), "{args}");
+        assert!(args.contains(&format!("--node-manager-port={}", node.node_manager)));
+        assert!(args.contains(&format!(
+            "--runtime-env-agent-port={}",
+            node.runtime_env_agent
+        )));
+        assert!(args.contains("--num-cpus=2"));
+    }
+
+    #[test]
+    fn alive_nodes_are_counted_from_the_state_api() {
+        let body = serde_json::json!({"data": {"result": {"result": [
+            {"node_id": "a", "state": "ALIVE"},
+            {"node_id": "b", "state": "DEAD"},
+            {"node_id": "c", "state": "ALIVE"}
+        ]}}});
+        assert_eq!(alive_nodes(&body), 2);
+        assert_eq!(alive_nodes(&serde_json::json!({})), 0);
     }
 
     #[test]

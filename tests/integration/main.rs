@@ -9,6 +9,7 @@ mod leader;
 mod ray;
 mod raycluster;
 mod rayservice;
+mod rayservice_samples;
 mod runtime;
 mod servepipeline;
 mod source;
