@@ -6,6 +6,7 @@ mod crds;
 mod deploy;
 mod dev;
 mod leader;
+mod pipeline;
 mod ray;
 mod raycluster;
 mod rayservice;
