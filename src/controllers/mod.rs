@@ -1,6 +1,8 @@
 //! One reconciler per kind; `run` starts the enabled ones.
 
 pub mod raycluster;
+pub mod raycronjob;
+pub mod rayjob;
 pub mod servepipeline;
 
 use crate::cli::ControllerKind;
@@ -64,6 +66,37 @@ pub async fn run_with_settings(
                             namespace,
                             concurrency: settings.concurrency,
                             ..raycluster::Config::from_env()
+                        },
+                        stopped(),
+                    )))
+                }
+            }
+            ControllerKind::Rayjob => {
+                let locator = settings.dashboard_locator()?;
+                for namespace in settings.scopes() {
+                    tasks.push(tokio::spawn(rayjob::run(
+                        client.clone(),
+                        rayjob::Config {
+                            namespace,
+                            concurrency: settings.concurrency,
+                            locator: locator.clone(),
+                            deletion_policy: settings
+                                .feature_gates
+                                .enabled(crate::config::gates::RAY_JOB_DELETION_POLICY),
+                            ..rayjob::Config::from_env()
+                        },
+                        stopped(),
+                    )))
+                }
+            }
+            ControllerKind::Raycronjob => {
+                for namespace in settings.scopes() {
+                    tasks.push(tokio::spawn(raycronjob::run(
+                        client.clone(),
+                        raycronjob::Config {
+                            namespace,
+                            concurrency: settings.concurrency,
+                            ..raycronjob::Config::default()
                         },
                         stopped(),
                     )))

@@ -14,6 +14,7 @@ mod deletion;
 pub mod expectations;
 pub mod keys;
 mod pods;
+pub(crate) use pods::random_suffix;
 pub mod scaling;
 pub mod status;
 pub mod validate;

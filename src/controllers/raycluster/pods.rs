@@ -5,7 +5,7 @@
 use super::*;
 
 /// Five characters from Kubernetes' random-name alphabet (no vowels, no look-alikes).
-pub(super) fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
