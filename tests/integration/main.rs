@@ -8,6 +8,8 @@ mod dev;
 mod leader;
 mod ray;
 mod raycluster;
+mod raycronjob;
+mod rayjob;
 mod servepipeline;
 mod source;
 mod support;
