@@ -228,6 +228,10 @@ impl RayHead {
                 "RAY_AUTH_TOKEN_PATH".into(),
                 token_file.display().to_string(),
             );
+        } else {
+            // Ray 2.60 turns token auth on by itself when the mode is unset and a token file
+            // exists in ~/.ray (any local `ray.init()` may have written one): say it is off.
+            env.insert("RAY_AUTH_MODE".into(), "disabled".into());
         }
         env.extend(options.env.iter().cloned());
 
