@@ -244,9 +244,8 @@ async fn assert_ray_job_succeeded(job: &RayJob) -> String {
         .get_job(&job_id)
         .await
         .expect("the Ray job exists");
-    assert_eq!(
+    assert!(
         matches!(details.status, Some(raypipe::ray::JobStatus::Succeeded)),
-        true,
         "{details:?}"
     );
     assert!(status.end_time.is_some() && status.start_time.is_some());
