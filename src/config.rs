@@ -136,7 +136,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "RAYPIPE_CONCURRENCY", default_value_t = 4)]
     pub concurrency: u16,
     /// Ray dashboard URL template used instead of the head Service's DNS name (running outside
-    /// the cluster); `{name}`, `{namespace}` and `{port}` are filled in.
+    /// the cluster); `{service}`, `{namespace}`, `{port}` and `{domain}` are filled in.
     #[arg(long, env = "RAYPIPE_RAY_DASHBOARD_URL")]
     pub ray_dashboard_url: Option<String>,
     /// Import path of the graph runtime's application builder.
@@ -344,6 +344,19 @@ impl ControllerSettings {
             metrics,
             readiness,
             rayservice: None,
+        }
+    }
+
+    /// Where controllers dial a head Service's dashboard: the `ray_dashboard_url` template when
+    /// set, else the Service's DNS name in the cluster.
+    pub fn dashboard_locator(
+        &self,
+    ) -> Result<crate::ray::DashboardLocator, crate::ray::DashboardError> {
+        match self.ray_dashboard_url.as_deref().map(str::trim) {
+            Some(template) if !template.is_empty() => {
+                crate::ray::DashboardLocator::template(template)
+            }
+            _ => Ok(crate::ray::DashboardLocator::in_cluster()),
         }
     }
 

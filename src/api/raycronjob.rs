@@ -1,6 +1,7 @@
 //! `ray.io/v1` RayCronJob, field for field the API that KubeRay v1.7 serves: a RayJob created on
 //! a cron schedule.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -39,6 +40,32 @@ pub struct RayCronJobSpec {
     /// Stops creating RayJobs; those already created are not touched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+    /// raypipe extension (not in KubeRay; batch/v1 CronJob's meaning): what a tick does while an
+    /// earlier RayJob is still active. `Allow` (default, KubeRay's behaviour) starts another,
+    /// `Forbid` skips the tick, `Replace` deletes the active RayJobs first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::raycluster::enum_schema::<ConcurrencyPolicy>")]
+    pub concurrency_policy: Option<ConcurrencyPolicy>,
+    /// raypipe extension: finished RayJobs that completed to keep (default: all, as KubeRay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub successful_jobs_history_limit: Option<i32>,
+    /// raypipe extension: finished RayJobs that failed to keep (default: all, as KubeRay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub failed_jobs_history_limit: Option<i32>,
+}
+
+/// What a tick does while RayJobs of earlier ticks are still active.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum ConcurrencyPolicy {
+    /// Start the new RayJob anyway.
+    #[default]
+    Allow,
+    /// Skip the tick.
+    Forbid,
+    /// Delete the active RayJobs, then start the new one.
+    Replace,
 }
 
 /// Observed state of a RayCronJob.
@@ -48,6 +75,10 @@ pub struct RayCronJobStatus {
     /// The last tick a RayJob was created for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_schedule_time: Option<Time>,
+    /// raypipe extension: the RayJobs of this RayCronJob that have not finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub active: Option<Vec<ObjectReference>>,
 }
 
 #[cfg(test)]

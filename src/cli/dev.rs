@@ -246,6 +246,8 @@ async fn serve(
         let head = crate::ray::testenv::RayHead::start(Default::default()).await?;
         settings.runtime_py_modules = serve_packages(dev_packages()).await?;
         settings.rayservice = Some(local_rayservice_config(&head)?);
+        // RayJobs of every cluster run on the same local head.
+        settings.ray_dashboard_url = Some(head.dashboard_url().as_str().to_owned());
         println!(
             "\nRay: dashboard {} ; Serve answers on {} once the pipeline is Ready:\n  kubectl wait servepipeline/{SAMPLE_PIPELINE} --for=condition=Ready --timeout=300s\n  curl -s -X POST {}/demo -H 'content-type: application/json' -d '{{\"text\": \"I love this, great and fast\"}}'",
             head.dashboard_url(),

@@ -2,6 +2,8 @@
 
 pub mod dashboard;
 pub mod raycluster;
+pub mod raycronjob;
+pub mod rayjob;
 pub mod rayservice;
 pub mod servepipeline;
 
@@ -90,8 +92,36 @@ pub async fn run_with_settings(
                     )))
                 }
             }
-            other => {
-                tracing::warn!(controller = ?other, "this controller is not built yet; skipping it")
+            ControllerKind::Rayjob => {
+                let locator = settings.dashboard_locator()?;
+                for namespace in settings.scopes() {
+                    tasks.push(tokio::spawn(rayjob::run(
+                        client.clone(),
+                        rayjob::Config {
+                            namespace,
+                            concurrency: settings.concurrency,
+                            locator: locator.clone(),
+                            deletion_policy: settings
+                                .feature_gates
+                                .enabled(crate::config::gates::RAY_JOB_DELETION_POLICY),
+                            ..rayjob::Config::from_env()
+                        },
+                        stopped(),
+                    )))
+                }
+            }
+            ControllerKind::Raycronjob => {
+                for namespace in settings.scopes() {
+                    tasks.push(tokio::spawn(raycronjob::run(
+                        client.clone(),
+                        raycronjob::Config {
+                            namespace,
+                            concurrency: settings.concurrency,
+                            ..raycronjob::Config::default()
+                        },
+                        stopped(),
+                    )))
+                }
             }
         }
     }
@@ -118,11 +148,10 @@ pub async fn run_with_settings(
 
 /// The RayService controller's settings from the operator's flags and environment.
 fn rayservice_config(settings: &ControllerSettings) -> anyhow::Result<rayservice::Config> {
-    let mut config = rayservice::Config::from_env()?;
-    if let Some(template) = settings.ray_dashboard_url.as_deref() {
-        config.dashboard = crate::ray::DashboardLocator::template(template)?;
-    }
-    Ok(config)
+    Ok(rayservice::Config {
+        dashboard: settings.dashboard_locator()?,
+        ..rayservice::Config::from_env()?
+    })
 }
 
 /// Fails with a clear message when a CRD that one of `controllers` needs is missing.

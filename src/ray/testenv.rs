@@ -138,6 +138,14 @@ pub struct RayHeadOptions {
     pub worker_nodes: u32,
     /// Logical CPUs each worker node offers; `None` lets Ray count the machine's.
     pub worker_node_num_cpus: Option<u32>,
+    /// Custom Ray resources the head offers (`ray start --resources`).
+    pub resources: BTreeMap<String, f64>,
+    /// `(host directory, path)`: the head runs in a private mount namespace (`unshare`) where
+    /// each host directory is bind-mounted at its path, so job entrypoints find files where a
+    /// Pod would have them mounted (e.g. a ConfigMap at `/home/ray/samples`). A path that does
+    /// not exist on the host gets its mount point on an empty tmpfs laid over its nearest
+    /// existing ancestor, inside that namespace only. The host is never changed.
+    pub private_mounts: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Default for RayHeadOptions {
@@ -152,6 +160,8 @@ impl Default for RayHeadOptions {
             startup_timeout: Duration::from_secs(120),
             worker_nodes: 0,
             worker_node_num_cpus: None,
+            resources: BTreeMap::new(),
+            private_mounts: Vec::new(),
         }
     }
 }
@@ -269,7 +279,12 @@ impl RayHead {
         let args = env_command(&env, &ray, ray_start_args(&ports, &dir, &options));
 
         let log = dir.join("head.log");
-        let process = ManagedProcess::start("ray-head", Path::new("/usr/bin/env"), &args, &log)?;
+        let (program, args) = if options.private_mounts.is_empty() {
+            (PathBuf::from("/usr/bin/env"), args)
+        } else {
+            private_mount_command(&options.private_mounts, args)?
+        };
+        let process = ManagedProcess::start("ray-head", &program, &args, &log)?;
         let root_pid = process.pid();
         write_private(&dir.join("ray-start.pid"), &root_pid.to_string())?;
         let head = RayHead {
@@ -783,7 +798,61 @@ fn ray_start_args(ports: &RayHeadPorts, dir: &Path, options: &RayHeadOptions) ->
     if let Some(cpus) = options.num_cpus {
         args.push(format!("--num-cpus={cpus}"));
     }
+    if !options.resources.is_empty() {
+        let resources = serde_json::to_string(&options.resources).unwrap_or_default();
+        args.push(format!("--resources={resources}"));
+    }
     args
+}
+
+/// `unshare --mount` running a shell that sets up `mounts` privately, then execs
+/// `/usr/bin/env args…` (same pid, so the process handling is unchanged).
+fn private_mount_command(
+    mounts: &[(PathBuf, PathBuf)],
+    args: Vec<String>,
+) -> Result<(PathBuf, Vec<String>), TestEnvError> {
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    let mut script = String::from("set -e; ");
+    for (source, target) in mounts {
+        if !target.is_absolute() || !source.is_dir() {
+            return Err(TestEnvError::Spawn(
+                "ray-head".into(),
+                format!(
+                    "private mount {} at {}: the source must be a directory and the target absolute",
+                    source.display(),
+                    target.display()
+                ),
+            ));
+        }
+        if !target.exists() {
+            let ancestor = target
+                .ancestors()
+                .find(|a| a.exists())
+                .unwrap_or(Path::new("/"));
+            script.push_str(&format!(
+                "mount -t tmpfs raypipe-test {a}; mkdir -p {t}; ",
+                a = quote(ancestor),
+                t = quote(target)
+            ));
+        }
+        script.push_str(&format!(
+            "mount --bind {s} {t}; ",
+            s = quote(source),
+            t = quote(target)
+        ));
+    }
+    script.push_str("exec /usr/bin/env \"$@\"");
+    let mut full = vec![
+        "--mount".to_owned(),
+        "--propagation".to_owned(),
+        "private".to_owned(),
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        script,
+        "ray-head".to_owned(),
+    ];
+    full.extend(args);
+    Ok((PathBuf::from("/usr/bin/unshare"), full))
 }
 
 fn write_private(path: &Path, contents: &str) -> Result<(), TestEnvError> {

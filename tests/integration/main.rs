@@ -9,6 +9,8 @@ mod leader;
 mod pipeline;
 mod ray;
 mod raycluster;
+mod raycronjob;
+mod rayjob;
 mod rayservice;
 mod rayservice_samples;
 mod runtime;

@@ -138,6 +138,10 @@ and Events.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
+# The dashboard token of clusters with token authentication.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
 {{- end }}
 {{- if has "raycronjob" $c }}
 - apiGroups: [ray.io]
@@ -146,6 +150,10 @@ and Events.
 - apiGroups: [ray.io]
   resources: [raycronjobs/status]
   verbs: [get, patch, update]
+# Owner references with blockOwnerDeletion on the RayJobs it creates.
+- apiGroups: [ray.io]
+  resources: [raycronjobs/finalizers]
+  verbs: [update]
 - apiGroups: [ray.io]
   resources: [rayjobs]
   verbs: [get, list, watch, create, delete]

@@ -211,8 +211,15 @@ pub fn ray_head() -> &'static raypipe::ray::testenv::RayHead {
     static HEAD: OnceLock<Result<RayHead, String>> = OnceLock::new();
     let head = HEAD.get_or_init(|| {
         raypipe::cli::init_crypto();
+        // RayJob samples run `python /home/ray/samples/…` from a ConfigMap a Pod would mount:
+        // the head sees `ray_samples_dir()` there (in its own mount namespace only), and
+        // offers the custom resource raypipe's own RayJob sample reserves for its driver.
+        let samples = ray_samples_dir();
+        std::fs::create_dir_all(&samples).expect("create the Ray samples directory");
         let options = RayHeadOptions {
             python_path: vec![ray_test_apps_dir()],
+            private_mounts: vec![(samples, "/home/ray/samples".into())],
+            resources: [("driver_slot".to_owned(), 4.0)].into_iter().collect(),
             ..Default::default()
         };
         std::thread::spawn(move || {
@@ -241,6 +248,12 @@ pub fn ray_head() -> &'static raypipe::ray::testenv::RayHead {
 pub async fn ray_serve_lock() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     LOCK.lock().await
+}
+
+/// The host directory the shared Ray head sees as `/home/ray/samples` (where KubeRay's RayJob
+/// samples mount their ConfigMap): tests write a ConfigMap's files here.
+pub fn ray_samples_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("raypipe-ray-samples-{}", std::process::id()))
 }
 
 /// The Serve applications tests deploy (importable on the test Ray heads).

@@ -1,0 +1,635 @@
+//! Pure builders for what a RayJob creates: its RayCluster, the submitter Job (K8sJobMode) or
+//! container (SidecarMode), the `ray job submit` command and the HTTPMode submission. No
+//! client: the same RayJob always builds the same objects.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use super::Error;
+use crate::api::RayCluster;
+use crate::api::rayjob::{JobSubmissionMode, RayJob};
+use crate::controllers::raycluster::builders::names;
+use crate::controllers::raycluster::keys::{annotations, labels, ports};
+use crate::ray::JobSubmitRequest;
+
+/// Label on the RayCluster made for a RayJob: the submission mode.
+pub const JOB_SUBMISSION_MODE_LABEL: &str = "ray.io/job-submission-mode";
+/// The submitter container's name (K8sJobMode Job and SidecarMode head container).
+pub const SUBMITTER_CONTAINER: &str = "ray-job-submitter";
+/// KubeRay's default number of retries of the submitter Job.
+pub const DEFAULT_SUBMITTER_BACKOFF_LIMIT: i32 = 2;
+/// Value of `ray.io/originated-from-crd` on everything a RayJob creates.
+pub const ORIGINATED_FROM_RAYJOB: &str = "RayJob";
+
+/// The submission mode, defaulted as the API server does.
+pub fn mode(job: &RayJob) -> JobSubmissionMode {
+    job.spec
+        .submission_mode
+        .unwrap_or(JobSubmissionMode::K8sJobMode)
+}
+
+/// The mode as written in the API (`HTTPMode`, …).
+pub fn mode_str(mode: JobSubmissionMode) -> &'static str {
+    match mode {
+        JobSubmissionMode::K8sJobMode => "K8sJobMode",
+        JobSubmissionMode::HttpMode => "HTTPMode",
+        JobSubmissionMode::InteractiveMode => "InteractiveMode",
+        JobSubmissionMode::SidecarMode => "SidecarMode",
+    }
+}
+
+/// The cluster named by `clusterSelector` (`ray.io/cluster`), if the RayJob uses one.
+pub fn selected_cluster(job: &RayJob) -> Option<&str> {
+    job.spec
+        .cluster_selector
+        .as_ref()
+        .and_then(|s| s.get(labels::CLUSTER))
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// `<rayjob>-<5 random>` through checkName, as KubeRay names generated clusters and job ids.
+pub fn generated_name(job: &RayJob, suffix: &str) -> String {
+    names::check_name(&format!("{}-{suffix}", job.name_any()))
+}
+
+/// The labels every object made for `job` carries.
+fn origin_labels(job: &RayJob) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::ORIGINATED_FROM_CR_NAME.to_owned(), job.name_any()),
+        (
+            labels::ORIGINATED_FROM_CRD.to_owned(),
+            ORIGINATED_FROM_RAYJOB.to_owned(),
+        ),
+    ])
+}
+
+/// The RayCluster for `job` (§3.3): a copy of `rayClusterSpec`, the RayJob's labels and
+/// annotations plus the origin labels, owned by the RayJob. SidecarMode adds the submitter
+/// container to the head and forbids head restarts.
+pub fn ray_cluster(job: &RayJob, name: &str, job_id: &str) -> Result<RayCluster, Error> {
+    let spec = job
+        .spec
+        .ray_cluster_spec
+        .clone()
+        .ok_or_else(|| Error::Invalid("the RayJob has no rayClusterSpec".into()))?;
+    let mut cluster_labels = job.labels().clone();
+    cluster_labels.extend(origin_labels(job));
+    cluster_labels.insert(
+        JOB_SUBMISSION_MODE_LABEL.to_owned(),
+        mode_str(mode(job)).to_owned(),
+    );
+    let mut cluster_annotations = job.annotations().clone();
+    // kubectl's copy of the RayJob is no description of the cluster.
+    cluster_annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    let mut cluster = RayCluster::new(name, spec);
+    if mode(job) == JobSubmissionMode::SidecarMode {
+        cluster_annotations.insert(
+            annotations::DISABLE_PROVISIONED_HEAD_RESTART.to_owned(),
+            "true".to_owned(),
+        );
+        let container = sidecar_container(job, &cluster, job_id)?;
+        let head = cluster
+            .spec
+            .head_group_spec
+            .template
+            .spec
+            .get_or_insert_with(Default::default);
+        head.containers.push(container);
+        head.restart_policy = Some("Never".to_owned());
+    }
+    cluster.metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: job.namespace(),
+        labels: Some(cluster_labels),
+        annotations: (!cluster_annotations.is_empty()).then_some(cluster_annotations),
+        owner_references: Some(vec![crate::k8s::controller_owner_ref(job)?]),
+        ..Default::default()
+    };
+    Ok(cluster)
+}
+
+/// `host:port` of the cluster's dashboard, as KubeRay writes `status.dashboardURL`.
+pub fn dashboard_url(service: &str, namespace: &str, domain: &str, port: u16) -> String {
+    format!("{service}.{namespace}.svc.{domain}:{port}")
+}
+
+/// `runtimeEnvYAML` as a JSON value (`None` when unset or empty).
+pub fn runtime_env(job: &RayJob) -> Result<Option<serde_json::Value>, Error> {
+    match job.spec.runtime_env_yaml.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(yaml) => {
+            let value: serde_json::Value = serde_yaml::from_str(yaml)
+                .map_err(|e| Error::Invalid(format!("runtimeEnvYAML is not valid YAML: {e}")))?;
+            Ok((!value.is_null()).then_some(value))
+        }
+    }
+}
+
+/// `entrypointResources` as a map of resource name to amount.
+pub fn entrypoint_resources(job: &RayJob) -> Result<Option<BTreeMap<String, f64>>, Error> {
+    match job.spec.entrypoint_resources.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(json) => serde_json::from_str(json).map(Some).map_err(|e| {
+            Error::Invalid(format!(
+                "entrypointResources is not a JSON object of numbers: {e}"
+            ))
+        }),
+    }
+}
+
+/// The HTTPMode submission (§8): zero or empty fields are left out.
+pub fn submit_request(job: &RayJob, job_id: &str) -> Result<JobSubmitRequest, Error> {
+    let entrypoint = job.spec.entrypoint.clone().unwrap_or_default();
+    Ok(JobSubmitRequest {
+        entrypoint,
+        submission_id: Some(job_id.to_owned()),
+        runtime_env: runtime_env(job)?,
+        metadata: job.spec.metadata.clone().filter(|m| !m.is_empty()),
+        entrypoint_num_cpus: job.spec.entrypoint_num_cpus.filter(|n| *n > 0.0),
+        entrypoint_num_gpus: job.spec.entrypoint_num_gpus.filter(|n| *n > 0.0),
+        entrypoint_memory: None,
+        entrypoint_resources: entrypoint_resources(job)?.filter(|r| !r.is_empty()),
+    })
+}
+
+/// Go's `strconv.Quote` for the ASCII JSON the command carries.
+fn go_quote(s: &str) -> String {
+    // serde_json escapes `"` and `\` and control characters the way Go does for ASCII input.
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// The dashboard port named `dashboard` on the head's Ray container (default 8265).
+fn head_dashboard_port(cluster: &RayCluster) -> i32 {
+    cluster
+        .spec
+        .head_group_spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.ports.as_ref())
+        .and_then(|ps| {
+            ps.iter()
+                .find(|p| p.name.as_deref() == Some(ports::DASHBOARD_NAME))
+        })
+        .map_or(ports::DASHBOARD, |p| p.container_port)
+}
+
+/// The submitter's shell command (§3.4), one string for `/bin/bash -ce --`.
+pub fn submit_command(
+    job: &RayJob,
+    submission_mode: JobSubmissionMode,
+    address: &str,
+    health_url: &str,
+    job_id: &str,
+) -> Result<String, Error> {
+    let check_status = submission_mode == JobSubmissionMode::K8sJobMode;
+    let mut cmd: Vec<String> = vec![
+        "until".into(),
+        format!(
+            "python -c \"import sys, urllib.request; r=urllib.request.urlopen(sys.argv[1], timeout=10); exit(0 if b'success' in r.read() else 1)\" \"{health_url}\""
+        ),
+        ">/dev/null".into(),
+        "2>&1".into(),
+        ";".into(),
+        "do".into(),
+        "echo".into(),
+        go_quote(&format!(
+            "Waiting for Ray Dashboard GCS to become healthy at {address} ..."
+        )),
+        ";".into(),
+        "sleep".into(),
+        "2".into(),
+        ";".into(),
+        "done".into(),
+        ";".into(),
+    ];
+    if check_status {
+        cmd.extend(
+            [
+                "if",
+                "!",
+                "ray",
+                "job",
+                "status",
+                "--address",
+                address,
+                job_id,
+                ">/dev/null",
+                "2>&1",
+                ";",
+                "then",
+            ]
+            .map(String::from),
+        );
+    }
+    cmd.extend(["ray", "job", "submit", "--address", address].map(String::from));
+    if check_status {
+        cmd.push("--no-wait".into());
+    }
+    if let Some(env) = runtime_env(job)? {
+        cmd.push("--runtime-env-json".into());
+        cmd.push(go_quote(&env.to_string()));
+    }
+    if let Some(metadata) = job.spec.metadata.as_ref().filter(|m| !m.is_empty()) {
+        cmd.push("--metadata-json".into());
+        cmd.push(go_quote(
+            &serde_json::to_string(metadata).unwrap_or_default(),
+        ));
+    }
+    if !job_id.is_empty() {
+        cmd.extend(["--submission-id".into(), job_id.to_owned()]);
+    }
+    if let Some(n) = job.spec.entrypoint_num_cpus.filter(|n| *n > 0.0) {
+        cmd.extend(["--entrypoint-num-cpus".into(), format!("{n:.6}")]);
+    }
+    if let Some(n) = job.spec.entrypoint_num_gpus.filter(|n| *n > 0.0) {
+        cmd.extend(["--entrypoint-num-gpus".into(), format!("{n:.6}")]);
+    }
+    if let Some(resources) = job
+        .spec
+        .entrypoint_resources
+        .as_deref()
+        .filter(|r| !r.trim().is_empty())
+    {
+        cmd.extend(["--entrypoint-resources".into(), go_quote(resources)]);
+    }
+    cmd.push("--".into());
+    cmd.push(
+        job.spec
+            .entrypoint
+            .clone()
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+    );
+    cmd.push(";".into());
+    if check_status {
+        cmd.extend(
+            [
+                "fi",
+                ";",
+                "ray",
+                "job",
+                "logs",
+                "--address",
+                address,
+                "--follow",
+                job_id,
+            ]
+            .map(String::from),
+        );
+    }
+    Ok(cmd.join(" "))
+}
+
+/// The Ray image of the head (the default submitter image).
+fn head_image(cluster: &RayCluster) -> String {
+    cluster
+        .spec
+        .head_group_spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
+
+fn default_resources() -> ResourceRequirements {
+    let q = |s: &str| Quantity(s.to_owned());
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), q("500m")),
+            ("memory".to_owned(), q("200Mi")),
+        ])),
+        limits: Some(BTreeMap::from([
+            ("cpu".to_owned(), q("1")),
+            ("memory".to_owned(), q("1Gi")),
+        ])),
+        ..Default::default()
+    }
+}
+
+fn env(name: &str, value: &str) -> k8s_openapi::api::core::v1::EnvVar {
+    k8s_openapi::api::core::v1::EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        value_from: None,
+    }
+}
+
+/// The submitter container of SidecarMode: it shares the head's network, so it dials
+/// 127.0.0.1.
+fn sidecar_container(job: &RayJob, cluster: &RayCluster, job_id: &str) -> Result<Container, Error> {
+    let port = head_dashboard_port(cluster);
+    let address = format!("http://127.0.0.1:{port}");
+    let health = format!("http://localhost:{port}/api/gcs_healthz");
+    let command = submit_command(
+        job,
+        JobSubmissionMode::SidecarMode,
+        &address,
+        &health,
+        job_id,
+    )?;
+    Ok(Container {
+        name: SUBMITTER_CONTAINER.to_owned(),
+        image: Some(head_image(cluster)),
+        command: Some(vec!["/bin/bash".into(), "-ce".into(), "--".into()]),
+        args: Some(vec![command]),
+        resources: Some(default_resources()),
+        env: Some(vec![
+            env("PYTHONUNBUFFERED", "1"),
+            env("RAY_DASHBOARD_ADDRESS", ""),
+            env("RAY_JOB_SUBMISSION_ID", job_id),
+        ]),
+        ..Default::default()
+    })
+}
+
+/// The submitter Job of K8sJobMode (§3.4): named like the RayJob, owned by it, running
+/// `ray job submit` against `dashboard_url` (host:port).
+pub fn submitter_job(
+    job: &RayJob,
+    cluster: &RayCluster,
+    dashboard_url: &str,
+    job_id: &str,
+) -> Result<Job, Error> {
+    let mut job_labels = origin_labels(job);
+    job_labels.insert(
+        labels::CREATED_BY.to_owned(),
+        labels::CREATED_BY_VALUE.to_owned(),
+    );
+    let mut template: PodTemplateSpec = match &job.spec.submitter_pod_template {
+        Some(template) => template.clone(),
+        None => PodTemplateSpec {
+            metadata: None,
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: vec![Container {
+                    name: SUBMITTER_CONTAINER.to_owned(),
+                    image: Some(head_image(cluster)),
+                    resources: Some(default_resources()),
+                    ..Default::default()
+                }],
+                restart_policy: Some("Never".to_owned()),
+                ..Default::default()
+            }),
+        },
+    };
+    let meta = template.metadata.get_or_insert_with(Default::default);
+    meta.labels
+        .get_or_insert_with(Default::default)
+        .extend(job_labels.clone());
+    let address = format!("http://{dashboard_url}");
+    let health = format!("{address}/api/gcs_healthz");
+    let command = submit_command(
+        job,
+        JobSubmissionMode::K8sJobMode,
+        &address,
+        &health,
+        job_id,
+    )?;
+    let spec = template
+        .spec
+        .as_mut()
+        .ok_or_else(|| Error::Invalid("submitterPodTemplate has no spec".into()))?;
+    let container = spec
+        .containers
+        .first_mut()
+        .ok_or_else(|| Error::Invalid("submitterPodTemplate has no container".into()))?;
+    if container.command.as_ref().is_none_or(Vec::is_empty) {
+        container.command = Some(vec!["/bin/bash".into(), "-ce".into(), "--".into()]);
+        container.args = Some(vec![command]);
+    }
+    let envs = container.env.get_or_insert_with(Vec::new);
+    envs.push(env("PYTHONUNBUFFERED", "1"));
+    envs.push(env("RAY_DASHBOARD_ADDRESS", dashboard_url));
+    envs.push(env("RAY_JOB_SUBMISSION_ID", job_id));
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(job.name_any()),
+            namespace: job.namespace(),
+            labels: Some(job_labels),
+            owner_references: Some(vec![crate::k8s::controller_owner_ref(job)?]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(
+                job.spec
+                    .submitter_config
+                    .as_ref()
+                    .and_then(|c| c.backoff_limit)
+                    .unwrap_or(DEFAULT_SUBMITTER_BACKOFF_LIMIT),
+            ),
+            template,
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn job(extra: serde_json::Value) -> RayJob {
+        let mut doc = json!({
+            "apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": "rj", "namespace": "ns", "uid": "u-1", "labels": {"team": "a"}},
+            "spec": {
+                "entrypoint": " python -c 'print(1)' ",
+                "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                    {"name": "ray-head", "image": "rayproject/ray:2.52.0",
+                     "ports": [{"name": "dashboard", "containerPort": 8266}]}]}}}}
+            }
+        });
+        json_patch(&mut doc, extra);
+        serde_json::from_value(doc).expect("a RayJob")
+    }
+
+    fn json_patch(doc: &mut serde_json::Value, patch: serde_json::Value) {
+        match (doc, patch) {
+            (serde_json::Value::Object(d), serde_json::Value::Object(p)) => {
+                for (k, v) in p {
+                    json_patch(d.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (d, p) => *d = p,
+        }
+    }
+
+    #[test]
+    fn cluster_copies_the_spec_and_carries_kuberays_labels() {
+        let job = job(json!({"spec": {"submissionMode": "HTTPMode"}}));
+        let cluster = ray_cluster(&job, "rj-abcde", "rj-x").expect("builds");
+        let l = cluster.labels();
+        assert_eq!(l["team"], "a");
+        assert_eq!(l[labels::ORIGINATED_FROM_CR_NAME], "rj");
+        assert_eq!(l[labels::ORIGINATED_FROM_CRD], "RayJob");
+        assert_eq!(l[JOB_SUBMISSION_MODE_LABEL], "HTTPMode");
+        assert_eq!(
+            Some(&cluster.spec),
+            job.spec.ray_cluster_spec.as_ref(),
+            "spec is a plain copy"
+        );
+        let owner = &cluster.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("RayJob", Some(true))
+        );
+    }
+
+    #[test]
+    fn sidecar_mode_adds_the_submitter_to_the_head() {
+        let job = job(json!({"spec": {"submissionMode": "SidecarMode"}}));
+        let cluster = ray_cluster(&job, "rj-abcde", "rj-x").expect("builds");
+        let head = cluster
+            .spec
+            .head_group_spec
+            .template
+            .spec
+            .as_ref()
+            .expect("spec");
+        assert_eq!(head.restart_policy.as_deref(), Some("Never"));
+        let submitter = &head.containers[1];
+        assert_eq!(submitter.name, SUBMITTER_CONTAINER);
+        let args = &submitter.args.as_ref().expect("args")[0];
+        assert!(args.contains("--address http://127.0.0.1:8266"), "{args}");
+        assert!(
+            args.contains("http://localhost:8266/api/gcs_healthz"),
+            "{args}"
+        );
+        assert!(!args.contains("--no-wait"), "{args}");
+        assert_eq!(
+            cluster.annotations()[annotations::DISABLE_PROVISIONED_HEAD_RESTART],
+            "true"
+        );
+    }
+
+    #[test]
+    fn k8s_job_mode_command_matches_kuberay() {
+        let job = job(json!({"spec": {
+            "entrypoint": "echo no quote 'single quote' \"double quote\"",
+            "runtimeEnvYAML": "test: test\n",
+            "metadata": {"testKey": "testValue"},
+            "entrypointNumCpus": 1.0, "entrypointNumGpus": 0.5,
+            "entrypointResources": "{\"Custom_1\": 1, \"Custom_2\": 5.5}"
+        }}));
+        let a = "http://127.0.0.1:8265";
+        let command = submit_command(
+            &job,
+            JobSubmissionMode::K8sJobMode,
+            a,
+            &format!("{a}/api/gcs_healthz"),
+            "testJobId",
+        )
+        .expect("builds");
+        let expected = format!(
+            "until python -c \"import sys, urllib.request; r=urllib.request.urlopen(sys.argv[1], timeout=10); exit(0 if b'success' in r.read() else 1)\" \"{a}/api/gcs_healthz\" >/dev/null 2>&1 ; \
+             do echo \"Waiting for Ray Dashboard GCS to become healthy at {a} ...\" ; sleep 2 ; done ; \
+             if ! ray job status --address {a} testJobId >/dev/null 2>&1 ; then \
+             ray job submit --address {a} --no-wait --runtime-env-json \"{{\\\"test\\\":\\\"test\\\"}}\" \
+             --metadata-json \"{{\\\"testKey\\\":\\\"testValue\\\"}}\" --submission-id testJobId \
+             --entrypoint-num-cpus 1.000000 --entrypoint-num-gpus 0.500000 \
+             --entrypoint-resources \"{{\\\"Custom_1\\\": 1, \\\"Custom_2\\\": 5.5}}\" \
+             -- echo no quote 'single quote' \"double quote\" ; fi ; ray job logs --address {a} --follow testJobId"
+        );
+        assert_eq!(command, expected);
+    }
+
+    #[test]
+    fn submitter_job_has_kuberays_shape() {
+        let job = job(json!({"spec": {"submitterConfig": {"backoffLimit": 5}}}));
+        let cluster = ray_cluster(&job, "rj-abcde", "rj-x").expect("builds");
+        let submitter = submitter_job(
+            &job,
+            &cluster,
+            "rj-abcde-head-svc.ns.svc.cluster.local:8266",
+            "rj-x",
+        )
+        .expect("builds");
+        assert_eq!(submitter.name_any(), "rj");
+        assert_eq!(submitter.labels()[labels::CREATED_BY], "kuberay-operator");
+        let spec = submitter.spec.as_ref().expect("spec");
+        assert_eq!(spec.backoff_limit, Some(5));
+        let pod = spec.template.spec.as_ref().expect("pod spec");
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let c = &pod.containers[0];
+        assert_eq!(c.name, SUBMITTER_CONTAINER);
+        assert_eq!(c.image.as_deref(), Some("rayproject/ray:2.52.0"));
+        assert_eq!(
+            c.command.as_deref(),
+            Some(&["/bin/bash".to_owned(), "-ce".into(), "--".into()][..])
+        );
+        let env: Vec<(&str, &str)> = c
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.as_str(), e.value.as_deref().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("PYTHONUNBUFFERED", "1"),
+                (
+                    "RAY_DASHBOARD_ADDRESS",
+                    "rj-abcde-head-svc.ns.svc.cluster.local:8266"
+                ),
+                ("RAY_JOB_SUBMISSION_ID", "rj-x")
+            ]
+        );
+        let tl = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .expect("labels");
+        assert_eq!(tl[labels::ORIGINATED_FROM_CRD], "RayJob");
+
+        let custom = self::job(
+            json!({"spec": {"submitterPodTemplate": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "mine", "image": "me", "command": ["sh", "-c", "true"]}]}}}}),
+        );
+        let submitter = submitter_job(&custom, &cluster, "x:1", "id").expect("builds");
+        let c = &submitter
+            .spec
+            .as_ref()
+            .expect("spec")
+            .template
+            .spec
+            .as_ref()
+            .expect("pod")
+            .containers[0];
+        assert_eq!(
+            c.command.as_ref().map(|c| c[0].as_str()),
+            Some("sh"),
+            "a user command is kept"
+        );
+        assert_eq!(
+            submitter.spec.as_ref().and_then(|s| s.backoff_limit),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn http_submission_leaves_unset_fields_out() {
+        let job = job(
+            json!({"spec": {"runtimeEnvYAML": "env_vars:\n  A: b\n", "entrypointNumCpus": 0.0}}),
+        );
+        let request = submit_request(&job, "rj-x").expect("builds");
+        assert_eq!(
+            serde_json::to_value(&request).expect("json"),
+            json!({"entrypoint": " python -c 'print(1)' ", "submission_id": "rj-x",
+                   "runtime_env": {"env_vars": {"A": "b"}}})
+        );
+        let bad = self::job(json!({"spec": {"runtimeEnvYAML": "a: [b"}}));
+        assert!(submit_request(&bad, "x").is_err());
+    }
+}

@@ -1,0 +1,269 @@
+//! The RayCronJob controller against a real API server, with a clock that runs 60 times faster
+//! than real time: a `* * * * *` schedule ticks about once a second. No RayJob controller runs
+//! here; the test finishes RayJobs by writing their status, as the RayJob controller would.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use raypipe::api::RayCronJob;
+use raypipe::api::rayjob::RayJob;
+use raypipe::controllers::raycronjob::{
+    self, CRONJOB_NAME_LABEL, Config, FastClock, SCHEDULED_TIMESTAMP_ANNOTATION,
+};
+use serde_json::json;
+
+use crate::support::{self, eventually};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cron_doc(name: &str, spec: serde_json::Value) -> RayCronJob {
+    let mut doc = json!({
+        "apiVersion": "ray.io/v1", "kind": "RayCronJob",
+        "metadata": {"name": name},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {
+            "entrypoint": "python -c 'print(1)'",
+            "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}}}
+    });
+    for (k, v) in spec.as_object().expect("object") {
+        doc["spec"][k] = v.clone();
+    }
+    serde_json::from_value(doc).expect("a RayCronJob")
+}
+
+async fn owned_jobs(jobs: &Api<RayJob>, cron: &str) -> Vec<RayJob> {
+    let mut items = jobs
+        .list(&ListParams::default().labels(&format!("{CRONJOB_NAME_LABEL}={cron}")))
+        .await
+        .expect("list RayJobs")
+        .items;
+    items.retain(|j| j.metadata.deletion_timestamp.is_none());
+    items.sort_by_key(|j| j.name_any());
+    items
+}
+
+async fn finish(jobs: &Api<RayJob>, name: &str, deployment: &str) {
+    let patch = json!({"apiVersion": "ray.io/v1", "kind": "RayJob",
+        "status": {"jobDeploymentStatus": deployment}});
+    jobs.patch_status(
+        name,
+        &PatchParams::apply("raycronjob-test").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .expect("write RayJob status");
+}
+
+#[tokio::test]
+async fn creates_rayjobs_on_schedule_honours_forbid_and_replace_and_prunes_history() {
+    let client = support::client().await;
+    let ns = support::namespace(&client, "raycronjob").await;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(raycronjob::run(
+        client.clone(),
+        Config {
+            namespace: Some(ns.clone()),
+            clock: std::sync::Arc::new(FastClock::new(k8s_openapi::jiff::Timestamp::now(), 60)),
+            ..Config::default()
+        },
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let crons: Api<RayCronJob> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<RayJob> = Api::namespaced(client.clone(), &ns);
+    crons
+        .create(
+            &Default::default(),
+            &cron_doc(
+                "ticker",
+                json!({"concurrencyPolicy": "Forbid", "successfulJobsHistoryLimit": 1, "failedJobsHistoryLimit": 0}),
+            ),
+        )
+        .await
+        .expect("create RayCronJob");
+
+    // The first tick creates one RayJob from the template, labelled and owned.
+    let first = eventually(WAIT, "the first RayJob", || async {
+        owned_jobs(&jobs, "ticker").await.into_iter().next()
+    })
+    .await;
+    let cron = crons.get("ticker").await.expect("get");
+    assert_eq!(first.spec, cron.spec.job_template);
+    assert_eq!(first.owner_references()[0].uid, cron.uid().expect("uid"));
+    let tick = first.annotations()[SCHEDULED_TIMESTAMP_ANNOTATION].clone();
+    assert_eq!(
+        first.name_any(),
+        format!(
+            "ticker-{}",
+            tick.parse::<k8s_openapi::jiff::Timestamp>()
+                .expect("RFC 3339")
+                .as_second()
+                / 60
+        )
+    );
+    let status = eventually(WAIT, "the status", || async {
+        crons
+            .get("ticker")
+            .await
+            .expect("get")
+            .status
+            .filter(|s| s.active.is_some())
+    })
+    .await;
+    assert_eq!(
+        status.last_schedule_time.map(|t| t.0.to_string()),
+        Some(tick)
+    );
+    assert_eq!(
+        status.active.expect("active")[0].name.as_deref(),
+        Some(first.name_any().as_str())
+    );
+
+    // Forbid: while it is active, ticks pass (about three in three seconds) without a new job.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(owned_jobs(&jobs, "ticker").await.len(), 1);
+    let skipped = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("JobAlreadyActive"))
+        .count();
+    assert!(skipped >= 1, "skipped ticks are reported");
+
+    // Once it finishes, the next tick runs; history keeps one success and no failure.
+    finish(&jobs, &first.name_any(), "Complete").await;
+    let second = eventually(WAIT, "a second RayJob", || async {
+        owned_jobs(&jobs, "ticker")
+            .await
+            .into_iter()
+            .find(|j| j.name_any() != first.name_any())
+    })
+    .await;
+    finish(&jobs, &second.name_any(), "Failed").await;
+    let third = eventually(WAIT, "a third RayJob", || async {
+        let all = owned_jobs(&jobs, "ticker").await;
+        all.into_iter()
+            .find(|j| j.name_any() != first.name_any() && j.name_any() != second.name_any())
+    })
+    .await;
+    finish(&jobs, &third.name_any(), "Complete").await;
+    eventually(WAIT, "history pruned to the newest success", || async {
+        let names: Vec<String> = owned_jobs(&jobs, "ticker")
+            .await
+            .iter()
+            .map(|j| j.name_any())
+            .collect();
+        (!names.contains(&first.name_any())
+            && !names.contains(&second.name_any())
+            && names.contains(&third.name_any()))
+        .then_some(())
+    })
+    .await;
+
+    // Replace: the active RayJob is deleted when the next tick starts a new one.
+    let active = eventually(WAIT, "an active RayJob", || async {
+        owned_jobs(&jobs, "ticker").await.into_iter().find(|j| {
+            j.status
+                .as_ref()
+                .and_then(|s| s.job_deployment_status)
+                .is_none()
+        })
+    })
+    .await;
+    crons
+        .patch(
+            "ticker",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"concurrencyPolicy": "Replace"}})),
+        )
+        .await
+        .expect("switch to Replace");
+    eventually(WAIT, "the active RayJob to be replaced", || async {
+        let all = owned_jobs(&jobs, "ticker").await;
+        let replaced = !all.iter().any(|j| j.name_any() == active.name_any());
+        let newer = all.iter().any(|j| j.name_any() > active.name_any());
+        (replaced && newer).then_some(())
+    })
+    .await;
+
+    // Suspend: no more RayJobs.
+    crons
+        .patch(
+            "ticker",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .expect("suspend");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = owned_jobs(&jobs, "ticker").await.len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        owned_jobs(&jobs, "ticker").await.len(),
+        before,
+        "suspended: no new RayJobs"
+    );
+    let _ = tx.send(());
+}
+
+#[tokio::test]
+async fn the_kuberay_sample_schedules_in_its_time_zone_and_invalid_ones_are_refused() {
+    let client = support::client().await;
+    let ns = support::namespace(&client, "raycronjob-sample").await;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(raycronjob::run(
+        client.clone(),
+        Config {
+            namespace: Some(ns.clone()),
+            clock: std::sync::Arc::new(FastClock::new(k8s_openapi::jiff::Timestamp::now(), 60)),
+            ..Config::default()
+        },
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let crons: Api<RayCronJob> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<RayJob> = Api::namespaced(client.clone(), &ns);
+    let (_, doc) = support::yaml_documents(&support::kuberay_samples_dir())
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "RayCronJob")
+        .expect("KubeRay's RayCronJob sample");
+    let sample: RayCronJob = serde_json::from_value(doc).expect("sample");
+    let name = sample.name_any();
+    crons
+        .create(&Default::default(), &sample)
+        .await
+        .expect("create the sample unchanged");
+    let job = eventually(WAIT, "the sample's first RayJob", || async {
+        owned_jobs(&jobs, &name).await.into_iter().next()
+    })
+    .await;
+    assert_eq!(job.spec.ttl_seconds_after_finished, Some(600));
+
+    let bad = cron_doc("bad-zone", json!({"schedule": "CRON_TZ=UTC * * * * *"}));
+    crons
+        .create(&Default::default(), &bad)
+        .await
+        .expect("the API server accepts it");
+    eventually(WAIT, "an InvalidRayCronJobSpec event", || async {
+        Api::<Event>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("InvalidRayCronJobSpec")
+                    && e.involved_object.name.as_deref() == Some("bad-zone")
+            })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(owned_jobs(&jobs, "bad-zone").await.is_empty());
+    let _ = tx.send(());
+}
