@@ -1,5 +1,6 @@
-//! `raypipe dev` as a user runs it: the binary starts a control plane, prints the kubeconfig
-//! line, serves the CRDs, and Ctrl-C (SIGINT) stops every process it started.
+//! `raypipe dev` as a user runs it: the binary starts a control plane and a Ray head, prints
+//! the kubeconfig line, serves the CRDs, the sample pipeline answers the `curl` line it prints,
+//! and Ctrl-C (SIGINT) stops every process it started.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -105,6 +106,55 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         "the sample's Serve config carries its route prefix"
     );
 
+    // The newcomer's path: the printed curl line gets the sample graph's answer from Ray.
+    let mut serve_url = None;
+    let mut dashboard_port = None;
+    while serve_url.is_none() {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("raypipe dev printed its curl line in time");
+        eprintln!("raypipe dev: {line}");
+        if let Some(rest) = line.split("Ray: dashboard http://127.0.0.1:").nth(1) {
+            dashboard_port = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|p| p.parse::<u16>().ok());
+        }
+        if let Some(url) = line.trim_start().strip_prefix("curl -s -X POST ") {
+            serve_url = url.split_whitespace().next().map(str::to_owned);
+        }
+    }
+    let serve_url = serve_url.expect("a Serve URL");
+    assert!(serve_url.starts_with("http://127.0.0.1:"), "{serve_url}");
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("an HTTP client");
+    let answer: serde_json::Value = crate::support::eventually(
+        Duration::from_secs(300),
+        "the sample pipeline to answer the curl line",
+        || {
+            let request = http
+                .post(&serve_url)
+                .header("content-type", "application/json")
+                .body(r#"{"text": "I love this, great and fast"}"#);
+            async move {
+                let response = request.send().await.ok()?;
+                if !response.status().is_success() {
+                    return None;
+                }
+                serde_json::from_slice(&response.bytes().await.ok()?).ok()
+            }
+        },
+    )
+    .await;
+    // 3 positive words of 6: each classifier scores 0.5 + 0.5 * 3 / 6.
+    assert_eq!(
+        answer,
+        serde_json::json!({"score": 0.75, "votes": {"a": 0.75, "b": 0.75}})
+    );
+
     while let Ok(line) = rx.try_recv() {
         eprintln!("raypipe dev: {line}");
     }
@@ -135,6 +185,11 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     for pid in pids {
         assert!(!alive(pid), "process {pid} outlived raypipe dev");
     }
+    let dashboard_port = dashboard_port.expect("the Ray dashboard line");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", dashboard_port)).is_err(),
+        "the Ray head outlived raypipe dev"
+    );
     assert!(
         !kubeconfig.exists(),
         "the kubeconfig of a stopped control plane is removed"
