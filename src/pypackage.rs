@@ -249,6 +249,37 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_router_serves_each_package_by_its_file_name_only() {
+        use tower::ServiceExt;
+        let package = runtime();
+        let app = router(vec![package.clone()]);
+        let get = |path: String| {
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let response = app
+            .clone()
+            .oneshot(get(format!("/packages/{}", package.file_name)))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(body.as_ref(), package.bytes.as_slice());
+        let missing = app
+            .oneshot(get("/packages/raypipe_runtime-0000.zip".to_owned()))
+            .await
+            .unwrap();
+        assert_eq!(missing.status(), 404);
+        assert_eq!(
+            uri("http://op.ns.svc:8080/packages/", &package),
+            format!("http://op.ns.svc:8080/packages/{}", package.file_name)
+        );
+    }
+
     #[test]
     fn the_embedded_runtime_has_its_builder() {
         assert!(
