@@ -20,6 +20,12 @@ for path in (str(REPO_ROOT), str(RUNTIME_DIR)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+# Before any test module imports Ray: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, at
+# import, and without it a driver looks for a 127.0.0.1 head on the host's interface address.
+from rayhead import loopback_env  # noqa: E402
+
+os.environ.update(loopback_env())
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 VECTORS = REPO_ROOT / "tests" / "vectors"
 SAMPLES = ("sequence", "ensemble", "switch-canary")

@@ -37,6 +37,30 @@ def loopback_env() -> dict:
     }
 
 
+_LIVE_HEADS = set()
+
+
+def _stop_live_heads_and_exit(signum, _frame):
+    """SIGTERM (e.g. from `cargo test`'s timeout): stop our heads before dying, so no Ray
+    process outlives the test run."""
+    for head in list(_LIVE_HEADS):
+        try:
+            head.stop()
+        except Exception:
+            pass
+    os._exit(128 + signum)
+
+
+def _die_with_parent():
+    """In the child before exec: SIGTERM when the test process dies (Linux prctl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def _ephemeral_range():
     try:
         low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
@@ -104,6 +128,10 @@ class RayHead:
             raise RuntimeError(f"no `ray` beside {sys.executable}; run the tests with the Ray venv's Python")
         root = Path(tempfile.gettempdir())
         root = root if len(str(root)) <= 40 else Path("/tmp")
+        for stale in root.glob("rp-rt-*-*"):  # left by a test process that was killed
+            owner = stale.name.split("-")[2]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                shutil.rmtree(stale, ignore_errors=True)
         self.dir = Path(tempfile.mkdtemp(prefix=f"rp-rt-{os.getpid()}-", dir=root))
         self.ports = pick_ports()
         site = self.dir / "python"
@@ -128,8 +156,12 @@ class RayHead:
         ]
         self.log = open(self.dir / "head.log", "wb")
         self.process = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=_die_with_parent)
         self.root_pid = self.process.pid
+        _LIVE_HEADS.add(self)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _stop_live_heads_and_exit)
 
     @property
     def gcs_address(self) -> str:
@@ -205,6 +237,7 @@ class RayHead:
         return found
 
     def stop(self) -> None:
+        _LIVE_HEADS.discard(self)
         leftovers = self.own_pids()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

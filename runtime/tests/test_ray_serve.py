@@ -17,9 +17,8 @@ import pytest
 from conftest import REPO_ROOT, RUNTIME_DIR, rendered
 from rayhead import LOOPBACK, RayHead, loopback_env
 
-# Before Ray is imported: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, at import, and
-# without it this driver would look for the head on the host's interface address.
-os.environ.update(loopback_env())
+# conftest.py has set the loopback environment before anything imported Ray; check it held.
+assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == loopback_env()["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]
 
 try:
     import ray  # noqa: F401
