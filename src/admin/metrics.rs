@@ -44,6 +44,11 @@ struct FetchLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -109,6 +114,8 @@ struct Inner {
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: HistogramFamily<ControllerLabels>,
     reconciles_in_flight: Family<ControllerLabels, Gauge>,
+    queue_depth: Family<ControllerLabels, Gauge>,
+    update_stages: HistogramFamily<StageLabels>,
     fetch_duration: HistogramFamily<FetchLabels>,
     fetch_failures: Family<ReasonLabels, Counter>,
     raycluster_provisioning: Histogram,
@@ -159,6 +166,19 @@ impl Metrics {
             "Reconciliations running now, by controller (kube-runtime keeps its queue private, so this is the visible part of it)",
             reconciles_in_flight.clone(),
         );
+        let queue_depth = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "reconcile_queue_depth",
+            "Objects with a change seen (their own or an owned object's) and not yet picked up by a reconciliation, by controller",
+            queue_depth.clone(),
+        );
+        let update_stages: HistogramFamily<StageLabels> =
+            Family::new_with_constructor(reconcile_histogram);
+        registry.register(
+            "pipeline_update_stage_seconds",
+            "Time each stage took when a ServePipeline adopted a new graph: fetch_validate (download, decode, validate), render, apply (the RayService update)",
+            update_stages.clone(),
+        );
         let fetch_duration: HistogramFamily<FetchLabels> =
             Family::new_with_constructor(fetch_histogram);
         registry.register(
@@ -205,6 +225,8 @@ impl Metrics {
                 reconcile_errors,
                 reconcile_duration,
                 reconciles_in_flight,
+                queue_depth,
+                update_stages,
                 fetch_duration,
                 fetch_failures,
                 raycluster_provisioning,
@@ -227,6 +249,28 @@ impl Metrics {
             controller,
             started: Instant::now(),
             finished: false,
+        }
+    }
+
+    /// Records how long one stage of adopting a new graph took (`fetch_validate`, `render`,
+    /// `apply`).
+    pub fn pipeline_update_stage(&self, stage: &'static str, took: Duration) {
+        self.inner
+            .update_stages
+            .get_or_create(&StageLabels { stage })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The queue of `controller`: objects whose reconciliation is due because something changed.
+    pub fn queue(&self, controller: &'static str) -> ReconcileQueue {
+        let gauge = self
+            .inner
+            .queue_depth
+            .get_or_create(&ControllerLabels { controller })
+            .clone();
+        ReconcileQueue {
+            pending: Arc::new(std::sync::Mutex::new(std::collections::HashSet::new())),
+            gauge,
         }
     }
 
@@ -421,9 +465,75 @@ impl Collector for PipelinePhases {
     }
 }
 
+/// Counts the objects a controller has to look at: a change to the object or to something it
+/// owns adds it, the start of its reconciliation removes it. kube-runtime keeps its own queue
+/// private; this mirrors it from the same events (a change seen while the object is being
+/// reconciled queues it again, as kube-runtime does). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ReconcileQueue {
+    pending: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+    gauge: Gauge,
+}
+
+impl ReconcileQueue {
+    /// A change to `namespace/name` (the controller's own kind) was seen.
+    pub fn changed(&self, namespace: Option<String>, name: String) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.insert((namespace.unwrap_or_default(), name));
+        self.gauge.set(pending.len() as i64);
+    }
+
+    /// A change to an owned object: its controlling owner of kind `owner_kind` is queued.
+    pub fn owner_changed(&self, owned: &kube::api::ObjectMeta, owner_kind: &str) {
+        if let Some(owner) = owned
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == owner_kind)
+        {
+            self.changed(owned.namespace.clone(), owner.name.clone());
+        }
+    }
+
+    /// The reconciliation of `namespace/name` started.
+    pub fn started(&self, namespace: Option<String>, name: &str) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.remove(&(namespace.unwrap_or_default(), name.to_owned()));
+        self.gauge.set(pending.len() as i64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_queue_counts_each_changed_object_once_until_its_reconcile_starts() {
+        let metrics = Metrics::new();
+        let queue = metrics.queue("raycluster");
+        let depth = |m: &Metrics| {
+            m.encode()
+                .unwrap()
+                .lines()
+                .find(|l| l.starts_with("raypipe_reconcile_queue_depth{controller=\"raycluster\"}"))
+                .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+        };
+        queue.changed(Some("ns".into()), "a".into());
+        queue.changed(Some("ns".into()), "a".into());
+        let pod: kube::api::ObjectMeta = serde_json::from_value(serde_json::json!({
+            "name": "a-head-x", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "b",
+                "uid": "u", "controller": true}]
+        }))
+        .unwrap();
+        queue.owner_changed(&pod, "RayCluster");
+        queue.owner_changed(&pod, "RayService");
+        assert_eq!(depth(&metrics).as_deref(), Some("2"));
+        queue.started(Some("ns".into()), "a");
+        assert_eq!(depth(&metrics).as_deref(), Some("1"));
+        queue.started(Some("ns".into()), "b");
+        assert_eq!(depth(&metrics).as_deref(), Some("0"));
+    }
 
     #[test]
     fn reconcile_counts_errors_and_durations_are_labelled_by_controller_only() {

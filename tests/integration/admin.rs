@@ -210,6 +210,27 @@ async fn health_readiness_and_metrics_follow_the_work_and_other_namespaces_are_i
         .is_some_and(|n| n >= 2.0),
         "{text}"
     );
+    // The served pipeline's update was timed per stage.
+    for stage in ["fetch_validate", "render", "apply"] {
+        assert_eq!(
+            sample(
+                &text,
+                &format!("raypipe_pipeline_update_stage_seconds_count{{stage=\"{stage}\"}}")
+            ),
+            Some(1.0),
+            "{text}"
+        );
+    }
+    // Both pipelines were queued and picked up: the queue drains to empty.
+    eventually(WAIT, "the reconcile queue to drain", || async {
+        let (_, text) = get(address, "/metrics").await?;
+        (sample(
+            &text,
+            "raypipe_reconcile_queue_depth{controller=\"servepipeline\"}",
+        ) == Some(0.0))
+        .then_some(())
+    })
+    .await;
     assert!(
         !text.contains("served") && !text.contains("refused") && !text.contains(&watched),
         "object names and namespaces never appear in metrics: {text}"

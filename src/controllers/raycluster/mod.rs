@@ -207,6 +207,7 @@ pub struct Context {
     services: Store<Service>,
     expectations: ScaleExpectations,
     memory: Mutex<HashMap<ClusterKey, ClusterMemory>>,
+    queue: crate::admin::metrics::ReconcileQueue,
 }
 
 fn key_of(cluster: &RayCluster) -> ClusterKey {
@@ -302,6 +303,7 @@ pub async fn run(
     let (service_store, service_writer) = reflector::store();
     let (cluster_store, cluster_writer) = reflector::store();
     let concurrency = config.concurrency.max(1);
+    let queue = config.metrics.queue("raycluster");
     let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(client.clone(), field_managers::RAYCLUSTER),
         client,
@@ -310,6 +312,7 @@ pub async fn run(
         services: service_store,
         expectations: ScaleExpectations::default(),
         memory: Mutex::new(HashMap::new()),
+        queue,
     });
 
     // Label-scoped watches: memory does not grow with unrelated Pods, Services or Jobs.
@@ -353,6 +356,37 @@ pub async fn run(
         .reflect(cluster_writer)
         .applied_objects()
         .predicate_filter(reconcile_relevant, Default::default());
+    let queue = ctx.queue.clone();
+    let cluster_events = cluster_events.inspect(move |c| {
+        if let Ok(c) = c {
+            queue.changed(c.namespace(), c.name_any());
+        }
+    });
+    let owned = |queue: crate::admin::metrics::ReconcileQueue| {
+        move |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            queue.owner_changed(meta, "RayCluster")
+        }
+    };
+    let (pod_seen, service_seen, job_seen) = (
+        owned(ctx.queue.clone()),
+        owned(ctx.queue.clone()),
+        owned(ctx.queue.clone()),
+    );
+    let pod_events = pod_events.inspect(move |p| {
+        if let Ok(p) = p {
+            pod_seen(p.meta())
+        }
+    });
+    let service_events = service_events.inspect(move |s| {
+        if let Ok(s) = s {
+            service_seen(s.meta())
+        }
+    });
+    let job_events = job_events.inspect(move |j| {
+        if let Ok(j) = j {
+            job_seen(j.meta())
+        }
+    });
 
     Controller::for_stream(cluster_events, cluster_store)
         .owns_stream(pod_events)
@@ -516,6 +550,7 @@ async fn reconcile(cluster: Arc<RayCluster>, ctx: Arc<Context>) -> Result<Action
         namespace = %cluster.namespace().unwrap_or_default(),
         name = %cluster.name_any()
     );
+    ctx.queue.started(cluster.namespace(), &cluster.name_any());
     let timer = ctx.config.metrics.reconcile_started("raycluster");
     let result = async move {
         ctx.wait_for_caches().await?;

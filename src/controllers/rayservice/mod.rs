@@ -207,6 +207,7 @@ pub struct Context {
     services: Store<Service>,
     head_pods: Store<Pod>,
     memory: Mutex<HashMap<Key, ServiceMemory>>,
+    queue: crate::admin::metrics::ReconcileQueue,
 }
 
 fn key_of(service: &RayService) -> Key {
@@ -251,6 +252,7 @@ pub async fn run(
     let (pod_store, pod_writer) = reflector::store();
     let (rayservice_store, rayservice_writer) = reflector::store();
     let concurrency = config.concurrency.max(1);
+    let queue = config.metrics.queue("rayservice");
     let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(client.clone(), field_managers::RAYSERVICE),
         client,
@@ -259,6 +261,7 @@ pub async fn run(
         services: service_store,
         head_pods: pod_store,
         memory: Mutex::new(HashMap::new()),
+        queue,
     });
 
     // Label-scoped: only what RayServices made (clusters, Services) and their head Pods.
@@ -304,6 +307,24 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(reconcile_relevant, Default::default());
 
+    let queue = ctx.queue.clone();
+    let rayservice_events = rayservice_events.inspect(move |s| {
+        if let Ok(s) = s {
+            queue.changed(s.namespace(), s.name_any());
+        }
+    });
+    let queue = ctx.queue.clone();
+    let cluster_events = cluster_events.inspect(move |c| {
+        if let Ok(c) = c {
+            queue.owner_changed(c.meta(), "RayService");
+        }
+    });
+    let queue = ctx.queue.clone();
+    let service_events = service_events.inspect(move |s| {
+        if let Ok(s) = s {
+            queue.owner_changed(s.meta(), "RayService");
+        }
+    });
     Controller::for_stream(rayservice_events, rayservice_store)
         .owns_stream(cluster_events)
         .owns_stream(service_events)
@@ -403,6 +424,7 @@ async fn reconcile(service: Arc<RayService>, ctx: Arc<Context>) -> Result<Action
         namespace = %service.namespace().unwrap_or_default(),
         name = %service.name_any()
     );
+    ctx.queue.started(service.namespace(), &service.name_any());
     let timer = ctx.config.metrics.reconcile_started("rayservice");
     let result = async move {
         ctx.wait_for_caches().await?;

@@ -118,6 +118,7 @@ pub struct Context {
     config: Config,
     secrets: Store<PartialObjectMeta<Secret>>,
     state: Mutex<HashMap<ObjectRef<ServePipeline>, PipelineState>>,
+    queue: crate::admin::metrics::ReconcileQueue,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -147,6 +148,30 @@ pub async fn run(
         .reflect(pipeline_writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
+    let queue = config.metrics.queue(METRICS_NAME);
+    let pipeline_stream = {
+        let queue = queue.clone();
+        pipeline_stream.inspect(move |p| {
+            if let Ok(p) = p {
+                queue.changed(p.namespace(), p.name_any());
+            }
+        })
+    };
+    let rayservice_events = {
+        let queue = queue.clone();
+        watcher(
+            rayservices,
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
+        )
+        .default_backoff()
+        .touched_objects()
+        .inspect(move |rs| {
+            if let Ok(rs) = rs {
+                queue.owner_changed(rs.meta(), "ServePipeline");
+            }
+        })
+    };
+    let secret_queue = queue.clone();
     let store_for_secrets = pipeline_store.clone();
     config
         .readiness
@@ -165,14 +190,12 @@ pub async fn run(
         config,
         secrets: secret_store,
         state: Mutex::new(HashMap::new()),
+        queue,
     });
 
     Controller::for_stream(pipeline_stream, pipeline_store)
         .with_config(controller_config)
-        .owns(
-            rayservices,
-            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
-        )
+        .owns_stream(rayservice_events)
         .watches_stream(secret_events, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.namespace();
             let name = secret.name_any();
@@ -180,7 +203,10 @@ pub async fn run(
                 .state()
                 .into_iter()
                 .filter(|p| p.namespace() == ns && references_secret(p, &name))
-                .map(|p| ObjectRef::from_obj(&*p))
+                .map(|p| {
+                    secret_queue.changed(p.namespace(), p.name_any());
+                    ObjectRef::from_obj(&*p)
+                })
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(shutdown)
@@ -294,6 +320,8 @@ async fn reconcile(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Result<Ac
         namespace = %pipeline.namespace().unwrap_or_default(),
         name = %pipeline.name_any()
     );
+    ctx.queue
+        .started(pipeline.namespace(), &pipeline.name_any());
     let timer = ctx.config.metrics.reconcile_started(METRICS_NAME);
     let result = reconcile_inner(pipeline, ctx.clone())
         .instrument(span)
@@ -352,8 +380,14 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
 
     if problem.is_none() && due {
         checked = true;
+        let started = std::time::Instant::now();
         match fetch_and_validate(&pipeline, &ctx, good.as_ref()).await {
-            Ok(Some(new_good)) => good = Some(new_good),
+            Ok(Some(new_good)) => {
+                ctx.config
+                    .metrics
+                    .pipeline_update_stage("fetch_validate", started.elapsed());
+                good = Some(new_good)
+            }
             Ok(None) => {}
             Err((p, is_transient)) => {
                 transient = is_transient;
@@ -368,16 +402,22 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     if problem.is_none()
         && let Some(g) = &good
     {
+        let render_started = std::time::Instant::now();
         match render(&pipeline, &ctx.config, &g.graph) {
             Ok(yaml) => {
                 let desired = build::desired_rayservice(&pipeline, &yaml, &g.applied.digest)?;
+                let rendered = render_started.elapsed();
                 let up_to_date = existing
                     .as_ref()
                     .is_some_and(|e| build::is_up_to_date(e, &desired));
                 if !up_to_date {
+                    let apply_started = std::time::Instant::now();
                     match crate::k8s::apply(&rs_api, &desired, field_managers::SERVEPIPELINE).await
                     {
                         Ok(applied) => {
+                            let metrics = &ctx.config.metrics;
+                            metrics.pipeline_update_stage("render", rendered);
+                            metrics.pipeline_update_stage("apply", apply_started.elapsed());
                             newly_applied = true;
                             rayservice = Some(applied);
                         }
