@@ -133,12 +133,21 @@ async fn post(url: &str) -> (reqwest::StatusCode, String, Value) {
     (status, graph, body)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graph_in_the_registry_serves_http_rolls_out_a_new_version_and_refuses_a_bad_one() {
-    let head = support::ray_head();
-    let _serve = support::ray_serve_lock().await;
+/// A namespace with a token-protected registry serving the ensemble at version 1, the
+/// controllers as `raypipe dev` runs them (runtime and sample models served to Ray as zips,
+/// dashboards and Serve on `head`), and a Ready ServePipeline `sentiment` pointing at it.
+struct E2e {
+    registry: Registry,
+    pipelines: Api<ServePipeline>,
+    rayservices: Api<RayService>,
+    metrics: raypipe::admin::Metrics,
+    url: String,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn ready_pipeline(head: &'static raypipe::ray::testenv::RayHead, prefix: &str) -> E2e {
     let client = support::client().await;
-    let ns = support::namespace(&client, "e2e").await;
+    let ns = support::namespace(&client, prefix).await;
     let token = raypipe::testenv::random_token().unwrap();
     let registry = Registry::start(&token).await;
     registry.put(GRAPH_PATH, ensemble("1"));
@@ -152,14 +161,14 @@ async fn a_graph_in_the_registry_serves_http_rolls_out_a_new_version_and_refuses
         .await
         .unwrap();
 
-    // The operator as `raypipe dev` runs it: the runtime and sample models served to Ray as
-    // zips, dashboards and Serve on the local head.
+    let metrics = raypipe::admin::Metrics::new();
     let settings = ControllerSettings {
         namespaces: vec![ns.clone()],
         runtime_py_modules: raypipe::cli::dev::serve_packages(raypipe::cli::dev::dev_packages())
             .await
             .unwrap(),
         rayservice: Some(raypipe::cli::dev::local_rayservice_config(head).unwrap()),
+        metrics: metrics.clone(),
         ..ControllerSettings::new(&[
             ControllerKind::Servepipeline,
             ControllerKind::Raycluster,
@@ -174,7 +183,6 @@ async fn a_graph_in_the_registry_serves_http_rolls_out_a_new_version_and_refuses
         })
         .await
     });
-    let _stop = stop_tx;
 
     let pipeline: ServePipeline = serde_json::from_value(json!({
         "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline",
@@ -199,12 +207,7 @@ async fn a_graph_in_the_registry_serves_http_rolls_out_a_new_version_and_refuses
         .create(&PostParams::default(), &pipeline)
         .await
         .unwrap();
-    let condition = |p: &ServePipeline, type_: &str| {
-        p.status
-            .as_ref()
-            .and_then(|s| conditions::find(&s.conditions, type_).cloned())
-    };
-    let ready_pipeline = eventually(WAIT, "the ServePipeline to be Ready", || {
+    let ready = eventually(WAIT, "the ServePipeline to be Ready", || {
         let pipelines = pipelines.clone();
         async move {
             let p = pipelines.get("sentiment").await.ok()?;
@@ -218,12 +221,39 @@ async fn a_graph_in_the_registry_serves_http_rolls_out_a_new_version_and_refuses
         "e2e: ServePipeline Ready {:.1}s after creation",
         created.elapsed().as_secs_f64()
     );
-    let status = ready_pipeline.status.unwrap();
-    assert_eq!(status.source.unwrap().digest, digest(&ensemble("1")));
+    assert_eq!(
+        ready.status.unwrap().source.unwrap().digest,
+        digest(&ensemble("1"))
+    );
+    E2e {
+        registry,
+        pipelines,
+        rayservices: Api::namespaced(client.clone(), &ns),
+        metrics,
+        url: format!("{}{ROUTE}", head.serve_url()),
+        _stop: stop_tx,
+    }
+}
 
+fn condition(p: &ServePipeline, type_: &str) -> Option<conditions::Condition> {
+    p.status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, type_).cloned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graph_in_the_registry_serves_http_rolls_out_a_new_version_and_refuses_a_bad_one() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let e2e = ready_pipeline(head, "e2e").await;
+    let (registry, pipelines, rayservices, url) = (
+        &e2e.registry,
+        &e2e.pipelines,
+        &e2e.rayservices,
+        e2e.url.clone(),
+    );
     // The answer the graph computes: "i love this" has 1 positive word of 3, so each
     // classifier scores 0.5 + 0.5 / 3 and the combiner averages both.
-    let url = format!("{}{ROUTE}", head.serve_url());
     let (code, graph, body) = post(&url).await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(graph, "ensemble@1");
@@ -239,7 +269,6 @@ async fn a_graph_in_the_registry_serves_http_rolls_out_a_new_version_and_refuses
     tokio::time::sleep(Duration::from_secs(2)).await;
     let pushed = Instant::now();
     registry.put(GRAPH_PATH, ensemble("2"));
-    let rayservices: Api<RayService> = Api::namespaced(client.clone(), &ns);
     let applied = eventually(WAIT, "the RayService to carry version 2", || {
         let rayservices = rayservices.clone();
         async move {
@@ -312,4 +341,138 @@ async fn a_graph_in_the_registry_serves_http_rolls_out_a_new_version_and_refuses
         before,
         "the running RayService is left as it was"
     );
+}
+
+/// The sum and count of `raypipe_pipeline_update_stage_seconds{stage=…}`.
+fn stage_total(metrics: &raypipe::admin::Metrics, stage: &str) -> (f64, f64) {
+    let text = metrics.encode().unwrap();
+    let value = |suffix: &str| {
+        let prefix =
+            format!("raypipe_pipeline_update_stage_seconds_{suffix}{{stage=\"{stage}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (value("sum"), value("count"))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+/// Benchmark (run with `--ignored`): from a new graph version at the registry to the new version
+/// answering, five times, with the breakdown: detect (waiting for the next 1 s poll), fetch and
+/// validate, render, apply (the RayService update), the RayService controller's push to Serve,
+/// and Serve's rollout until the first answer from the new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; results in BENCHMARKS.md"]
+async fn bench_rollout_latency_breakdown() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let e2e = ready_pipeline(head, "bench-rollout").await;
+    let dashboard = head.client(Duration::from_secs(10)).unwrap();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let stages = ["fetch_validate", "render", "apply"];
+    let mut rows: Vec<[f64; 7]> = Vec::new();
+    for version in 2..=6 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let before: Vec<(f64, f64)> = stages
+            .iter()
+            .map(|s| stage_total(&e2e.metrics, s))
+            .collect();
+        let wall_put = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let put = Instant::now();
+        e2e.registry.put(GRAPH_PATH, ensemble(&version.to_string()));
+        let marker = format!("version: '{version}'");
+        let applied = eventually(WAIT, "the RayService update", || {
+            let rayservices = e2e.rayservices.clone();
+            let marker = marker.clone();
+            async move {
+                let rs = rayservices.get("sentiment").await.ok()?;
+                rs.spec
+                    .serve_config_v2
+                    .as_deref()?
+                    .contains(&marker)
+                    .then(Instant::now)
+            }
+        })
+        .await;
+        let wanted = format!("ensemble@{version}");
+        let serving = eventually(WAIT, "an answer from the new version", || {
+            let request = http
+                .post(&e2e.url)
+                .header("content-type", "application/json")
+                .body(r#"{"text": "I love this"}"#);
+            let wanted = wanted.clone();
+            async move {
+                let response = request.send().await.ok()?;
+                let graph = response.headers().get("x-raypipe-graph")?.to_str().ok()?;
+                (response.status().is_success() && graph == wanted).then(Instant::now)
+            }
+        })
+        .await;
+        // When Serve took the new config (its own clock, seconds since the epoch).
+        let details = dashboard.get_serve_applications().await.unwrap();
+        let deployed = details
+            .applications
+            .values()
+            .filter_map(|a| a.last_deployed_time_s)
+            .fold(0.0_f64, f64::max);
+        let after: Vec<(f64, f64)> = stages
+            .iter()
+            .map(|s| stage_total(&e2e.metrics, s))
+            .collect();
+        let stage_secs: Vec<f64> = before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| {
+                assert_eq!(a.1 - b.1, 1.0, "one update per rollout");
+                a.0 - b.0
+            })
+            .collect();
+        let to_applied = applied.duration_since(put).as_secs_f64();
+        let to_pushed = deployed - wall_put;
+        let total = serving.duration_since(put).as_secs_f64();
+        let detect = to_applied - stage_secs.iter().sum::<f64>();
+        rows.push([
+            total,
+            detect,
+            stage_secs[0],
+            stage_secs[1],
+            stage_secs[2],
+            to_pushed - to_applied,
+            total - to_pushed,
+        ]);
+        eprintln!(
+            "rollout to v{version}: total {total:.2}s = detect {detect:.3} + fetch/validate {:.4} + render {:.5} + apply {:.4} + push to Serve {:.3} + Serve rollout {:.2}",
+            stage_secs[0],
+            stage_secs[1],
+            stage_secs[2],
+            to_pushed - to_applied,
+            total - to_pushed
+        );
+    }
+    let columns = [
+        "total",
+        "detect",
+        "fetch+validate",
+        "render",
+        "apply",
+        "push to Serve",
+        "Serve rollout",
+    ];
+    for (i, name) in columns.iter().enumerate() {
+        let mut values: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+        eprintln!("median {name}: {:.4}s", median(&mut values));
+    }
 }
