@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::support::{self, eventually};
 
-const WAIT: Duration = Duration::from_secs(120);
+const WAIT: Duration = Duration::from_secs(180);
 
 struct Fixture {
     client: kube::Client,

@@ -141,12 +141,23 @@ impl Fixture {
     /// Creates every document of the sample file in this namespace, as it is; returns the
     /// name of its RayService.
     async fn apply_sample(&self, file: &str) -> String {
-        let path = support::kuberay_samples_dir().join(file);
-        let text = std::fs::read_to_string(&path)
+        self.apply_documents(&support::kuberay_samples_dir().join(file), |_| true)
+            .await
+    }
+
+    /// Creates the documents of `path` that `keep` selects, as they are; returns the name of
+    /// the (last) RayService among them.
+    async fn apply_documents(
+        &self,
+        path: &std::path::Path,
+        keep: impl Fn(&Value) -> bool,
+    ) -> String {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let documents = raypipe::api::yaml::documents(&text).expect("the sample is YAML");
         let mut service = None;
-        for document in documents {
+        for document in documents.into_iter().filter(|d| keep(d)) {
             let object: DynamicObject =
                 serde_json::from_value(document.clone()).expect("a Kubernetes object");
             let types = object.types.clone().expect("apiVersion and kind");
@@ -447,6 +458,36 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
         &["MangoStand", "OrangeStand", "PearStand", "FruitMarket"],
     );
     assert_proxies_on_every_node(&details);
+    drop(fx);
+
+    // The project's own sample (samples/ray-service.yaml, its NewCluster RayService): a custom
+    // serve Service and the head kept out of it, so the workers' endpoints make it Ready.
+    let fx = fixture("rsvc-project", &head, &mirror).await;
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/ray-service.yaml");
+    let name = fx
+        .apply_documents(&sample, |d| d["metadata"]["name"] == "rayservice-calc")
+        .await;
+    let status = fx
+        .status_until(&name, "Ready with calc RUNNING", |s| {
+            ready_with(s, &["calc"])
+        })
+        .await;
+    let active = active_name(&status).expect("an active cluster");
+    assert_eq!(
+        fx.service_selects("rayservice-calc-serve").await,
+        Some(active.clone()),
+        "the custom serve Service keeps its name and selects the active cluster"
+    );
+    assert!(status.num_serve_endpoints.unwrap_or(0) >= 1, "{status:?}");
+    // This sample's own user_config: factor 3, increment 1.
+    assert_eq!(
+        serve_answer(&head, "/calc", json!(["MUL", 2])).await,
+        json!(6)
+    );
+    assert_eq!(
+        serve_answer(&head, "/calc", json!(["ADD", 2])).await,
+        json!(3)
+    );
     drop(fx);
 
     // Every process of both nodes listens on loopback only; all of them go with stop().

@@ -14,6 +14,8 @@
 //! - While an upgrade or the first start waits, the conditions say on what (head not ready,
 //!   an application's Serve error, the dashboard unreachable) instead of only a reason.
 //! - With the autoscaler off, a changed replica count is applied in place.
+//! - `NewClusterWithIncrementalUpgrade` (Gateway API traffic steps) is not implemented: such an
+//!   upgrade runs as `NewCluster` and a Warning event says so.
 
 pub mod build;
 pub mod status;
@@ -69,6 +71,8 @@ pub mod reasons {
     pub const FAILED_TO_CREATE_SERVICE: &str = "FailedToCreateService";
     pub const DELETED_SERVICE: &str = "DeletedService";
     pub const FAILED_TO_DELETE_SERVICE: &str = "FailedToDeleteService";
+    /// raypipe's: the upgrade runs as NewCluster.
+    pub const INCREMENTAL_UPGRADE_NOT_SUPPORTED: &str = "IncrementalUpgradeNotSupported";
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -662,6 +666,23 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     let now_pending = if needs_new_cluster && pending_status.ray_cluster_name.is_none() {
         let name = build::new_cluster_name(service);
         info!(cluster = %name, "a new RayCluster will be prepared");
+        if now_active.is_some()
+            && service
+                .spec
+                .upgrade_strategy
+                .as_ref()
+                .and_then(|u| u.type_.as_ref())
+                == Some(&crate::api::rayservice::RayServiceUpgradeType::NewClusterWithIncrementalUpgrade)
+        {
+            ctx.event(
+                service,
+                EventType::Warning,
+                reasons::INCREMENTAL_UPGRADE_NOT_SUPPORTED,
+                "Upgrade",
+                format!("raypipe does not move traffic step by step (NewClusterWithIncrementalUpgrade): RayCluster {name} takes all traffic at once when its applications run, as with NewCluster"),
+            )
+            .await;
+        }
         pending_status = RayServiceClusterStatus {
             ray_cluster_name: Some(name.clone()),
             ..Default::default()
