@@ -7,7 +7,7 @@
 //! byte-for-byte reproducible archive needs no compression library.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 
@@ -90,13 +90,20 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io
     Ok(())
 }
 
-/// The graph runtime (`raypipe_runtime`) as built into this binary.
+/// The graph runtime (`raypipe_runtime`) as built into this binary. Zipped on first use and
+/// kept (the admin server serves it only when Ray nodes fetch it through `--runtime-base-url`,
+/// so an operator that never needs it never builds it); clones share the bytes.
 pub fn runtime() -> PythonPackage {
-    let files: Vec<(String, Vec<u8>)> = RUNTIME_FILES
-        .iter()
-        .map(|(path, bytes)| (format!("raypipe_runtime/{path}"), bytes.to_vec()))
-        .collect();
-    PythonPackage::from_files("raypipe_runtime", &files)
+    static RUNTIME: OnceLock<PythonPackage> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let files: Vec<(String, Vec<u8>)> = RUNTIME_FILES
+                .iter()
+                .map(|(path, bytes)| (format!("raypipe_runtime/{path}"), bytes.to_vec()))
+                .collect();
+            PythonPackage::from_files("raypipe_runtime", &files)
+        })
+        .clone()
 }
 
 /// The URI of `package` under `base_url` (e.g. `http://raypipe.ns.svc:8080/packages`).
@@ -106,14 +113,26 @@ pub fn uri(base_url: &str, package: &PythonPackage) -> String {
 
 /// Routes `GET /packages/<file name>` to the packages' bytes (immutable: cache forever).
 pub fn router(packages: Vec<PythonPackage>) -> axum::Router {
+    let packages = Arc::new(packages);
+    routes(move || packages.clone())
+}
+
+/// Like [`router`], but the packages are built by `build` on the first request only.
+pub fn lazy_router(build: fn() -> Vec<PythonPackage>) -> axum::Router {
+    let packages = Arc::new(OnceLock::<Arc<Vec<PythonPackage>>>::new());
+    routes(move || packages.get_or_init(|| Arc::new(build())).clone())
+}
+
+fn routes(
+    packages: impl Fn() -> Arc<Vec<PythonPackage>> + Clone + Send + Sync + 'static,
+) -> axum::Router {
     use axum::extract::Path as UrlPath;
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
-    let packages = Arc::new(packages);
     axum::Router::new().route(
         "/packages/{file}",
         axum::routing::get(move |UrlPath(file): UrlPath<String>| {
-            let packages = packages.clone();
+            let packages = packages();
             async move {
                 match packages.iter().find(|p| p.file_name == file) {
                     Some(p) => (

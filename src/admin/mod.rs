@@ -154,8 +154,11 @@ pub fn router(metrics: Metrics, readiness: Readiness) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_endpoint))
         .with_state(AdminState { metrics, readiness })
-        // The graph runtime, for Ray nodes to fetch through `py_modules` (`--runtime-base-url`).
-        .merge(crate::pypackage::router(vec![crate::pypackage::runtime()]))
+        // The graph runtime, for Ray nodes to fetch through `py_modules` (`--runtime-base-url`);
+        // zipped on the first request, not at start-up.
+        .merge(crate::pypackage::lazy_router(|| {
+            vec![crate::pypackage::runtime()]
+        }))
 }
 
 async fn healthz() -> &'static str {

@@ -72,18 +72,21 @@ pub async fn check_named_crds_installed(
     client: &kube::Client,
     names: &[String],
 ) -> anyhow::Result<()> {
-    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    use kube::Resource as _;
+    // Only the status is read: a full `CustomResourceDefinition` carries the OpenAPI schema
+    // (hundreds of kB of JSON for a kind embedding a pod template), which decodes into several
+    // MB of `JSONSchemaProps` that the allocator then keeps for the life of the process.
+    let request = kube::core::Request::new(CustomResourceDefinition::url_path(&(), None));
     for name in names {
-        let installed = api.get_opt(name).await?;
-        let established = installed
-            .as_ref()
-            .and_then(|c| c.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if !established {
+        let installed = match client
+            .request::<CrdStatusOnly>(request.get(name, &Default::default())?)
+            .await
+        {
+            Ok(crd) => Some(crd),
+            Err(kube::Error::Api(status)) if status.is_not_found() => None,
+            Err(e) => return Err(e.into()),
+        };
+        if !installed.is_some_and(|crd| crd.is_established()) {
             anyhow::bail!(
                 "CRD {name} is not installed or not Established; install them with `raypipe crds | kubectl apply --server-side -f -`"
             );
@@ -92,9 +95,60 @@ pub async fn check_named_crds_installed(
     Ok(())
 }
 
+/// The part of a `CustomResourceDefinition` that [`check_named_crds_installed`] reads; serde
+/// skips everything else without allocating.
+#[derive(serde::Deserialize)]
+struct CrdStatusOnly {
+    status: Option<CrdStatusConditions>,
+}
+
+#[derive(serde::Deserialize)]
+struct CrdStatusConditions {
+    conditions: Option<Vec<CrdCondition>>,
+}
+
+#[derive(serde::Deserialize)]
+struct CrdCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
+impl CrdStatusOnly {
+    fn is_established(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_crd_check_reads_the_established_condition_of_a_full_crd() {
+        let mut crd = serde_json::to_value(RayCluster::crd()).expect("a CRD serializes");
+        let parse = |v: &serde_json::Value| {
+            serde_json::from_str::<CrdStatusOnly>(&v.to_string())
+                .expect("a CRD decodes")
+                .is_established()
+        };
+        assert!(!parse(&crd), "no status yet");
+        crd["status"] = serde_json::json!({"conditions": [
+            {"type": "NamesAccepted", "status": "True"},
+            {"type": "Established", "status": "False"}
+        ]});
+        assert!(!parse(&crd));
+        crd["status"]["conditions"][1]["status"] = "True".into();
+        assert!(parse(&crd));
+        crd["status"] = serde_json::json!({"conditions": null});
+        assert!(!parse(&crd));
+    }
 
     /// `crds/` must be exactly what the types generate. To regenerate after changing a type:
     /// `cargo run -- crds --out-dir crds`.
