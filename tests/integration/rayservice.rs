@@ -598,3 +598,45 @@ async fn upgrade_strategy_none_keeps_the_cluster_and_suspend_deletes_then_resume
         ("False", "RayServiceResumed")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_that_cannot_progress_says_why_while_the_old_cluster_serves() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let fx = fixture("rsvc-stuck", vec![head]).await;
+    fx.create(&echo_service("stuck", "steady", "rayproject/ray:2.60.0"))
+        .await;
+    let status = fx
+        .status_until("stuck", "Ready", |s| {
+            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+        })
+        .await;
+    let old = active_name(&status).unwrap();
+
+    // A head no node can hold: the new cluster's head Pod stays Pending.
+    let mut config =
+        echo_service("stuck", "steady", "rayproject/ray:2.60.0-py311")["spec"]["rayClusterConfig"]
+            .clone();
+    config["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"cpu": "1000", "memory": "2Gi"}, "requests": {"cpu": "1000"}});
+    fx.patch_spec("stuck", json!({"rayClusterConfig": config}))
+        .await;
+    let status = fx
+        .status_until("stuck", "the upgrade to say what it waits for", |s| {
+            pending_name(s).is_some()
+                && conditions::find(&s.conditions, "UpgradeInProgress").is_some_and(|c| {
+                    c.status == "True"
+                        && c.message.contains("head Pod")
+                        && c.message.contains("not ready")
+                })
+        })
+        .await;
+    let pending = pending_name(&status).unwrap();
+    let upgrade = conditions::find(&status.conditions, "UpgradeInProgress").unwrap();
+    assert_eq!(upgrade.reason, "BothActivePendingClustersExist");
+    assert!(upgrade.message.contains(&pending), "{}", upgrade.message);
+    // Meanwhile the old cluster keeps the traffic and the RayService stays Ready.
+    assert!(ready(&status));
+    assert_eq!(active_name(&status), Some(old.clone()));
+    assert_eq!(fx.service_selects("stuck-serve-svc").await, Some(old));
+}

@@ -346,6 +346,23 @@ pub fn serve_config_json(
     Ok(config)
 }
 
+/// The application names a Serve config deploys (`default` for an unnamed one), sorted.
+pub fn application_names(config: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    config
+        .get("applications")
+        .and_then(|a| a.as_array())
+        .into_iter()
+        .flatten()
+        .map(|app| {
+            app.get("name")
+                .and_then(|n| n.as_str())
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default")
+                .to_owned()
+        })
+        .collect()
+}
+
 /// Rewrites `working_dir` and `py_modules` URIs that start with a mirrored prefix.
 fn rewrite_runtime_env_uris(env: &mut serde_json::Value, mirrors: &[(String, String)]) {
     let rewrite = |uri: &mut serde_json::Value| {
@@ -452,4 +469,150 @@ pub fn describe<K: Resource<DynamicType = ()>>(obj: &K) -> String {
         K::kind(&()),
         obj.meta().name.as_deref().unwrap_or("")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(spec: serde_json::Value) -> RayService {
+        let mut service: RayService = serde_json::from_value(json!({
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "svc", "namespace": "ns", "uid": "u-1"},
+            "spec": spec
+        }))
+        .unwrap();
+        service.metadata.uid = Some("u-1".into());
+        service
+    }
+
+    fn spec(image: &str, replicas: i32, groups: usize) -> serde_json::Value {
+        let group = |i: usize| {
+            json!({"groupName": format!("g{i}"), "replicas": replicas, "minReplicas": 0,
+                "maxReplicas": 10, "rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-worker", "image": image}]}}})
+        };
+        json!({
+            "serveConfigV2": "applications: []",
+            "rayClusterConfig": {
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                    {"name": "ray-head", "image": image}]}}},
+                "workerGroupSpecs": (0..groups).map(group).collect::<Vec<_>>()
+            }
+        })
+    }
+
+    #[test]
+    fn replica_counts_never_replace_a_cluster_but_images_do() {
+        let built = cluster(&service(spec("ray:1", 1, 1)), "svc-abcde", None).unwrap();
+        let same = service(spec("ray:1", 1, 1));
+        assert_eq!(
+            classify(&built, &goal_spec(&same), true),
+            ClusterChange::None
+        );
+        // Autoscaler off: a new replica count is applied in place.
+        let scaled = service(spec("ray:1", 3, 1));
+        assert_eq!(
+            classify(&built, &goal_spec(&scaled), false),
+            ClusterChange::InPlace
+        );
+        let new_image = service(spec("ray:2", 1, 1));
+        assert_eq!(
+            classify(&built, &goal_spec(&new_image), false),
+            ClusterChange::Replace
+        );
+        // A worker group appended: in place.
+        let more_groups = service(spec("ray:1", 1, 2));
+        assert_eq!(
+            classify(&built, &goal_spec(&more_groups), false),
+            ClusterChange::InPlace
+        );
+    }
+
+    #[test]
+    fn another_operator_version_updates_the_active_cluster_in_place() {
+        let mut built = cluster(&service(spec("ray:1", 1, 1)), "svc-abcde", None).unwrap();
+        built
+            .annotations_mut()
+            .insert(annotations::KUBERAY_VERSION.into(), "v1.4.0".into());
+        let goal = goal_spec(&service(spec("ray:1", 1, 1)));
+        assert_eq!(classify(&built, &goal, true), ClusterChange::InPlace);
+        assert_eq!(classify(&built, &goal, false), ClusterChange::None);
+    }
+
+    #[test]
+    fn the_cluster_carries_the_bookkeeping_and_the_owner() {
+        let built = cluster(&service(spec("ray:1", 1, 2)), "svc-abcde", Some(Some(true))).unwrap();
+        let annotations = built.annotations();
+        assert_eq!(annotations[NUM_WORKER_GROUPS_ANNOTATION], "2");
+        assert!(annotations.contains_key(HASH_ANNOTATION));
+        assert_eq!(built.labels()[labels::ORIGINATED_FROM_CRD], "RayService");
+        assert_eq!(built.labels()[labels::ORIGINATED_FROM_CR_NAME], "svc");
+        assert_eq!(
+            built.spec.suspend,
+            Some(true),
+            "an update keeps the cluster's suspend"
+        );
+        let owner = &built.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("RayService", Some(true))
+        );
+    }
+
+    #[test]
+    fn the_pushed_config_gets_the_binding_and_the_mirrors_only() {
+        let yaml = "applications:\n  - name: a\n    import_path: m:app\n    runtime_env:\n      working_dir: https://github.com/o/r/archive/x.zip\n      py_modules: [https://github.com/o/r/archive/y.zip, s3://b/z.zip]\n  - import_path: n:app\n";
+        let binding = HttpBinding {
+            host: "127.0.0.1".into(),
+            port: 8123,
+        };
+        let mirrors = vec![(
+            "https://github.com/o/r/archive/".to_owned(),
+            "http://127.0.0.1:9/m/".to_owned(),
+        )];
+        let config = serve_config_json(yaml, Some(&binding), &mirrors).unwrap();
+        assert_eq!(
+            config["http_options"],
+            json!({"host": "127.0.0.1", "port": 8123})
+        );
+        let env = &config["applications"][0]["runtime_env"];
+        assert_eq!(env["working_dir"], "http://127.0.0.1:9/m/x.zip");
+        assert_eq!(
+            env["py_modules"],
+            json!(["http://127.0.0.1:9/m/y.zip", "s3://b/z.zip"])
+        );
+        assert_eq!(
+            application_names(&config).into_iter().collect::<Vec<_>>(),
+            vec!["a".to_owned(), "default".to_owned()]
+        );
+        let plain = serve_config_json(yaml, None, &[]).unwrap();
+        assert!(plain.get("http_options").is_none());
+        assert_eq!(
+            plain["applications"][0]["runtime_env"]["working_dir"],
+            "https://github.com/o/r/archive/x.zip"
+        );
+    }
+
+    #[test]
+    fn serve_statuses_are_copied_verbatim_and_summarised() {
+        let details: ServeInstanceDetails = serde_json::from_value(json!({
+            "applications": {
+                "": {"status": "RUNNING", "deployments": {"D": {"status": "HEALTHY"}}},
+                "b": {"status": "DEPLOY_FAILED", "message": "Traceback...\nImportError: no m"}
+            }
+        }))
+        .unwrap();
+        let apps = application_statuses(&details);
+        assert_eq!(apps["default"].status.as_deref(), Some("RUNNING"));
+        assert_eq!(
+            apps["b"].message.as_deref(),
+            Some("Traceback...\nImportError: no m")
+        );
+        assert_eq!(
+            not_running_summary(&apps).as_deref(),
+            Some("application b is DEPLOY_FAILED: ImportError: no m")
+        );
+    }
 }

@@ -868,6 +868,10 @@ async fn reconcile_serve(
 
     let config_text = service.spec.serve_config_v2.as_deref().unwrap_or("").trim();
     let mut push_error = None;
+    // The applications this config deploys, and whether Serve got it only now (then `details`
+    // still shows what ran before the push).
+    let mut expected_apps = None;
+    let mut pushed_now = false;
     if config_text.is_empty() {
         push_error = Some("spec.serveConfigV2 is empty: there is nothing to deploy".to_owned());
     } else {
@@ -883,6 +887,7 @@ async fn reconcile_serve(
         ) {
             Err(e) => push_error = Some(format!("spec.serveConfigV2 is not valid: {e}")),
             Ok(config) => {
+                expected_apps = Some(build::application_names(&config));
                 let config_hash = crate::k8s::stable_hash(&config);
                 let previous = ctx.with_memory(service, |m| m.pushed.get(&cluster_name).cloned());
                 // The session says whether the head restarted since the last push; read it
@@ -906,6 +911,7 @@ async fn reconcile_serve(
                     }
                 };
                 if needed {
+                    pushed_now = true;
                     match dashboard.put_serve_applications(&config).await {
                         Ok(()) => {
                             let session = match session {
@@ -956,12 +962,21 @@ async fn reconcile_serve(
     }
 
     let apps = build::application_statuses(&details);
-    let ready = details.all_applications_running();
+    // Ready only for this config: every application it names is what Serve runs, all RUNNING
+    // (another config's applications may still run on the head, e.g. right after a push).
+    let ready = !pushed_now
+        && expected_apps
+            .as_ref()
+            .is_some_and(|names| names.iter().eq(apps.keys()))
+        && details.all_applications_running();
     let waiting_for = push_error.or_else(|| {
         if ready {
             None
         } else {
-            build::not_running_summary(&apps).map(|s| format!("RayCluster {cluster_name}: {s}"))
+            let summary = build::not_running_summary(&apps).unwrap_or_else(|| {
+                "Serve is taking the new config (it still reports other applications)".to_owned()
+            });
+            Some(format!("RayCluster {cluster_name}: {summary}"))
         }
     });
     ServeObservation {
