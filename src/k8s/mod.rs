@@ -154,6 +154,38 @@ pub fn truncate(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
+/// An API for `K` in `namespace`, or across all namespaces.
+pub fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A watch predicate: only the spec (generation), labels, annotations, finalizers and deletion
+/// trigger a reconcile; status writes (the controller's own included) do not.
+pub fn spec_or_metadata_changed<K: Resource>(obj: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = obj.meta();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// The wait before retrying an object whose reconcile failed `failures` times in a row: 2 s,
+/// 4 s, 8 s … capped at 5 minutes. Per object, so one failing object slows only itself.
+pub fn failure_backoff(failures: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(2u64.saturating_pow(failures.clamp(1, 9)))
+        .min(std::time::Duration::from_secs(300))
+}
+
 /// Five characters from Kubernetes' random-name alphabet (no vowels, no look-alikes).
 pub fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";

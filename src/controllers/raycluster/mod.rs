@@ -19,7 +19,6 @@ pub mod status;
 pub mod validate;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -214,29 +213,6 @@ fn key_of(cluster: &RayCluster) -> ClusterKey {
     (cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
-fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// Only the spec (generation), labels, annotations, finalizers and deletion trigger a reconcile;
-/// status writes (ours included) do not.
-fn reconcile_relevant(cluster: &RayCluster) -> Option<u64> {
-    let meta = cluster.meta();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    meta.generation.hash(&mut hasher);
-    meta.labels.hash(&mut hasher);
-    meta.annotations.hash(&mut hasher);
-    meta.finalizers.hash(&mut hasher);
-    meta.deletion_timestamp.is_some().hash(&mut hasher);
-    Some(hasher.finish())
-}
-
 /// Keeps what the controller reads of a Pod; the cache then holds a few hundred bytes per Pod
 /// instead of its full spec.
 fn trim_pod(pod: &mut Pod) {
@@ -294,10 +270,10 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = config.namespace.clone();
-    let clusters: Api<RayCluster> = scoped_api(&client, namespace.as_deref());
-    let pods: Api<Pod> = scoped_api(&client, namespace.as_deref());
-    let services: Api<Service> = scoped_api(&client, namespace.as_deref());
-    let jobs: Api<Job> = scoped_api(&client, namespace.as_deref());
+    let clusters: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let pods: Api<Pod> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let services: Api<Service> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let jobs: Api<Job> = crate::k8s::scoped_api(&client, namespace.as_deref());
 
     let (pod_store, pod_writer) = reflector::store();
     let (service_store, service_writer) = reflector::store();
@@ -355,7 +331,7 @@ pub async fn run(
         })
         .reflect(cluster_writer)
         .applied_objects()
-        .predicate_filter(reconcile_relevant, Default::default());
+        .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
     let queue = ctx.queue.clone();
     let cluster_events = cluster_events.inspect(move |c| {
         if let Ok(c) = c {
@@ -409,8 +385,7 @@ fn error_policy(cluster: Arc<RayCluster>, error: &Error, ctx: Arc<Context>) -> A
         m.consecutive_failures
     });
     // 2 s, 4 s, 8 s … up to 5 minutes, per cluster: one failing cluster slows only itself.
-    let backoff =
-        Duration::from_secs(2u64.saturating_pow(failures.min(9))).min(Duration::from_secs(300));
+    let backoff = crate::k8s::failure_backoff(failures);
     warn!(
         namespace = %cluster.namespace().unwrap_or_default(),
         name = %cluster.name_any(),
@@ -804,15 +779,15 @@ mod tests {
             "spec": {"headGroupSpec": {"template": {}}}
         }))
         .expect("a RayCluster");
-        let before = reconcile_relevant(&cluster);
+        let before = crate::k8s::spec_or_metadata_changed(&cluster);
         cluster.metadata.resource_version = Some("2".into());
         cluster.status = Some(RayClusterStatus {
             ready_worker_replicas: Some(3),
             ..Default::default()
         });
-        assert_eq!(reconcile_relevant(&cluster), before);
+        assert_eq!(crate::k8s::spec_or_metadata_changed(&cluster), before);
         cluster.metadata.finalizers = Some(vec![keys::GCS_FT_REDIS_CLEANUP_FINALIZER.into()]);
-        assert_ne!(reconcile_relevant(&cluster), before);
+        assert_ne!(crate::k8s::spec_or_metadata_changed(&cluster), before);
     }
 
     #[test]

@@ -21,7 +21,6 @@ pub mod build;
 pub mod status;
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -218,27 +217,6 @@ fn key_of(service: &RayService) -> Key {
     (service.namespace().unwrap_or_default(), service.name_any())
 }
 
-fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// Spec, labels, annotations and deletion trigger a reconcile; status writes do not.
-fn reconcile_relevant(service: &RayService) -> Option<u64> {
-    let meta = service.meta();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    meta.generation.hash(&mut hasher);
-    meta.labels.hash(&mut hasher);
-    meta.annotations.hash(&mut hasher);
-    meta.deletion_timestamp.is_some().hash(&mut hasher);
-    Some(hasher.finish())
-}
-
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
     client: kube::Client,
@@ -246,10 +224,10 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = config.namespace.clone();
-    let services_api: Api<RayService> = scoped_api(&client, namespace.as_deref());
-    let clusters_api: Api<RayCluster> = scoped_api(&client, namespace.as_deref());
-    let k8s_services: Api<Service> = scoped_api(&client, namespace.as_deref());
-    let pods: Api<Pod> = scoped_api(&client, namespace.as_deref());
+    let services_api: Api<RayService> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let clusters_api: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let k8s_services: Api<Service> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let pods: Api<Pod> = crate::k8s::scoped_api(&client, namespace.as_deref());
 
     let (cluster_store, cluster_writer) = reflector::store();
     let (service_store, service_writer) = reflector::store();
@@ -309,7 +287,7 @@ pub async fn run(
         })
         .reflect(rayservice_writer)
         .applied_objects()
-        .predicate_filter(reconcile_relevant, Default::default());
+        .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
 
     let queue = ctx.queue.clone();
     let rayservice_events = rayservice_events.inspect(move |s| {
@@ -348,8 +326,7 @@ fn error_policy(service: Arc<RayService>, error: &Error, ctx: Arc<Context>) -> A
         m.consecutive_failures = m.consecutive_failures.saturating_add(1);
         m.consecutive_failures
     });
-    let backoff =
-        Duration::from_secs(2u64.saturating_pow(failures.min(8))).min(Duration::from_secs(300));
+    let backoff = crate::k8s::failure_backoff(failures);
     warn!(
         namespace = %service.namespace().unwrap_or_default(),
         name = %service.name_any(),

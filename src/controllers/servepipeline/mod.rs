@@ -127,8 +127,9 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let pipelines: Api<ServePipeline> = scoped_api(&client, config.namespace.as_deref());
-    let rayservices: Api<RayService> = scoped_api(&client, config.namespace.as_deref());
+    let pipelines: Api<ServePipeline> =
+        crate::k8s::scoped_api(&client, config.namespace.as_deref());
+    let rayservices: Api<RayService> = crate::k8s::scoped_api(&client, config.namespace.as_deref());
     let secrets: Api<PartialObjectMeta<Secret>> = match config.namespace.as_deref() {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -219,16 +220,6 @@ pub async fn run(
         .await;
 }
 
-fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 fn references_secret(pipeline: &ServePipeline, secret: &str) -> bool {
     let source = &pipeline.spec.source;
     source
@@ -254,8 +245,7 @@ fn error_policy(pipeline: Arc<ServePipeline>, error: &Error, ctx: Arc<Context>) 
     let refresh = refresh_interval(&pipeline);
     if error.is_transient() {
         // 2 s, 4 s, 8 s … capped at 5 minutes (and at the refresh interval, when shorter).
-        let backoff =
-            Duration::from_secs(2u64.saturating_pow(failures.min(9))).min(Duration::from_secs(300));
+        let backoff = crate::k8s::failure_backoff(failures);
         Action::requeue(refresh.map_or(backoff, |r| backoff.min(r.max(Duration::from_secs(1)))))
     } else {
         refresh.map_or_else(Action::await_change, Action::requeue)
