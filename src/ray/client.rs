@@ -161,8 +161,8 @@ pub trait DashboardClient: Send + Sync {
     fn delete_job<'a>(&'a self, job_id: &'a str) -> DashboardFuture<'a, bool>;
 }
 
-/// The reqwest-based [`DashboardClient`]. Cheap to clone; clients with the same connect timeout
-/// share one connection pool.
+/// The reqwest-based [`DashboardClient`]. Cheap to clone; clients made on one runtime with the
+/// same connect timeout share one connection pool.
 #[derive(Clone)]
 pub struct RayDashboardClient {
     http: reqwest::Client,
@@ -520,13 +520,21 @@ fn check_job_id(job_id: &str) -> Result<(), DashboardError> {
     Ok(())
 }
 
-/// One reqwest client (one connection pool) per connect timeout, for the whole process.
+/// One reqwest client (one connection pool) per connect timeout and tokio runtime. A pooled
+/// connection is driven by a task on the runtime that opened it; shared with another runtime
+/// (each test has its own), a call fails with "dispatch task is gone" when the opener ends. A
+/// program with one runtime has one pool per timeout.
 fn shared_http_client(connect_timeout: Duration) -> Result<reqwest::Client, DashboardError> {
-    static CLIENTS: OnceLock<Mutex<HashMap<Duration, reqwest::Client>>> = OnceLock::new();
+    type Key = (Duration, Option<tokio::runtime::Id>);
+    static CLIENTS: OnceLock<Mutex<HashMap<Key, reqwest::Client>>> = OnceLock::new();
+    let key = (
+        connect_timeout,
+        tokio::runtime::Handle::try_current().ok().map(|h| h.id()),
+    );
     let clients = CLIENTS.get_or_init(Default::default);
     // The map is never left half-updated, so a poisoned lock still holds a usable cache.
     let mut clients = clients.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(client) = clients.get(&connect_timeout) {
+    if let Some(client) = clients.get(&key) {
         return Ok(client.clone());
     }
     // reqwest is built without a crypto provider of its own (https dashboards need one).
@@ -548,7 +556,7 @@ fn shared_http_client(connect_timeout: Duration) -> Result<reqwest::Client, Dash
         .map_err(|e| DashboardError::ClientSetup {
             detail: error_chain(&e),
         })?;
-    clients.insert(connect_timeout, client.clone());
+    clients.insert(key, client.clone());
     Ok(client)
 }
 
@@ -674,6 +682,91 @@ mod tests {
             }
         });
         FakeDashboard { url, requests }
+    }
+
+    /// A keep-alive HTTP server on its own thread (outliving any test runtime) answering every
+    /// request with a version document after `delay`; returns its URL.
+    fn keep_alive_dashboard(delay: Duration) -> String {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                    let mut stream = stream;
+                    loop {
+                        let mut length = 0usize;
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if let Some(v) =
+                                line.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                        }
+                        let mut body = vec![0u8; length];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(delay);
+                        let body = r#"{"version": "4", "ray_version": "2.52.0"}"#;
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(response.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_runtime_never_gets_a_connection_that_lives_on_another() {
+        // Each #[tokio::test] (and each embedding program's runtime) has its own runtime, and a
+        // pooled connection is driven by a task of the runtime that opened it. Were it handed to
+        // another runtime, the call would fail ("dispatch task is gone") when the opener ends.
+        let url = keep_alive_dashboard(Duration::from_millis(400));
+        let (ready, idle) = std::sync::mpsc::channel();
+        let opener_url = url.clone();
+        let opener = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                let client = client_for(&opener_url, None, Duration::from_secs(5));
+                let version = client.get_version().await;
+                assert!(version.is_ok(), "{version:?}");
+                // The connection is back in the pool, ready; this runtime ends 200 ms later.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                ready.send(()).expect("send");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            });
+        });
+        idle.recv().expect("the opener's call is done");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        // Answered after 400 ms: the opener's runtime is gone by then.
+        let version = runtime.block_on(async {
+            client_for(&url, None, Duration::from_secs(5))
+                .get_version()
+                .await
+        });
+        opener.join().expect("the opener ran");
+        assert!(version.is_ok(), "{version:?}");
     }
 
     fn client_for(url: &str, token: Option<&str>, request_timeout: Duration) -> RayDashboardClient {

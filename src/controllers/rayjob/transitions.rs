@@ -108,13 +108,21 @@ fn destructiveness(policy: DeletionPolicyType) -> u8 {
 
 /// The rules that apply to a finished RayJob (§3.5 and the shutdown branch of §3.2), given
 /// whether the RayJobDeletionPolicy gate is on and whether `DELETE_RAYJOB_CR_AFTER_JOB_FINISHES`
-/// is set. With a clusterSelector the cluster is not the RayJob's: only DeleteSelf/None apply.
+/// is set. A RayJob on an existing cluster (clusterSelector) gets no cleanup at all, as in
+/// KubeRay (§3.2): validation accepts DeleteSelf and DeleteNone there, but nothing runs them.
 pub fn rules(
     spec: &RayJobSpec,
     status: &RayJobStatus,
     deletion_gate: bool,
     delete_self_after_finish: bool,
 ) -> Vec<Rule> {
+    if spec
+        .cluster_selector
+        .as_ref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Vec::new();
+    }
     let ttl = i64::from(spec.ttl_seconds_after_finished.unwrap_or(0));
     let mut rules = Vec::new();
     match (&spec.deletion_strategy, deletion_gate) {
@@ -155,14 +163,6 @@ pub fn rules(
             ttl_seconds: ttl,
         }),
         _ => {}
-    }
-    if spec.cluster_selector.is_some() {
-        rules.retain(|r| {
-            !matches!(
-                r.policy,
-                DeletionPolicyType::DeleteCluster | DeletionPolicyType::DeleteWorkers
-            )
-        });
     }
     rules
 }
@@ -364,6 +364,44 @@ mod tests {
         );
         // With the gate off the strategy is ignored (and nothing else asks for cleanup).
         assert!(super::rules(&spec, &status, false, false).is_empty());
+    }
+
+    #[test]
+    fn a_job_on_an_existing_cluster_is_left_alone_when_it_ends() {
+        // samples/ray-job.yaml's rayjob-existing-cluster: KubeRay skips every cleanup of a
+        // RayJob with a clusterSelector, its legacy onSuccess DeleteSelf included.
+        let legacy = spec(json!({
+            "clusterSelector": {"ray.io/cluster": "raycluster-autoscaled"},
+            "deletionStrategy": {"onSuccess": {"policy": "DeleteSelf"},
+                                 "onFailure": {"policy": "DeleteNone"}}
+        }));
+        let rules_on_selector = spec(json!({
+            "clusterSelector": {"ray.io/cluster": "c"},
+            "deletionStrategy": {"deletionRules": [
+                {"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED"}}]}
+        }));
+        let shutdown = spec(json!({
+            "clusterSelector": {"ray.io/cluster": "c"}, "shutdownAfterJobFinishes": true
+        }));
+        let status = RayJobStatus {
+            job_status: Some(JobStatus::Succeeded),
+            job_deployment_status: Some(JobDeploymentStatus::Complete),
+            ..Default::default()
+        };
+        for s in [&legacy, &rules_on_selector, &shutdown] {
+            assert_eq!(rules(s, &status, true, false), [], "{s:?}");
+            assert_eq!(rules(s, &status, true, true), [], "{s:?}");
+        }
+        // Without the selector the same legacy policy deletes the RayJob.
+        let mut own = legacy.clone();
+        own.cluster_selector = None;
+        assert_eq!(
+            rules(&own, &status, true, false),
+            [Rule {
+                policy: DeletionPolicyType::DeleteSelf,
+                ttl_seconds: 0
+            }]
+        );
     }
 
     #[test]
