@@ -19,7 +19,6 @@ pub mod transitions;
 pub mod validate;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -177,29 +176,6 @@ pub struct Context {
     failures: Mutex<HashMap<(String, String), u32>>,
 }
 
-/// Spec, labels, annotations, finalizers and deletion trigger a reconcile; status writes
-/// (ours) do not: the controller requeues itself while a job is in flight.
-fn reconcile_relevant(job: &RayJob) -> Option<u64> {
-    let meta = job.meta();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    meta.generation.hash(&mut hasher);
-    meta.labels.hash(&mut hasher);
-    meta.annotations.hash(&mut hasher);
-    meta.finalizers.hash(&mut hasher);
-    meta.deletion_timestamp.is_some().hash(&mut hasher);
-    Some(hasher.finish())
-}
-
-fn scoped<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
     client: kube::Client,
@@ -207,9 +183,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = config.namespace.clone();
-    let jobs: Api<RayJob> = scoped(&client, namespace.as_deref());
-    let clusters: Api<RayCluster> = scoped(&client, namespace.as_deref());
-    let submitters: Api<Job> = scoped(&client, namespace.as_deref());
+    let jobs: Api<RayJob> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let clusters: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let submitters: Api<Job> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let concurrency = config.concurrency.max(1);
     let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(client.clone(), "rayjob-controller"),
@@ -236,7 +212,7 @@ pub async fn run(
         .modify(|job: &mut RayJob| job.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
-        .predicate_filter(reconcile_relevant, Default::default());
+        .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
 
     Controller::for_stream(job_events, store)
         .owns_stream(cluster_events)
@@ -1290,15 +1266,15 @@ mod tests {
     #[test]
     fn status_writes_do_not_look_relevant() {
         let mut job = build::tests::job(serde_json::json!({"metadata": {"generation": 1}}));
-        let before = reconcile_relevant(&job);
+        let before = crate::k8s::spec_or_metadata_changed(&job);
         job.status = Some(RayJobStatus {
             job_deployment_status: Some(JobDeploymentStatus::Running),
             ..Default::default()
         });
-        assert_eq!(reconcile_relevant(&job), before);
+        assert_eq!(crate::k8s::spec_or_metadata_changed(&job), before);
         job.spec.suspend = Some(true);
         job.metadata.generation = Some(2);
-        assert_ne!(reconcile_relevant(&job), before);
+        assert_ne!(crate::k8s::spec_or_metadata_changed(&job), before);
     }
 
     #[test]
