@@ -151,6 +151,11 @@ pub struct ControllerArgs {
     /// image for it.
     #[arg(long, env = "RAYPIPE_RUNTIME_BASE_URL")]
     pub runtime_base_url: Option<String>,
+    /// `runtime_env` URI rewrites for RayService Serve configs, `FROM=TO` (comma separated):
+    /// a `working_dir` or `py_modules` URI starting with FROM is fetched from TO instead, e.g.
+    /// `https://github.com/=https://mirror.example.internal/github/` in an air-gapped cluster.
+    #[arg(long, env = "RAYPIPE_RUNTIME_ENV_MIRRORS", value_delimiter = ',', value_parser = parse_mirror)]
+    pub runtime_env_mirrors: Vec<(String, String)>,
     /// Feature gates, `Name=true,Other=false` (KubeRay's names and defaults).
     #[arg(long, env = "RAYPIPE_FEATURE_GATES", default_value = "")]
     pub feature_gates: FeatureGates,
@@ -288,6 +293,7 @@ pub struct ControllerSettings {
     pub ray_dashboard_url: Option<String>,
     pub runtime_import_path: Option<String>,
     pub runtime_py_modules: Vec<String>,
+    pub runtime_env_mirrors: Vec<(String, String)>,
     pub feature_gates: FeatureGates,
     pub metrics: Metrics,
     pub readiness: Readiness,
@@ -306,6 +312,7 @@ impl ControllerSettings {
             ray_dashboard_url: None,
             runtime_import_path: None,
             runtime_py_modules: Vec::new(),
+            runtime_env_mirrors: Vec::new(),
             feature_gates: FeatureGates::default(),
             metrics: Metrics::new(),
             readiness: Readiness::new(),
@@ -325,6 +332,7 @@ impl ControllerSettings {
             runtime_import_path,
             mut runtime_py_modules,
             runtime_base_url,
+            runtime_env_mirrors,
             feature_gates,
         } = args.tuning.clone();
         if let Some(base) = runtime_base_url.as_deref().filter(|b| !b.trim().is_empty()) {
@@ -340,6 +348,7 @@ impl ControllerSettings {
             ray_dashboard_url,
             runtime_import_path,
             runtime_py_modules,
+            runtime_env_mirrors,
             feature_gates,
             metrics,
             readiness,
@@ -370,9 +379,35 @@ impl ControllerSettings {
     }
 }
 
+/// `FROM=TO`: both sides non-empty URI prefixes.
+fn parse_mirror(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((from, to)) if !from.trim().is_empty() && !to.trim().is_empty() => {
+            Ok((from.trim().to_owned(), to.trim().to_owned()))
+        }
+        _ => Err(format!(
+            "{text:?} is not FROM=TO (two URI prefixes, e.g. https://github.com/=https://mirror.internal/github/)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mirrors_are_from_equals_to_pairs() {
+        assert_eq!(
+            parse_mirror("https://github.com/=http://127.0.0.1:9/gh/"),
+            Ok((
+                "https://github.com/".to_owned(),
+                "http://127.0.0.1:9/gh/".to_owned()
+            ))
+        );
+        for bad in ["https://github.com/", "=x", "x=", ""] {
+            assert!(parse_mirror(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn feature_gates_start_at_kuberays_defaults_and_refuse_unknown_names() {

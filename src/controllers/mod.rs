@@ -150,6 +150,7 @@ pub async fn run_with_settings(
 fn rayservice_config(settings: &ControllerSettings) -> anyhow::Result<rayservice::Config> {
     Ok(rayservice::Config {
         dashboard: settings.dashboard_locator()?,
+        runtime_env_mirrors: settings.runtime_env_mirrors.clone(),
         ..rayservice::Config::from_env()?
     })
 }
