@@ -732,72 +732,31 @@ fn worker_node_start_args(
     dir: &Path,
     options: &RayHeadOptions,
 ) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "start".into(),
-        format!("--address={gcs_address}"),
-        "--block".into(),
-        format!("--node-ip-address={LOOPBACK}"),
-        format!(
-            "--dashboard-agent-listen-port={}",
-            ports.dashboard_agent_http
-        ),
-        format!("--dashboard-agent-grpc-port={}", ports.dashboard_agent_grpc),
-        format!("--runtime-env-agent-port={}", ports.runtime_env_agent),
-        format!("--metrics-export-port={}", ports.metrics_export),
-        format!("--node-manager-port={}", ports.node_manager),
-        format!("--object-manager-port={}", ports.object_manager),
-        format!("--min-worker-port={}", ports.min_worker),
-        format!("--max-worker-port={}", ports.max_worker),
-        format!("--temp-dir={}", dir.display()),
-        format!(
-            "--object-store-memory={}",
-            options.object_store_memory_bytes
-        ),
-        "--disable-usage-stats".into(),
-        "--log-style=record".into(),
-        "--log-color=false".into(),
-    ];
-    if let Some(cpus) = options.worker_node_num_cpus {
-        args.push(format!("--num-cpus={cpus}"));
-    }
+    let mut args: Vec<String> = vec!["start".into(), format!("--address={gcs_address}")];
+    args.extend(node_args(ports, dir, options, options.worker_node_num_cpus));
     args
 }
 
 fn ray_start_args(ports: &RayHeadPorts, dir: &Path, options: &RayHeadOptions) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "start".into(),
-        "--head".into(),
-        // Blocks, so this process is the root of the head and its stop handler cleans up.
-        "--block".into(),
-        format!("--node-ip-address={LOOPBACK}"),
+    let node_ports = RayWorkerNodePorts {
+        node_manager: ports.node_manager,
+        object_manager: ports.object_manager,
+        dashboard_agent_http: ports.dashboard_agent_http,
+        dashboard_agent_grpc: ports.dashboard_agent_grpc,
+        runtime_env_agent: ports.runtime_env_agent,
+        metrics_export: ports.metrics_export,
+        min_worker: ports.min_worker,
+        max_worker: ports.max_worker,
+    };
+    let mut args: Vec<String> = vec!["start".into(), "--head".into()];
+    args.extend(node_args(&node_ports, dir, options, options.num_cpus));
+    args.extend([
         format!("--port={}", ports.gcs),
         "--include-dashboard=true".into(),
         format!("--dashboard-host={LOOPBACK}"),
         format!("--dashboard-port={}", ports.dashboard),
-        format!(
-            "--dashboard-agent-listen-port={}",
-            ports.dashboard_agent_http
-        ),
-        format!("--dashboard-agent-grpc-port={}", ports.dashboard_agent_grpc),
-        format!("--runtime-env-agent-port={}", ports.runtime_env_agent),
-        format!("--metrics-export-port={}", ports.metrics_export),
         format!("--ray-client-server-port={}", ports.client_server),
-        format!("--node-manager-port={}", ports.node_manager),
-        format!("--object-manager-port={}", ports.object_manager),
-        format!("--min-worker-port={}", ports.min_worker),
-        format!("--max-worker-port={}", ports.max_worker),
-        format!("--temp-dir={}", dir.display()),
-        format!(
-            "--object-store-memory={}",
-            options.object_store_memory_bytes
-        ),
-        "--disable-usage-stats".into(),
-        "--log-style=record".into(),
-        "--log-color=false".into(),
-    ];
-    if let Some(cpus) = options.num_cpus {
-        args.push(format!("--num-cpus={cpus}"));
-    }
+    ]);
     if !options.resources.is_empty() {
         let resources = serde_json::to_string(&options.resources).unwrap_or_default();
         args.push(format!("--resources={resources}"));
@@ -853,6 +812,43 @@ fn private_mount_command(
     ];
     full.extend(args);
     Ok((PathBuf::from("/usr/bin/unshare"), full))
+}
+
+/// The flags every node (head or worker) gets: its own loopback ports, blocking (so the process
+/// is the node's root and its stop handler cleans up), the run directory, quiet logs.
+fn node_args(
+    ports: &RayWorkerNodePorts,
+    dir: &Path,
+    options: &RayHeadOptions,
+    num_cpus: Option<u32>,
+) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--block".into(),
+        format!("--node-ip-address={LOOPBACK}"),
+        format!(
+            "--dashboard-agent-listen-port={}",
+            ports.dashboard_agent_http
+        ),
+        format!("--dashboard-agent-grpc-port={}", ports.dashboard_agent_grpc),
+        format!("--runtime-env-agent-port={}", ports.runtime_env_agent),
+        format!("--metrics-export-port={}", ports.metrics_export),
+        format!("--node-manager-port={}", ports.node_manager),
+        format!("--object-manager-port={}", ports.object_manager),
+        format!("--min-worker-port={}", ports.min_worker),
+        format!("--max-worker-port={}", ports.max_worker),
+        format!("--temp-dir={}", dir.display()),
+        format!(
+            "--object-store-memory={}",
+            options.object_store_memory_bytes
+        ),
+        "--disable-usage-stats".into(),
+        "--log-style=record".into(),
+        "--log-color=false".into(),
+    ];
+    if let Some(cpus) = num_cpus {
+        args.push(format!("--num-cpus={cpus}"));
+    }
+    args
 }
 
 fn write_private(path: &Path, contents: &str) -> Result<(), TestEnvError> {
