@@ -101,7 +101,7 @@ impl std::str::FromStr for FeatureGates {
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
-    crate::controllers::servepipeline::build::parse_duration(text)
+    crate::validation::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// Every flag of `raypipe run` beyond the controller list and the log format.

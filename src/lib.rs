@@ -16,4 +16,5 @@ pub mod ray;
 pub mod serve;
 pub mod source;
 pub mod testenv;
+pub mod validation;
 pub mod webhook;

@@ -48,6 +48,9 @@ struct ReadinessState {
     unsynced_caches: BTreeMap<String, usize>,
     /// `Some(false)` while a webhook server is configured but not yet serving.
     webhook_serving: Option<bool>,
+    /// Controllers whose task ended before shutdown, with why: the process is not alive in
+    /// any useful sense, so `/healthz` fails and the kubelet restarts it.
+    failed_controllers: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Readiness {
@@ -118,10 +121,29 @@ impl Readiness {
         });
     }
 
+    /// A controller's task ended while the operator was not stopping (see
+    /// `controllers::frame::supervise`).
+    pub fn controller_failed(&self, controller: &str, why: &str) {
+        self.with_state(|s| {
+            s.failed_controllers
+                .insert(controller.to_owned(), why.to_owned());
+        });
+    }
+
+    /// Why the operator is not alive; empty when it is.
+    pub fn liveness_problems(&self) -> Vec<String> {
+        self.with_state(|s| {
+            s.failed_controllers
+                .iter()
+                .map(|(name, why)| format!("the {name} controller stopped: {why}"))
+                .collect()
+        })
+    }
+
     /// Why the operator is not ready; empty when it is.
     pub fn problems(&self) -> Vec<String> {
+        let mut problems = self.liveness_problems();
         self.with_state(|s| {
-            let mut problems = Vec::new();
             if !s.crds_present {
                 problems.push("the CRDs have not been found yet".to_owned());
             }
@@ -131,8 +153,8 @@ impl Readiness {
             if s.webhook_serving == Some(false) {
                 problems.push("the webhook server is not serving yet".to_owned());
             }
-            problems
-        })
+        });
+        problems
     }
 
     pub fn is_ready(&self) -> bool {
@@ -161,8 +183,17 @@ pub fn router(metrics: Metrics, readiness: Readiness) -> Router {
         }))
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+async fn healthz(State(state): State<AdminState>) -> Response {
+    let problems = state.readiness.liveness_problems();
+    if problems.is_empty() {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("unhealthy:\n{}\n", problems.join("\n")),
+        )
+            .into_response()
+    }
 }
 
 async fn readyz(State(state): State<AdminState>) -> Response {

@@ -1,6 +1,7 @@
 //! One reconciler per kind; `run` starts the enabled ones.
 
 pub mod dashboard;
+pub mod frame;
 pub mod raycluster;
 pub mod raycronjob;
 pub mod rayjob;
@@ -35,6 +36,8 @@ pub async fn run_with_settings(
     tracing::info!(?controllers, namespaces = ?settings.namespaces, "raypipe controllers started");
     // Every controller stops on the same shutdown signal.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // A controller task that ends before `stop_tx` fires fails `/healthz`.
+    let supervisor = frame::Supervisor::new(settings.readiness.clone(), stop_rx.clone());
     let stopped = move || {
         let mut rx = stop_rx.clone();
         async move {
@@ -46,31 +49,37 @@ pub async fn run_with_settings(
         match kind {
             ControllerKind::Servepipeline => {
                 for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(servepipeline::run(
-                        client.clone(),
-                        servepipeline::Config {
-                            namespace,
-                            runtime_import_path: settings.runtime_import_path.clone(),
-                            runtime_py_modules: settings.runtime_py_modules.clone(),
-                            concurrency: settings.concurrency,
-                            metrics: settings.metrics.clone(),
-                            readiness: settings.readiness.clone(),
-                        },
-                        stopped(),
+                    tasks.push(tokio::spawn(supervisor.watch(
+                        "servepipeline",
+                        servepipeline::run(
+                            client.clone(),
+                            servepipeline::Config {
+                                namespace,
+                                runtime_import_path: settings.runtime_import_path.clone(),
+                                runtime_py_modules: settings.runtime_py_modules.clone(),
+                                concurrency: settings.concurrency,
+                                metrics: settings.metrics.clone(),
+                                readiness: settings.readiness.clone(),
+                            },
+                            stopped(),
+                        ),
                     )))
                 }
             }
             ControllerKind::Raycluster => {
                 for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(raycluster::run(
-                        client.clone(),
-                        raycluster::Config {
-                            namespace,
-                            concurrency: settings.concurrency,
-                            metrics: settings.metrics.clone(),
-                            ..raycluster::Config::from_env()
-                        },
-                        stopped(),
+                    tasks.push(tokio::spawn(supervisor.watch(
+                        "raycluster",
+                        raycluster::run(
+                            client.clone(),
+                            raycluster::Config {
+                                namespace,
+                                concurrency: settings.concurrency,
+                                metrics: settings.metrics.clone(),
+                                ..raycluster::Config::from_env()
+                            },
+                            stopped(),
+                        ),
                     )))
                 }
             }
@@ -80,46 +89,57 @@ pub async fn run_with_settings(
                     None => rayservice_config(settings)?,
                 };
                 for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(rayservice::run(
-                        client.clone(),
-                        rayservice::Config {
-                            namespace,
-                            concurrency: settings.concurrency,
-                            metrics: settings.metrics.clone(),
-                            ..base.clone()
-                        },
-                        stopped(),
+                    tasks.push(tokio::spawn(supervisor.watch(
+                        "rayservice",
+                        rayservice::run(
+                            client.clone(),
+                            rayservice::Config {
+                                namespace,
+                                concurrency: settings.concurrency,
+                                metrics: settings.metrics.clone(),
+                                ..base.clone()
+                            },
+                            stopped(),
+                        ),
                     )))
                 }
             }
             ControllerKind::Rayjob => {
                 let locator = settings.dashboard_locator()?;
                 for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(rayjob::run(
-                        client.clone(),
-                        rayjob::Config {
-                            namespace,
-                            concurrency: settings.concurrency,
-                            locator: locator.clone(),
-                            deletion_policy: settings
-                                .feature_gates
-                                .enabled(crate::config::gates::RAY_JOB_DELETION_POLICY),
-                            ..rayjob::Config::from_env()
-                        },
-                        stopped(),
-                    )))
+                    tasks.push(tokio::spawn(
+                        supervisor.watch(
+                            "rayjob",
+                            rayjob::run(
+                                client.clone(),
+                                rayjob::Config {
+                                    namespace,
+                                    concurrency: settings.concurrency,
+                                    locator: locator.clone(),
+                                    deletion_policy: settings
+                                        .feature_gates
+                                        .enabled(crate::config::gates::RAY_JOB_DELETION_POLICY),
+                                    ..rayjob::Config::from_env()
+                                },
+                                stopped(),
+                            ),
+                        ),
+                    ))
                 }
             }
             ControllerKind::Raycronjob => {
                 for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(raycronjob::run(
-                        client.clone(),
-                        raycronjob::Config {
-                            namespace,
-                            concurrency: settings.concurrency,
-                            ..raycronjob::Config::default()
-                        },
-                        stopped(),
+                    tasks.push(tokio::spawn(supervisor.watch(
+                        "raycronjob",
+                        raycronjob::run(
+                            client.clone(),
+                            raycronjob::Config {
+                                namespace,
+                                concurrency: settings.concurrency,
+                                ..raycronjob::Config::default()
+                            },
+                            stopped(),
+                        ),
                     )))
                 }
             }

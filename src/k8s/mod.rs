@@ -144,14 +144,7 @@ pub fn whole_seconds(
 
 /// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.
 pub fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
+    crate::validation::cut(s, max)
 }
 
 /// An API for `K` in `namespace`, or across all namespaces.
@@ -229,6 +222,6 @@ mod tests {
     fn truncate_respects_char_boundaries() {
         assert_eq!(truncate("short", 10), "short");
         let cut = truncate("ééééééééé", 8);
-        assert!(cut.len() <= 8 && cut.ends_with("..."), "{cut}");
+        assert!(cut.len() <= 8 && cut.ends_with('…'), "{cut}");
     }
 }

@@ -160,42 +160,6 @@ fn restart_policy_never_or_unset(template: &PodTemplateSpec) -> bool {
         .is_none_or(|p| p == "Never")
 }
 
-/// Parses a Go duration (`30m`, `1h30m`, `1.5s`, `300ms`, `10us`, `5ns`) into seconds.
-pub(crate) fn go_duration_seconds(text: &str) -> Option<f64> {
-    let mut rest = text.trim();
-    let negative = rest.starts_with('-');
-    rest = rest.trim_start_matches(['-', '+']);
-    if rest.is_empty() {
-        return None;
-    }
-    if rest == "0" {
-        return Some(0.0);
-    }
-    let mut total = 0.0;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .filter(|&n| n > 0)?;
-        let value: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += value * scale;
-    }
-    Some(if negative { -total } else { total })
-}
-
 // ---------------------------------------------------------------------------------------------
 // RayCluster (also the cluster spec inside RayJob, RayService and ServePipeline).
 
@@ -1011,15 +975,9 @@ pub fn rayservice(service: &RayService, feature_gates: &FeatureGates) -> Vec<Str
         &mut problems,
     );
     if let Some(timeout) = service.annotations().get(ANNOTATION_INITIALIZING_TIMEOUT) {
-        let seconds = timeout
-            .trim()
-            .parse::<i64>()
-            .ok()
-            .map(|s| s as f64)
-            .or_else(|| go_duration_seconds(timeout));
-        if !seconds.is_some_and(|s| s > 0.0) {
+        if let Err(e) = crate::validation::duration::parse_seconds_or_duration(timeout) {
             problems.push(format!(
-                "metadata.annotations[{ANNOTATION_INITIALIZING_TIMEOUT}]: {timeout:?} is not a positive duration (like 30m) or number of seconds"
+                "metadata.annotations[{ANNOTATION_INITIALIZING_TIMEOUT}]: {e}; write a positive duration (like 30m) or number of seconds"
             ));
         }
     }
@@ -1114,9 +1072,10 @@ pub fn check_cron_schedule(schedule: &str) -> Result<(), String> {
     let schedule = schedule.trim();
     if let Some(descriptor) = schedule.strip_prefix('@') {
         if let Some(every) = descriptor.strip_prefix("every ") {
-            return match go_duration_seconds(every) {
-                Some(s) if s > 0.0 => Ok(()),
-                _ => Err(format!("@every needs a positive duration, not {every:?}")),
+            return match crate::validation::parse_go_duration(every) {
+                Ok(nanos) if nanos > 0 => Ok(()),
+                Ok(_) => Err(format!("@every needs a positive duration, not {every:?}")),
+                Err(e) => Err(format!("@every: {e}")),
             };
         }
         return match descriptor {
@@ -1202,7 +1161,7 @@ pub fn raycronjob(cron: &RayCronJob, feature_gates: &FeatureGates) -> Vec<String
 /// refused when it is written rather than after its graph was downloaded.
 pub fn servepipeline(pipeline: &ServePipeline, feature_gates: &FeatureGates) -> Vec<String> {
     let mut problems = Vec::new();
-    if let Err(found) = crate::controllers::servepipeline::build::validate_spec(pipeline) {
+    if let Err(found) = crate::validation::servepipeline::validate_spec(pipeline) {
         problems.extend(found);
     }
     let name = pipeline.name_any();

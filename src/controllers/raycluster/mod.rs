@@ -84,6 +84,9 @@ pub enum Error {
     InvalidStatus(String),
     #[error("the Pod and Service caches did not sync within {0:?}")]
     CacheNotReady(Duration),
+    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
+    #[error(transparent)]
+    Panicked(#[from] crate::controllers::frame::Panicked),
 }
 
 impl Error {
@@ -95,6 +98,7 @@ impl Error {
             Error::Conflict(_) => "conflict",
             Error::InvalidStatus(_) => "status",
             Error::CacheNotReady(_) => "cache",
+            Error::Panicked(_) => "panic",
         }
     }
 
@@ -370,13 +374,27 @@ pub async fn run(
         .owns_stream(job_events)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            crate::controllers::frame::contain("raycluster", reconcile),
+            crate::controllers::frame::contain_policy("raycluster", error_policy),
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 debug!(error = %e, "raycluster reconcile loop");
             }
         })
         .await;
+}
+
+impl crate::controllers::frame::ReportPanic<RayCluster> for Context {
+    fn report_panic(
+        &self,
+        object: Arc<RayCluster>,
+        message: String,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        crate::controllers::frame::panic_event(&self.recorder, object, message)
+    }
 }
 
 fn error_policy(cluster: Arc<RayCluster>, error: &Error, ctx: Arc<Context>) -> Action {

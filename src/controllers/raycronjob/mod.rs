@@ -60,6 +60,9 @@ pub enum Error {
     },
     #[error(transparent)]
     K8s(#[from] crate::k8s::K8sError),
+    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
+    #[error(transparent)]
+    Panicked(#[from] crate::controllers::frame::Panicked),
 }
 
 fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -189,13 +192,27 @@ pub async fn run(
         .owns_stream(job_events)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            crate::controllers::frame::contain("raycronjob", reconcile),
+            crate::controllers::frame::contain_policy("raycronjob", error_policy),
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 debug!(error = %e, "raycronjob reconcile loop");
             }
         })
         .await;
+}
+
+impl crate::controllers::frame::ReportPanic<RayCronJob> for Context {
+    fn report_panic(
+        &self,
+        object: Arc<RayCronJob>,
+        message: String,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        crate::controllers::frame::panic_event(&self.recorder, object, message)
+    }
 }
 
 fn error_policy(cron: Arc<RayCronJob>, error: &Error, _ctx: Arc<Context>) -> Action {

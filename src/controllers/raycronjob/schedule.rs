@@ -166,34 +166,9 @@ fn descriptor_kind(descriptor: &str) -> Result<Kind, String> {
 
 /// A Go duration (`1h30m`, `90s`, `1.5h`), rounded down to whole seconds.
 fn go_duration_seconds(text: &str) -> Result<i64, String> {
-    let bad = || format!("{text:?} is not a duration like 1h30m");
-    let mut total = 0f64;
-    let mut rest = text;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..number_end].parse().map_err(|_| bad())?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 0.001,
-            "us" | "µs" => 0.000_001,
-            "ns" => 0.000_000_001,
-            _ => return Err(bad()),
-        };
-        total += number * scale;
-        rest = &rest[unit_end..];
-    }
-    Ok(total.floor() as i64)
+    crate::validation::parse_go_duration(text)
+        .map(|nanos| nanos.div_euclid(1_000_000_000))
+        .map_err(|e| e.to_string())
 }
 
 fn bits(min: u32, max: u32, step: u32) -> u64 {

@@ -84,6 +84,9 @@ pub enum Error {
     ClusterNotFound(String),
     #[error(transparent)]
     Dashboard(#[from] DashboardError),
+    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
+    #[error(transparent)]
+    Panicked(#[from] crate::controllers::frame::Panicked),
 }
 
 fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -219,7 +222,11 @@ pub async fn run(
         .owns_stream(submitter_events)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            crate::controllers::frame::contain("rayjob", reconcile),
+            crate::controllers::frame::contain_policy("rayjob", error_policy),
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 debug!(error = %e, "rayjob reconcile loop");
@@ -230,6 +237,16 @@ pub async fn run(
 
 fn key(job: &RayJob) -> (String, String) {
     (job.namespace().unwrap_or_default(), job.name_any())
+}
+
+impl crate::controllers::frame::ReportPanic<RayJob> for Context {
+    fn report_panic(
+        &self,
+        object: Arc<RayJob>,
+        message: String,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        crate::controllers::frame::panic_event(&self.recorder, object, message)
+    }
 }
 
 fn error_policy(job: Arc<RayJob>, error: &Error, ctx: Arc<Context>) -> Action {

@@ -88,6 +88,9 @@ pub enum Error {
     Build(#[from] BuildError),
     #[error("the RayCluster and Service caches did not sync within {0:?}")]
     CacheNotReady(Duration),
+    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
+    #[error(transparent)]
+    Panicked(#[from] crate::controllers::frame::Panicked),
 }
 
 impl Error {
@@ -97,6 +100,7 @@ impl Error {
             Error::Kube { .. } | Error::Apply(_) => "apply",
             Error::Build(_) => "build",
             Error::CacheNotReady(_) => "cache",
+            Error::Panicked(_) => "panic",
         }
     }
 
@@ -312,13 +316,27 @@ pub async fn run(
         .owns_stream(service_events)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            crate::controllers::frame::contain("rayservice", reconcile),
+            crate::controllers::frame::contain_policy("rayservice", error_policy),
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 debug!(error = %e, "rayservice reconcile loop");
             }
         })
         .await;
+}
+
+impl crate::controllers::frame::ReportPanic<RayService> for Context {
+    fn report_panic(
+        &self,
+        object: Arc<RayService>,
+        message: String,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        crate::controllers::frame::panic_event(&self.recorder, object, message)
+    }
 }
 
 fn error_policy(service: Arc<RayService>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -689,14 +707,7 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     let initializing_timeout = service
         .annotations()
         .get(crate::webhook::rules::ANNOTATION_INITIALIZING_TIMEOUT)
-        .and_then(|t| {
-            t.trim()
-                .parse::<f64>()
-                .ok()
-                .or_else(|| crate::webhook::rules::go_duration_seconds(t))
-        })
-        .filter(|s| *s > 0.0)
-        .map(Duration::from_secs_f64);
+        .and_then(|t| crate::validation::duration::parse_seconds_or_duration(t).ok());
     let timed_out = status::set_conditions(
         &mut status,
         &status::ConditionInputs {

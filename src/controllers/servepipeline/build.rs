@@ -2,7 +2,6 @@
 //! No client, no clock (time is passed in), no environment: unit-testable without a cluster.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::{Resource, ResourceExt};
@@ -18,8 +17,7 @@ use crate::k8s::{
     MANAGED_BY,
 };
 
-/// KubeRay's limit for RayService names (it appends suffixes to derive child names).
-pub const MAX_RAYSERVICE_NAME: usize = 47;
+pub use crate::validation::servepipeline::MAX_RAYSERVICE_NAME;
 
 /// Phases shown in `kubectl get servepipelines`.
 pub mod phases {
@@ -50,84 +48,6 @@ pub mod reasons {
 /// The name of the RayService a pipeline owns: the pipeline's own name.
 pub fn rayservice_name(pipeline: &ServePipeline) -> String {
     pipeline.name_any()
-}
-
-/// Parses a duration such as `30s`, `5m`, `1h30m`, `250ms` (the CRD's pattern).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("{text:?} is not a duration like 30s, 5m or 1h"));
-        }
-        let value: f64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{text:?} is not a duration like 30s, 5m or 1h"))?;
-        rest = &rest[digits..];
-        let (unit_secs, len) = if rest.starts_with("ms") {
-            (0.001, 2)
-        } else if rest.starts_with('s') {
-            (1.0, 1)
-        } else if rest.starts_with('m') {
-            (60.0, 1)
-        } else if rest.starts_with('h') {
-            (3600.0, 1)
-        } else {
-            return Err(format!("{text:?}: unknown unit; use ms, s, m or h"));
-        };
-        rest = &rest[len..];
-        total += Duration::from_secs_f64(value * unit_secs);
-    }
-    Ok(total)
-}
-
-/// Checks what the CRD schema cannot: name length, URL scheme against `allowInsecureHttp`,
-/// durations. Every problem is listed.
-pub fn validate_spec(pipeline: &ServePipeline) -> Result<(), Vec<String>> {
-    let mut problems = Vec::new();
-    let name = rayservice_name(pipeline);
-    if name.len() > MAX_RAYSERVICE_NAME {
-        problems.push(format!(
-            "the pipeline name {name:?} has {} characters; the RayService it owns takes its name and may have at most {MAX_RAYSERVICE_NAME}",
-            name.len()
-        ));
-    }
-    let source = &pipeline.spec.source;
-    if source.url.starts_with("http://") && !source.allow_insecure_http.unwrap_or(false) {
-        problems.push(
-            "source.url uses plain http://; use https://, or set source.allowInsecureHttp: true"
-                .to_owned(),
-        );
-    }
-    for (field, value) in [
-        ("source.refreshInterval", &source.refresh_interval),
-        ("source.timeout", &source.timeout),
-    ] {
-        if let Some(v) = value
-            && let Err(e) = parse_duration(v)
-        {
-            problems.push(format!("{field}: {e}"));
-        }
-    }
-    if let Some(interval) = source
-        .refresh_interval
-        .as_deref()
-        .and_then(|v| parse_duration(v).ok())
-        && interval < Duration::from_secs(1)
-    {
-        problems.push("source.refreshInterval must be at least 1s".to_owned());
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems)
-    }
 }
 
 /// The RayService for a pipeline, carrying `serve_config_yaml`. Deterministic: equal inputs give
@@ -508,34 +428,6 @@ mod tests {
 
     fn cond<'a>(s: &'a ServePipelineStatus, t: &str) -> &'a Condition {
         conditions::find(&s.conditions, t).expect("condition present")
-    }
-
-    #[test]
-    fn durations_parse_like_the_crd_pattern_allows() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("5").is_err());
-        assert!(parse_duration("5d").is_err());
-        assert!(parse_duration("m5").is_err());
-    }
-
-    #[test]
-    fn spec_validation_lists_every_problem() {
-        let mut p = pipeline(&"x".repeat(48));
-        p.spec.source.url = "http://127.0.0.1/g.pb".into();
-        p.spec.source.refresh_interval = Some("100ms".into());
-        p.spec.source.timeout = Some("soon".into());
-        let problems = validate_spec(&p).expect_err("invalid");
-        assert_eq!(problems.len(), 4, "{problems:?}");
-        assert!(problems[0].contains("at most 47"));
-        assert!(problems.iter().any(|m| m.contains("allowInsecureHttp")));
-        p = pipeline("ok");
-        p.spec.source.url = "http://127.0.0.1/g.pb".into();
-        p.spec.source.allow_insecure_http = Some(true);
-        assert_eq!(validate_spec(&p), Ok(()));
     }
 
     #[test]

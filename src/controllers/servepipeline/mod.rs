@@ -3,6 +3,7 @@
 //! fetch, validation or render failure the existing RayService is left exactly as it was.
 
 pub mod build;
+mod fetches;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,15 @@ use crate::k8s::{LABEL_MANAGED_BY, MANAGED_BY, field_managers};
 use crate::serve::RenderOptions;
 use crate::source::{BearerToken, FetchOutcome, FetchRequest, Fetcher, SourceError};
 use build::{AppliedGraph, Problem, StatusInputs, reasons};
+use fetches::{FetchQueue, Poll};
+
+/// What one fetch ends in: a new valid graph, `None` when unchanged, or a problem (and whether
+/// it is transient).
+type FetchResult = Result<Option<GoodGraph>, (Problem, bool)>;
+
+/// Longest message from untrusted input (registry, graph, spec) that reaches a log line; the
+/// conditions keep at most 2 KiB too.
+const MAX_LOGGED_MESSAGE: usize = 2048;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -51,6 +61,9 @@ pub enum Error {
         message: String,
         transient: bool,
     },
+    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
+    #[error(transparent)]
+    Panicked(#[from] crate::controllers::frame::Panicked),
 }
 
 impl Error {
@@ -61,6 +74,7 @@ impl Error {
             Error::Apply(_) => "apply",
             Error::Status { .. } => "status",
             Error::Input { .. } => "input",
+            Error::Panicked(_) => "panic",
         }
     }
 
@@ -103,6 +117,8 @@ struct PipelineState {
     consecutive_failures: u32,
     /// The last problem an Event was published for, so a persisting failure is announced once.
     announced_problem: Option<(String, String)>,
+    /// The latest fetch's problem (and whether it is transient), shown while the next fetch runs.
+    last_problem: Option<(Problem, bool)>,
 }
 
 #[derive(Clone)]
@@ -119,6 +135,8 @@ pub struct Context {
     secrets: Store<PartialObjectMeta<Secret>>,
     state: Mutex<HashMap<ObjectRef<ServePipeline>, PipelineState>>,
     queue: crate::admin::metrics::ReconcileQueue,
+    /// Fetches in flight, outside the reconcile workers.
+    fetches: FetchQueue<FetchResult>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -184,6 +202,7 @@ pub async fn run(
     let controller_config =
         kube::runtime::controller::Config::default().concurrency(config.concurrency);
 
+    let (fetches, fetched) = FetchQueue::new();
     let ctx = Arc::new(Context {
         client: client.clone(),
         fetcher: Fetcher::new(),
@@ -192,11 +211,14 @@ pub async fn run(
         secrets: secret_store,
         state: Mutex::new(HashMap::new()),
         queue,
+        fetches,
     });
 
     Controller::for_stream(pipeline_stream, pipeline_store)
         .with_config(controller_config)
         .owns_stream(rayservice_events)
+        // A finished fetch brings its pipeline back.
+        .reconcile_on(fetched)
         .watches_stream(secret_events, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.namespace();
             let name = secret.name_any();
@@ -211,7 +233,11 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            crate::controllers::frame::contain("servepipeline", reconcile),
+            crate::controllers::frame::contain_policy("servepipeline", error_policy),
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "servepipeline reconcile loop");
@@ -232,6 +258,49 @@ fn references_secret(pipeline: &ServePipeline, secret: &str) -> bool {
             .is_some_and(|r| r.name == secret)
 }
 
+impl crate::controllers::frame::ReportPanic<ServePipeline> for Context {
+    /// A Warning Event, and `Ready` False with reason `ReconcilePanicked` in the pipeline's
+    /// status (the RayService it owns is left as it is).
+    fn report_panic(
+        &self,
+        pipeline: Arc<ServePipeline>,
+        message: String,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        let event = crate::controllers::frame::panic_event(
+            &self.recorder,
+            pipeline.clone(),
+            message.clone(),
+        );
+        let client = self.client.clone();
+        let applied = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&ObjectRef::from_obj(&*pipeline))
+            .and_then(|s| s.good.as_ref().map(|g| g.applied.clone()));
+        Box::pin(async move {
+            event.await;
+            let problem = Problem {
+                condition: condition_types::READY,
+                reason: crate::controllers::frame::REASON_RECONCILE_PANICKED.to_owned(),
+                message: format!(
+                    "the reconcile panicked (a raypipe bug; retried with backoff): {message}"
+                ),
+            };
+            let status = build::compute_status(&StatusInputs {
+                pipeline: &pipeline,
+                applied: applied.as_ref(),
+                problem: Some(&problem),
+                rayservice: None,
+                now: now(),
+            });
+            if let Err(e) = write_status(&client, &pipeline, &status).await {
+                warn!(error = %e, "recording a panic in the status failed");
+            }
+        })
+    }
+}
+
 fn error_policy(pipeline: Arc<ServePipeline>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = ObjectRef::from_obj(&*pipeline);
     let failures = {
@@ -243,6 +312,10 @@ fn error_policy(pipeline: Arc<ServePipeline>, error: &Error, ctx: Arc<Context>) 
     }
     .unwrap_or(1);
     let refresh = refresh_interval(&pipeline);
+    if matches!(error, Error::Input { reason, .. } if reason == reasons::INVALID_SPEC) {
+        // Nothing but a new spec can fix it.
+        return Action::await_change();
+    }
     if error.is_transient() {
         // 2 s, 4 s, 8 s … capped at 5 minutes (and at the refresh interval, when shorter).
         let backoff = crate::k8s::failure_backoff(failures);
@@ -252,13 +325,9 @@ fn error_policy(pipeline: Arc<ServePipeline>, error: &Error, ctx: Arc<Context>) 
     }
 }
 
+/// The validated refresh interval (at least a second; `None` when unset or invalid).
 fn refresh_interval(pipeline: &ServePipeline) -> Option<Duration> {
-    pipeline
-        .spec
-        .source
-        .refresh_interval
-        .as_deref()
-        .and_then(|v| build::parse_duration(v).ok())
+    crate::validation::servepipeline::source_timing(&pipeline.spec.source).refresh_interval
 }
 
 fn now() -> Time {
@@ -299,7 +368,7 @@ fn source_problem(e: &SourceError) -> Problem {
     Problem {
         condition: condition_types::SOURCE_READY,
         reason: e.reason().to_owned(),
-        message: e.to_string(),
+        message: crate::validation::cut(&e.to_string(), MAX_LOGGED_MESSAGE),
     }
 }
 
@@ -322,7 +391,8 @@ async fn reconcile(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Result<Ac
 
 async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Result<Action, Error> {
     if pipeline.meta().deletion_timestamp.is_some() {
-        // The RayService goes with its owner (garbage collection); nothing to do.
+        // The RayService goes with its owner (garbage collection); a fetch is no longer wanted.
+        ctx.fetches.forget(&ObjectRef::from_obj(&*pipeline));
         return Ok(Action::await_change());
     }
     let namespace = pipeline.namespace().unwrap_or_default();
@@ -340,11 +410,11 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     // validate
     let mut problem: Option<Problem> = None;
     let mut transient = false;
-    if let Err(problems) = build::validate_spec(&pipeline) {
+    if let Err(problems) = crate::validation::servepipeline::validate_spec(&pipeline) {
         problem = Some(Problem {
             condition: condition_types::READY,
             reason: reasons::INVALID_SPEC.to_owned(),
-            message: problems.join("; "),
+            message: crate::validation::cut(&problems.join("; "), MAX_LOGGED_MESSAGE),
         });
     }
 
@@ -368,20 +438,34 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     };
     let mut checked = false;
 
+    let mut fetching = false;
     if problem.is_none() && due {
-        checked = true;
-        let started = std::time::Instant::now();
-        match fetch_and_validate(&pipeline, &ctx, good.as_ref()).await {
-            Ok(Some(new_good)) => {
-                ctx.config
-                    .metrics
-                    .pipeline_update_stage("fetch_validate", started.elapsed());
-                good = Some(new_good)
+        let host = fetches::host_of(&pipeline.spec.source.url);
+        let poll = ctx.fetches.poll(&key, &source_inputs, &host, || {
+            fetch_and_validate(pipeline.clone(), ctx.clone(), good.clone())
+        });
+        match poll {
+            Poll::Done(outcome) => {
+                checked = true;
+                match outcome {
+                    Ok(Some(new_good)) => good = Some(new_good),
+                    Ok(None) => {}
+                    Err((p, is_transient)) => {
+                        transient = is_transient;
+                        problem = Some(p);
+                    }
+                }
             }
-            Ok(None) => {}
-            Err((p, is_transient)) => {
-                transient = is_transient;
-                problem = Some(p);
+            Poll::Pending => {
+                // The fetch wakes this pipeline when it ends; until then the latest outcome
+                // stands (nothing to apply, and the status says what it said).
+                fetching = true;
+                if let Some((p, is_transient)) =
+                    previous_state.as_ref().and_then(|s| s.last_problem.clone())
+                {
+                    transient = is_transient;
+                    problem = Some(p);
+                }
             }
         }
     }
@@ -442,22 +526,7 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
         now: now(),
     });
     if pipeline.status.as_ref() != Some(&status) {
-        let api: Api<ServePipeline> = Api::namespaced(ctx.client.clone(), &namespace);
-        let patch = serde_json::json!({
-            "apiVersion": ServePipeline::api_version(&()),
-            "kind": ServePipeline::kind(&()),
-            "status": status,
-        });
-        api.patch_status(
-            &pipeline.name_any(),
-            &PatchParams::apply(field_managers::SERVEPIPELINE).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(|source| Error::Status {
-            name: pipeline.name_any(),
-            source,
-        })?;
+        write_status(&ctx.client, &pipeline, &status).await?;
     }
 
     // events, once per transition
@@ -487,7 +556,8 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     if current != announced
         && let Some(p) = &problem
     {
-        warn!(reason = %p.reason, message = %p.message, "pipeline problem");
+        let message = crate::validation::cut(&p.message, MAX_LOGGED_MESSAGE);
+        warn!(reason = %p.reason, %message, "pipeline problem");
         crate::k8s::publish_event(
             &ctx.recorder,
             &*pipeline,
@@ -507,6 +577,7 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
             good: None,
             consecutive_failures: 0,
             announced_problem: None,
+            last_problem: None,
         });
         entry.source_inputs = source_inputs;
         if checked {
@@ -514,11 +585,18 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
         }
         entry.good = good;
         entry.announced_problem = current;
-        if problem.is_none() {
-            entry.consecutive_failures = 0;
+        if !fetching {
+            entry.last_problem = problem.clone().map(|p| (p, transient));
+            if problem.is_none() {
+                entry.consecutive_failures = 0;
+            }
         }
     }
 
+    if fetching {
+        // The fetch's end reconciles this pipeline again; no failure is counted meanwhile.
+        return Ok(Action::await_change());
+    }
     match problem {
         Some(p) => Err(Error::Input {
             reason: p.reason,
@@ -527,6 +605,32 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
         }),
         None => Ok(refresh_interval(&pipeline).map_or_else(Action::await_change, Action::requeue)),
     }
+}
+
+/// Server-side applies the pipeline's status.
+async fn write_status(
+    client: &kube::Client,
+    pipeline: &ServePipeline,
+    status: &crate::api::servepipeline::ServePipelineStatus,
+) -> Result<(), Error> {
+    let api: Api<ServePipeline> =
+        Api::namespaced(client.clone(), &pipeline.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "apiVersion": ServePipeline::api_version(&()),
+        "kind": ServePipeline::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &pipeline.name_any(),
+        &PatchParams::apply(field_managers::SERVEPIPELINE).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::Status {
+        name: pipeline.name_any(),
+        source,
+    })
 }
 
 /// Hash of the inputs that decide whether the source must be fetched again.
@@ -560,10 +664,25 @@ fn source_inputs_hash(
 /// Fetches the graph; `Ok(None)` when it is unchanged, `Ok(Some)` for a new valid graph, and
 /// `Err((problem, transient))` for anything that must not reach the RayService.
 async fn fetch_and_validate(
+    pipeline: Arc<ServePipeline>,
+    ctx: Arc<Context>,
+    current: Option<GoodGraph>,
+) -> FetchResult {
+    let started = Instant::now();
+    let result = fetch_and_validate_inner(&pipeline, &ctx, current.as_ref()).await;
+    if let Ok(Some(_)) = &result {
+        ctx.config
+            .metrics
+            .pipeline_update_stage("fetch_validate", started.elapsed());
+    }
+    result
+}
+
+async fn fetch_and_validate_inner(
     pipeline: &ServePipeline,
     ctx: &Context,
     current: Option<&GoodGraph>,
-) -> Result<Option<GoodGraph>, (Problem, bool)> {
+) -> FetchResult {
     let namespace = pipeline.namespace().unwrap_or_default();
     let source = &pipeline.spec.source;
     let token = match &source.bearer_token_secret_ref {
@@ -585,11 +704,7 @@ async fn fetch_and_validate(
         ),
         None => None,
     };
-    let timeout = source
-        .timeout
-        .as_deref()
-        .and_then(|t| build::parse_duration(t).ok())
-        .unwrap_or(crate::source::DEFAULT_TIMEOUT);
+    let timeout = crate::validation::servepipeline::source_timing(source).timeout;
     let request = FetchRequest {
         bearer_token: token.as_ref(),
         previous_etag: current.and_then(|g| g.applied.etag.as_deref()),
@@ -621,19 +736,40 @@ async fn fetch_and_validate(
                     Problem {
                         condition: condition_types::GRAPH_VALID,
                         reason: reason.to_owned(),
-                        message,
+                        message: crate::validation::cut(&message, MAX_LOGGED_MESSAGE),
                     },
                     false,
                 )
             };
-            let decoded = crate::graph::decode(&bytes)
-                .map_err(|e| graph_problem("DecodeError", format!("graph {digest}: {e}")))?;
-            let validated = crate::graph::validate(decoded).map_err(|errors| {
-                graph_problem(
-                    errors.reason(),
-                    format!("graph {digest} is invalid: {errors}"),
-                )
-            })?;
+            // Decoding and validating a large graph is CPU work of up to a few hundred ms:
+            // off the async workers, so the controllers' watches and other fetches keep going.
+            let decode_digest = digest.clone();
+            let checked = tokio::task::spawn_blocking(move || {
+                let decoded = crate::graph::decode(&bytes)
+                    .map_err(|e| ("DecodeError", format!("graph {decode_digest}: {e}")))?;
+                crate::graph::validate(decoded).map_err(|errors| {
+                    (
+                        errors.reason(),
+                        format!("graph {decode_digest} is invalid: {errors}"),
+                    )
+                })
+            })
+            .await;
+            let validated = match checked {
+                Ok(Ok(validated)) => validated,
+                Ok(Err((reason, message))) => return Err(graph_problem(reason, message)),
+                Err(join) => {
+                    let message = if join.is_panic() {
+                        "validating the graph panicked (a raypipe bug)".to_owned()
+                    } else {
+                        "validating the graph was cancelled".to_owned()
+                    };
+                    return Err(graph_problem(
+                        "ValidationPanicked",
+                        format!("graph {digest}: {message}"),
+                    ));
+                }
+            };
             let applied = AppliedGraph {
                 digest,
                 etag,

@@ -1,0 +1,196 @@
+//! ServePipeline spec rules the CRD schema cannot express: name length, the URL scheme against
+//! `allowInsecureHttp`, and bounded durations and sizes. The controller and the webhook both
+//! call [`validate_spec`]; the controller reads durations only through [`source_timing`], so a
+//! value that passed here is the value it uses, and nothing out of bounds reaches a timer.
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+
+use crate::api::servepipeline::{GraphSource, ServePipeline};
+use crate::validation::duration::{format_duration, parse_bounded};
+
+/// KubeRay's limit for RayService names (it appends suffixes to derive child names); a
+/// pipeline's RayService takes the pipeline's name.
+pub const MAX_RAYSERVICE_NAME: usize = 47;
+/// `source.refreshInterval`: polling faster than once a second is a load on the registry, not
+/// a feature; slower than daily is better served by a change to the pipeline.
+pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+pub const MAX_REFRESH_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+/// `source.timeout`: one fetch, retries included. The ceiling keeps a slow registry from
+/// holding a fetch slot for long.
+pub const MIN_FETCH_TIMEOUT: Duration = Duration::from_secs(1);
+pub const MAX_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// `source.maxBytes` ceiling: the largest graph the operator accepts (a 100,000-node graph,
+/// the node limit, encodes to well under this).
+pub const MAX_GRAPH_BYTES: i64 = 64 * 1024 * 1024;
+
+/// The source's timing, from a spec that passed [`validate_spec`]; values out of bounds (an
+/// object the webhook did not see) fall back to the defaults instead of reaching a timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceTiming {
+    /// `None`: fetch only when the pipeline or its Secrets change.
+    pub refresh_interval: Option<Duration>,
+    pub timeout: Duration,
+}
+
+pub fn source_timing(source: &GraphSource) -> SourceTiming {
+    SourceTiming {
+        refresh_interval: source
+            .refresh_interval
+            .as_deref()
+            .and_then(|v| parse_bounded(v, MIN_REFRESH_INTERVAL, MAX_REFRESH_INTERVAL).ok()),
+        timeout: source
+            .timeout
+            .as_deref()
+            .and_then(|v| parse_bounded(v, MIN_FETCH_TIMEOUT, MAX_FETCH_TIMEOUT).ok())
+            .unwrap_or(crate::source::DEFAULT_TIMEOUT),
+    }
+}
+
+/// Every problem of the spec, each naming its field; empty when it is valid.
+pub fn validate_spec(pipeline: &ServePipeline) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let name = pipeline.name_any();
+    if name.len() > MAX_RAYSERVICE_NAME {
+        problems.push(format!(
+            "the pipeline name {:?} has {} characters; the RayService it owns takes its name and may have at most {MAX_RAYSERVICE_NAME}",
+            crate::validation::cut(&name, 80),
+            name.len()
+        ));
+    }
+    let source = &pipeline.spec.source;
+    if source.url.starts_with("http://") && !source.allow_insecure_http.unwrap_or(false) {
+        problems.push(
+            "source.url uses plain http://; use https://, or set source.allowInsecureHttp: true"
+                .to_owned(),
+        );
+    }
+    for (field, value, min, max) in [
+        (
+            "source.refreshInterval",
+            &source.refresh_interval,
+            MIN_REFRESH_INTERVAL,
+            MAX_REFRESH_INTERVAL,
+        ),
+        (
+            "source.timeout",
+            &source.timeout,
+            MIN_FETCH_TIMEOUT,
+            MAX_FETCH_TIMEOUT,
+        ),
+    ] {
+        if let Some(v) = value
+            && let Err(e) = parse_bounded(v, min, max)
+        {
+            problems.push(format!(
+                "{field}: {e} (allowed: {} to {})",
+                format_duration(min),
+                format_duration(max)
+            ));
+        }
+    }
+    if let Some(max_bytes) = source.max_bytes
+        && !(1..=MAX_GRAPH_BYTES).contains(&max_bytes)
+    {
+        problems.push(format!(
+            "source.maxBytes: {max_bytes} is outside 1 to {MAX_GRAPH_BYTES} (64 MiB)"
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::servepipeline::ServePipelineSpec;
+
+    fn pipeline(name: &str, source: GraphSource) -> ServePipeline {
+        let mut p = ServePipeline::new(
+            name,
+            ServePipelineSpec {
+                source,
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("team".into());
+        p
+    }
+
+    fn source(refresh: Option<&str>, timeout: Option<&str>) -> GraphSource {
+        GraphSource {
+            url: "https://registry.example/g.pb".into(),
+            refresh_interval: refresh.map(str::to_owned),
+            timeout: timeout.map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn durations_the_crd_pattern_admits_are_bounded_not_panics() {
+        // The input: admitted by the CRD pattern, and a panic in Duration::from_secs_f64.
+        for huge in [
+            "99999999999999999999h",
+            "9999999999999999999.9h",
+            "2562048h",
+        ] {
+            let p = pipeline("p", source(Some(huge), Some(huge)));
+            let problems = validate_spec(&p).unwrap_err();
+            assert_eq!(problems.len(), 2, "{problems:?}");
+            assert!(
+                problems[0].starts_with("source.refreshInterval:"),
+                "{problems:?}"
+            );
+            assert!(problems[1].contains("too large"), "{problems:?}");
+            let timing = source_timing(&p.spec.source);
+            assert_eq!(timing.refresh_interval, None);
+            assert_eq!(timing.timeout, crate::source::DEFAULT_TIMEOUT);
+        }
+        // Zero polls in a hot loop: refused, and never used.
+        let p = pipeline("p", source(Some("0s"), Some("0s")));
+        let problems = validate_spec(&p).unwrap_err();
+        assert!(
+            problems[0].contains("shorter than the minimum of 1s"),
+            "{problems:?}"
+        );
+        assert_eq!(source_timing(&p.spec.source).refresh_interval, None);
+        // A timeout past the ceiling.
+        let p = pipeline("p", source(None, Some("10m")));
+        assert!(validate_spec(&p).unwrap_err()[0].contains("longer than the maximum of 2m"));
+    }
+
+    #[test]
+    fn valid_timing_is_used_as_written() {
+        let p = pipeline("p", source(Some("1h30m"), Some("45s")));
+        assert_eq!(validate_spec(&p), Ok(()));
+        assert_eq!(
+            source_timing(&p.spec.source),
+            SourceTiming {
+                refresh_interval: Some(Duration::from_secs(5400)),
+                timeout: Duration::from_secs(45),
+            }
+        );
+    }
+
+    #[test]
+    fn every_problem_is_listed() {
+        let mut s = source(Some("100ms"), Some("soon"));
+        s.url = "http://127.0.0.1/g.pb".into();
+        s.max_bytes = Some(1 << 40);
+        let problems = validate_spec(&pipeline(&"x".repeat(48), s)).unwrap_err();
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert!(problems[0].contains("48 characters"));
+        assert!(problems[1].contains("allowInsecureHttp"));
+        assert!(problems[2].contains("source.refreshInterval"));
+        assert!(problems[3].contains("source.timeout"));
+        assert!(problems[4].contains("source.maxBytes"));
+        let mut s = source(None, None);
+        s.url = "http://127.0.0.1/g.pb".into();
+        s.allow_insecure_http = Some(true);
+        assert_eq!(validate_spec(&pipeline("ok", s)), Ok(()));
+    }
+}
