@@ -66,18 +66,21 @@ pub struct GraphSource {
     /// request carries the last ETag, so an unchanged graph costs one 304. Unset: fetched only
     /// when the pipeline or its Secret changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    /// Between `1s` and `24h`.
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 64))]
     pub refresh_interval: Option<String>,
     /// Secret (in the pipeline's namespace) with PEM CA certificates to trust for this source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_bundle_secret_ref: Option<SecretKeySelector>,
     /// Total time allowed for one download (default `30s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    /// Between `1s` and `2m`.
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 64))]
     pub timeout: Option<String>,
-    /// Largest graph accepted, in bytes (default 16 MiB); enforced while downloading.
+    /// Largest graph accepted, in bytes (default 16 MiB, at most 64 MiB); enforced while
+    /// downloading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 67108864))]
     pub max_bytes: Option<i64>,
     /// Allows a plain `http://` URL (the token then travels unencrypted).
     #[serde(default, skip_serializing_if = "Option::is_none")]

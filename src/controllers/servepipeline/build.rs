@@ -189,6 +189,28 @@ pub fn applications_from(rs: &RayService) -> BTreeMap<String, ApplicationStatus>
 }
 
 /// Computes the pipeline's status. Conditions keep their transition times when their status
+/// The status after a contained panic: `Ready` False with reason `ReconcilePanicked`, the
+/// rest as it was (the RayService is not read: the reconcile that panicked did not finish).
+pub fn panic_status(
+    pipeline: &ServePipeline,
+    applied: Option<&AppliedGraph>,
+    message: &str,
+    now: Time,
+) -> ServePipelineStatus {
+    let problem = Problem {
+        condition: condition_types::READY,
+        reason: crate::controllers::frame::REASON_RECONCILE_PANICKED.to_owned(),
+        message: format!("the reconcile panicked (a raypipe bug; retried with backoff): {message}"),
+    };
+    compute_status(&StatusInputs {
+        pipeline,
+        applied,
+        problem: Some(&problem),
+        rayservice: None,
+        now,
+    })
+}
+
 /// does not change, so an unchanged world computes an identical status (and costs no write).
 pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
     let pipeline = inputs.pipeline;
@@ -634,5 +656,24 @@ mod tests {
         });
         assert_eq!(s.phase.as_deref(), Some(phases::SUSPENDED));
         assert_eq!(cond(&s, condition_types::READY).reason, reasons::SUSPENDED);
+    }
+
+    #[test]
+    fn a_contained_panic_sets_ready_false_with_its_own_reason() {
+        let p = pipeline("p");
+        let status = panic_status(
+            &p,
+            None,
+            "index out of bounds",
+            whole_seconds(k8s_openapi::jiff::Timestamp::now()),
+        );
+        let ready = cond(&status, condition_types::READY);
+        assert_eq!(ready.status, FALSE);
+        assert_eq!(ready.reason, "ReconcilePanicked");
+        assert!(
+            ready.message.contains("index out of bounds"),
+            "{}",
+            ready.message
+        );
     }
 }

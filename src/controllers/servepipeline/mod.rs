@@ -280,20 +280,7 @@ impl crate::controllers::frame::ReportPanic<ServePipeline> for Context {
             .and_then(|s| s.good.as_ref().map(|g| g.applied.clone()));
         Box::pin(async move {
             event.await;
-            let problem = Problem {
-                condition: condition_types::READY,
-                reason: crate::controllers::frame::REASON_RECONCILE_PANICKED.to_owned(),
-                message: format!(
-                    "the reconcile panicked (a raypipe bug; retried with backoff): {message}"
-                ),
-            };
-            let status = build::compute_status(&StatusInputs {
-                pipeline: &pipeline,
-                applied: applied.as_ref(),
-                problem: Some(&problem),
-                rayservice: None,
-                now: now(),
-            });
+            let status = build::panic_status(&pipeline, applied.as_ref(), &message, now());
             if let Err(e) = write_status(&client, &pipeline, &status).await {
                 warn!(error = %e, "recording a panic in the status failed");
             }
