@@ -193,4 +193,76 @@ mod tests {
         s.allow_insecure_http = Some(true);
         assert_eq!(validate_spec(&pipeline("ok", s)), Ok(()));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Durations as a hostile tenant writes them: CRD-shaped ones with huge numbers, and
+        /// anything else.
+        fn duration_text() -> impl Strategy<Value = Option<String>> {
+            prop_oneof![
+                Just(None),
+                "([0-9]{1,30}(\\.[0-9]{0,30})?(ms|s|m|h)){1,4}".prop_map(Some),
+                ".{0,80}".prop_map(Some),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Whatever the spec, validation answers without panicking, and the timing the
+            /// controller uses is always within the bounds (never 0 s, never past the ceiling).
+            #[test]
+            fn any_spec_is_judged_and_timing_stays_bounded(
+                name in "[a-z][a-z0-9-]{0,70}",
+                url in prop_oneof![Just("https://r.example/g.pb".to_owned()), ".{0,100}"],
+                refresh in duration_text(),
+                timeout in duration_text(),
+                max_bytes in proptest::option::of(any::<i64>()),
+                insecure in proptest::option::of(any::<bool>()),
+            ) {
+                let p = pipeline(&name, GraphSource {
+                    url,
+                    refresh_interval: refresh,
+                    timeout,
+                    max_bytes,
+                    allow_insecure_http: insecure,
+                    ..Default::default()
+                });
+                let verdict = validate_spec(&p);
+                let timing = source_timing(&p.spec.source);
+                if let Some(r) = timing.refresh_interval {
+                    prop_assert!((MIN_REFRESH_INTERVAL..=MAX_REFRESH_INTERVAL).contains(&r));
+                }
+                prop_assert!(timing.timeout >= MIN_FETCH_TIMEOUT && timing.timeout <= MAX_FETCH_TIMEOUT);
+                if let Err(problems) = verdict {
+                    prop_assert!(!problems.is_empty());
+                    for problem in problems {
+                        prop_assert!(problem.len() <= 1024, "{problem}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_crd_carries_the_same_bounds() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(ServePipeline::crd()).expect("CRD as JSON");
+        let source = crd
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/source/properties")
+            .expect("source schema");
+        assert_eq!(
+            source["maxBytes"]["maximum"].as_f64(),
+            Some(MAX_GRAPH_BYTES as f64)
+        );
+        for field in ["timeout", "refreshInterval"] {
+            assert_eq!(
+                source[field]["maxLength"].as_u64(),
+                Some(crate::validation::duration::MAX_DURATION_TEXT as u64),
+                "{field}"
+            );
+        }
+    }
 }
