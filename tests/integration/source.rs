@@ -1787,8 +1787,16 @@ async fn the_operator_refuses_internal_sources_and_names_the_reason_in_the_condi
     );
     let port = registry.addr.port();
     let sources = [
-        ("by-address", format!("http://127.0.0.1:{port}/g.pb"), "127.0.0.1"),
-        ("by-name", format!("http://localhost:{port}/g.pb"), "localhost"),
+        (
+            "by-address",
+            format!("http://127.0.0.1:{port}/g.pb"),
+            "127.0.0.1",
+        ),
+        (
+            "by-name",
+            format!("http://localhost:{port}/g.pb"),
+            "localhost",
+        ),
         // Refused before any connection: nothing leaves the loopback.
         (
             "metadata",
