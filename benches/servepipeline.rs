@@ -114,7 +114,12 @@ async fn bench() {
     let url = registry.url("g.pb");
 
     // The fetch on its own, with the same client the controller uses.
-    let fetcher = raypipe::source::Fetcher::new();
+    // The registry is on the loopback, which the operator refuses unless allowed.
+    let fetcher = raypipe::source::Fetcher::with_options(raypipe::source::FetcherOptions {
+        honor_proxy_environment: false,
+        allowed_destinations: raypipe::source::DestinationPolicy::with_loopback(),
+        ..Default::default()
+    });
     let token = raypipe::source::BearerToken::new(TOKEN);
     let mut fetches = Vec::new();
     for _ in 0..LATENCY_SAMPLES {
@@ -132,6 +137,7 @@ async fn bench() {
     let rss_before = proc_status_kib("VmRSS:");
     let config = Config {
         namespace: Some(ns.to_owned()),
+        fetcher: fetcher.clone(),
         ..Default::default()
     };
     tokio::spawn(servepipeline::run(

@@ -117,6 +117,53 @@ pub struct OperatorArgs {
     pub admin: AdminArgs,
     #[command(flatten)]
     pub webhook: WebhookArgs,
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+/// How graphs are fetched from registries (untrusted: see the source module).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SourceArgs {
+    /// Destinations graph fetches may reach besides public addresses (comma separated): CIDRs
+    /// (`10.0.0.0/8`, `fd00::/8`), IP addresses, or exact host names whose DNS you control
+    /// (`registry.models.svc.cluster.local`). Loopback, link-local (cloud metadata), private
+    /// and cluster-internal addresses are refused unless listed here.
+    #[arg(long, env = "RAYPIPE_SOURCE_ALLOWED_DESTINATIONS", default_value = "")]
+    pub source_allowed_destinations: crate::source::DestinationPolicy,
+    /// Memory all graphs being fetched, decoded and validated may occupy together, as a byte
+    /// quantity (`256Mi`, `1Gi`); fetches past it wait, then fail with MemoryBudgetExhausted.
+    /// Keep it well below the operator's memory limit.
+    #[arg(
+        long,
+        env = "RAYPIPE_GRAPH_MEMORY_BUDGET",
+        default_value = "256Mi",
+        value_parser = byte_quantity
+    )]
+    pub graph_memory_budget: u64,
+}
+
+impl SourceArgs {
+    /// The one fetcher every ServePipeline controller instance shares (so the memory budget is
+    /// operator-wide).
+    pub fn fetcher(&self) -> crate::source::Fetcher {
+        crate::source::Fetcher::with_options(crate::source::FetcherOptions {
+            allowed_destinations: self.source_allowed_destinations.clone(),
+            graph_memory_budget: self.graph_memory_budget,
+            ..Default::default()
+        })
+    }
+}
+
+/// A byte quantity in Kubernetes notation (`256Mi`, `1G`, `1048576`), at least 1 KiB.
+fn byte_quantity(text: &str) -> Result<u64, String> {
+    let amount = crate::controllers::raycluster::builders::quantity::Amount::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a byte quantity such as 256Mi or 1Gi"))?;
+    let bytes = u64::try_from(amount.ceil_units())
+        .map_err(|_| format!("{text:?} is not a positive byte quantity"))?;
+    if bytes < 1024 {
+        return Err(format!("{text:?} is less than 1Ki"));
+    }
+    Ok(bytes)
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -300,6 +347,9 @@ pub struct ControllerSettings {
     /// The RayService controller's settings when the caller decides them (`raypipe dev`,
     /// tests: dashboards and Serve on 127.0.0.1); `None`: from flags and environment.
     pub rayservice: Option<crate::controllers::rayservice::Config>,
+    /// Fetches graphs for every ServePipeline controller instance: its destination policy and
+    /// its memory budget are operator-wide.
+    pub fetcher: crate::source::Fetcher,
 }
 
 impl ControllerSettings {
@@ -317,6 +367,8 @@ impl ControllerSettings {
             metrics: Metrics::new(),
             readiness: Readiness::new(),
             rayservice: None,
+            // Public registries only; `raypipe dev` and tests allow the loopback explicitly.
+            fetcher: crate::source::Fetcher::default(),
         }
     }
 
@@ -353,6 +405,7 @@ impl ControllerSettings {
             metrics,
             readiness,
             rayservice: None,
+            fetcher: args.source.fetcher(),
         }
     }
 
@@ -470,6 +523,44 @@ mod tests {
         let lease = custom.leader.lease_settings("ops");
         assert_eq!(lease.namespace, "ops");
         assert!(lease.check().is_ok());
+    }
+
+    #[test]
+    fn source_settings_default_to_public_only_and_256_mib() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["raypipe", "run"];
+            argv.extend_from_slice(args);
+            crate::cli::Cli::try_parse_from(argv).map(|cli| match cli.command {
+                crate::cli::Command::Run(run) => run.operator.source,
+                _ => panic!("expected run"),
+            })
+        };
+        let defaults = parse(&[]).expect("defaults parse");
+        assert_eq!(defaults.graph_memory_budget, 256 * 1024 * 1024);
+        assert_eq!(
+            defaults.source_allowed_destinations,
+            crate::source::DestinationPolicy::public_only()
+        );
+        let custom = parse(&[
+            "--graph-memory-budget=1Gi",
+            "--source-allowed-destinations=10.0.0.0/8, registry.models.svc,fd00::/8",
+        ])
+        .expect("custom parse");
+        assert_eq!(custom.graph_memory_budget, 1 << 30);
+        let allowed = &custom.source_allowed_destinations;
+        assert!(allowed.admits_address("10.1.2.3".parse().expect("ip")));
+        assert!(allowed.admits_host_name("registry.models.svc"));
+        assert!(!allowed.admits_address("169.254.169.254".parse().expect("ip")));
+        assert_eq!(custom.fetcher().memory_budget().total_bytes(), 1 << 30);
+        for bad in [
+            "--graph-memory-budget=lots",
+            "--graph-memory-budget=-1Mi",
+            "--graph-memory-budget=10",
+            "--source-allowed-destinations=10.0.0.0/99",
+        ] {
+            assert!(parse(&[bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -239,6 +239,11 @@ async fn serve(
         Some(registry)
     };
     let mut settings = crate::config::ControllerSettings::new(&args.controllers);
+    // The sample registry and everything else `raypipe dev` starts listen on the loopback.
+    settings.fetcher = crate::source::Fetcher::with_options(crate::source::FetcherOptions {
+        allowed_destinations: crate::source::DestinationPolicy::with_loopback(),
+        ..Default::default()
+    });
     let _ray = if args.no_ray {
         None
     } else {

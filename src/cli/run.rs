@@ -93,6 +93,11 @@ pub async fn run_with_client(
         metrics.clone(),
         readiness.clone(),
     );
+    tracing::info!(
+        allowed_destinations = ?operator.source.source_allowed_destinations.allowed(),
+        graph_memory_budget_bytes = operator.source.graph_memory_budget,
+        "graph sources: public addresses and the allowed destinations only"
+    );
     let result = if operator.leader.leader_election {
         let lease = operator.leader.lease_settings(&operator_namespace);
         let elector = LeaderElector::new(client.clone(), lease)?.with_metrics(metrics.clone());

@@ -60,6 +60,7 @@ pub async fn run_with_settings(
                                 concurrency: settings.concurrency,
                                 metrics: settings.metrics.clone(),
                                 readiness: settings.readiness.clone(),
+                                fetcher: settings.fetcher.clone(),
                             },
                             stopped(),
                         ),

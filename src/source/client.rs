@@ -2,7 +2,7 @@
 //! TLS setup are costly, and a client per request would defeat keep-alive).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use reqwest::redirect::{Attempt, Policy};
@@ -11,6 +11,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
+use super::destination::{DestinationPolicy, GuardedResolver, check_literal_host};
 use super::digest::Sha256Digest;
 use super::error::{RedirectLimitExceeded, RedirectRefused, SourceError};
 use super::redact::redact_url;
@@ -31,13 +32,15 @@ struct ClientKey {
 
 pub(crate) struct ClientCache {
     honor_proxy_environment: bool,
+    destinations: Arc<DestinationPolicy>,
     clients: Mutex<HashMap<ClientKey, Client>>,
 }
 
 impl ClientCache {
-    pub(crate) fn new(honor_proxy_environment: bool) -> Self {
+    pub(crate) fn new(honor_proxy_environment: bool, destinations: Arc<DestinationPolicy>) -> Self {
         Self {
             honor_proxy_environment,
+            destinations,
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -84,11 +87,21 @@ impl ClientCache {
         let mut builder = Client::builder()
             .user_agent(concat!("raypipe/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(connect_timeout)
-            .redirect(redirect_policy(allow_insecure_http))
+            // Every host name is resolved, and its addresses checked, by the guard; IP-literal
+            // hosts are checked before the request and by the redirect policy.
+            .dns_resolver(Arc::new(GuardedResolver::new(self.destinations.clone())))
+            .redirect(redirect_policy(
+                allow_insecure_http,
+                self.destinations.clone(),
+            ))
             // A Referer would carry the source URL, query string (presigned signature)
             // included, to whatever host a redirect points at.
             .referer(false)
             .https_only(!allow_insecure_http);
+        // With a proxy from the environment, reqwest dials the proxy, and the proxy resolves
+        // and dials the registry: the guard then checks the proxy's address (so a proxy on a
+        // private address must be on the allow-list), and IP-literal registry hosts are still
+        // refused here, but which host *names* the proxy reaches is the proxy's egress policy.
         if !self.honor_proxy_environment {
             builder = builder.no_proxy();
         }
@@ -135,13 +148,17 @@ pub(crate) fn parse_ca_bundle(pem: &[u8]) -> Result<Vec<Certificate>, SourceErro
 
 /// Follows redirects to HTTPS; to plain HTTP only from plain HTTP when insecure HTTP is
 /// allowed, so a redirect never downgrades an HTTPS source. reqwest itself drops the
-/// Authorization header whenever the host, port or scheme changes.
-fn redirect_policy(allow_insecure_http: bool) -> Policy {
+/// Authorization header whenever the host, port or scheme changes. A hop to an IP literal the
+/// destination policy refuses is not followed (host names are checked when resolved).
+fn redirect_policy(allow_insecure_http: bool, destinations: Arc<DestinationPolicy>) -> Policy {
     Policy::custom(move |attempt: Attempt<'_>| {
         if attempt.previous().len() > MAX_REDIRECTS {
             return attempt.error(RedirectLimitExceeded {
                 limit: MAX_REDIRECTS,
             });
+        }
+        if let Err(refused) = check_literal_host(attempt.url(), &destinations) {
+            return attempt.error(refused);
         }
         let from = attempt.previous().last();
         let follow = match attempt.url().scheme() {
@@ -220,7 +237,7 @@ mod tests {
 
     #[test]
     fn clients_are_reused_per_configuration() {
-        let cache = ClientCache::new(false);
+        let cache = ClientCache::new(false, Arc::default());
         let pem = test_ca_pem();
         let timeout = Duration::from_secs(1);
         for _ in 0..3 {
@@ -236,7 +253,7 @@ mod tests {
 
     #[test]
     fn invalid_bundle_is_reported_and_not_cached() {
-        let cache = ClientCache::new(false);
+        let cache = ClientCache::new(false, Arc::default());
         let error = cache
             .client(Some(b"nope"), false, Duration::from_secs(1))
             .expect_err("invalid bundle");

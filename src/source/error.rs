@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
+use super::budget::BudgetError;
+use super::destination::DestinationRefused;
+
 /// The codes [`SourceError::reason`] returns, for Kubernetes condition reasons.
 pub mod reasons {
     pub const INVALID_URL: &str = "InvalidUrl";
@@ -31,6 +34,8 @@ pub mod reasons {
     pub const CONNECTION_FAILED: &str = "ConnectionFailed";
     pub const TOO_LARGE: &str = "TooLarge";
     pub const DIGEST_MISMATCH: &str = "DigestMismatch";
+    pub const DESTINATION_NOT_ALLOWED: &str = "DestinationNotAllowed";
+    pub const MEMORY_BUDGET_EXHAUSTED: &str = "MemoryBudgetExhausted";
 }
 
 /// Which limit a [`SourceError::Timeout`] hit.
@@ -40,6 +45,9 @@ pub enum TimeoutPhase {
     Connect,
     /// The per-attempt timeout, before the last body byte arrived.
     Transfer,
+    /// The ceiling on one fetch with all its attempts and waits
+    /// ([`MAX_FETCH_TIMEOUT`](super::MAX_FETCH_TIMEOUT)).
+    Total,
 }
 
 impl fmt::Display for TimeoutPhase {
@@ -47,6 +55,7 @@ impl fmt::Display for TimeoutPhase {
         f.write_str(match self {
             TimeoutPhase::Connect => "connecting to",
             TimeoutPhase::Transfer => "downloading from",
+            TimeoutPhase::Total => "in all (every attempt included) fetching from",
         })
     }
 }
@@ -175,6 +184,29 @@ pub enum SourceError {
         expected: String,
         actual: String,
     },
+
+    /// The same for every cause (a private address, a name that does not resolve, a redirect
+    /// hop), so that it reveals nothing about what is reachable; nothing was sent to the host.
+    #[error(
+        "refusing to fetch from {host}: it is not an allowed destination. Graphs are fetched \
+         only from public addresses; to fetch from a private or in-cluster registry, the \
+         operator's administrator adds its network (CIDR) or exact host name to \
+         --source-allowed-destinations (Helm value source.allowedDestinations)"
+    )]
+    DestinationNotAllowed { host: String },
+
+    #[error(
+        "the operator's memory budget for graphs in flight ({budget} bytes) had no room for \
+         the {requested} bytes the graph at {url} may need: other graphs are being fetched or \
+         decoded; a later fetch may succeed. If this persists, lower maxBytes or ask the \
+         operator's administrator to raise --graph-memory-budget (Helm value \
+         source.graphMemoryBudget)"
+    )]
+    MemoryBudgetExhausted {
+        url: String,
+        requested: u64,
+        budget: u64,
+    },
 }
 
 fn attempts_note(attempts: u32) -> String {
@@ -234,6 +266,8 @@ impl SourceError {
             SourceError::ConnectionFailed { .. } => reasons::CONNECTION_FAILED,
             SourceError::TooLarge { .. } => reasons::TOO_LARGE,
             SourceError::DigestMismatch { .. } => reasons::DIGEST_MISMATCH,
+            SourceError::DestinationNotAllowed { .. } => reasons::DESTINATION_NOT_ALLOWED,
+            SourceError::MemoryBudgetExhausted { .. } => reasons::MEMORY_BUDGET_EXHAUSTED,
         }
     }
 
@@ -245,6 +279,7 @@ impl SourceError {
                 | SourceError::ServerError { .. }
                 | SourceError::Timeout { .. }
                 | SourceError::ConnectionFailed { .. }
+                | SourceError::MemoryBudgetExhausted { .. }
         )
     }
 
@@ -266,6 +301,20 @@ impl SourceError {
             _ => {}
         }
         self
+    }
+
+    /// The error for a reservation the memory budget could not grant (`url` redacted): also
+    /// for the controller, which grows the fetch's reservation before decoding.
+    pub fn memory_budget(url: String, error: BudgetError) -> Self {
+        let (BudgetError::LargerThanBudget { requested, budget }
+        | BudgetError::Exhausted {
+            requested, budget, ..
+        }) = error;
+        SourceError::MemoryBudgetExhausted {
+            url,
+            requested,
+            budget,
+        }
     }
 
     /// The error for a final response status that is not a success.
@@ -291,6 +340,11 @@ impl SourceError {
         connect_timeout: Duration,
         timeout: Duration,
     ) -> Self {
+        if let Some(refused) = find_cause::<DestinationRefused>(error) {
+            return SourceError::DestinationNotAllowed {
+                host: refused.host.clone(),
+            };
+        }
         if let Some(refused) = find_cause::<RedirectRefused>(error) {
             return SourceError::InsecureRedirect {
                 from: refused.from.clone(),

@@ -1,24 +1,128 @@
 //! [`Fetcher`]: one conditional, size-capped, digest-checked download with retries.
+//!
+//! Nothing a registry declares sizes an allocation: the body buffer starts small and grows as
+//! bytes arrive, within `maxBytes` (itself clamped to [`MAX_MAX_BYTES`]) and within what was
+//! reserved from the operator's [`MemoryBudget`] before the body was read.
 
 use std::fmt;
+use std::ops::Deref;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use reqwest::header::{AUTHORIZATION, ETAG, HeaderValue, IF_NONE_MATCH};
 use reqwest::{Client, Response, StatusCode, Url};
 use sha2::{Digest, Sha256};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::budget::{BudgetError, DEFAULT_GRAPH_MEMORY_BUDGET, MemoryBudget, MemoryReservation};
 use super::client::ClientCache;
+use super::destination::{DestinationPolicy, check_literal_host};
 use super::digest::Sha256Digest;
-use super::error::SourceError;
+use super::error::{SourceError, TimeoutPhase};
 use super::redact::{redact_unparsed_url, redact_url};
-use super::request::FetchRequest;
+use super::request::{FetchRequest, MAX_FETCH_TIMEOUT};
+
+/// The body buffer's first allocation, whatever the registry declares; it doubles from there
+/// as bytes actually arrive.
+const INITIAL_BODY_CAPACITY: u64 = 64 * 1024;
+
+/// A downloaded graph and its share of the operator's graph memory budget, which stays
+/// reserved until this is dropped: keep it through decoding and validation, and grow the
+/// reservation first ([`FetchedBytes::reserve_total`]) since decoding costs a multiple of the
+/// wire size. Dereferences to the bytes.
+pub struct FetchedBytes {
+    bytes: Bytes,
+    reservation: Option<MemoryReservation>,
+}
+
+impl FetchedBytes {
+    /// Bytes that hold no reservation (tests, callers outside the operator).
+    pub fn unbudgeted(bytes: impl Into<Bytes>) -> Self {
+        Self {
+            bytes: bytes.into(),
+            reservation: None,
+        }
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The budget held for these bytes (`None` when unbudgeted).
+    pub fn reservation(&self) -> Option<&MemoryReservation> {
+        self.reservation.as_ref()
+    }
+
+    /// Grows the reservation to `total_bytes` (wire size and what decoding them will cost),
+    /// waiting up to `wait`; a no-op when unbudgeted.
+    pub async fn reserve_total(
+        &mut self,
+        total_bytes: u64,
+        wait: Duration,
+    ) -> Result<(), BudgetError> {
+        match &mut self.reservation {
+            Some(reservation) => reservation.grow_to(total_bytes, wait).await,
+            None => Ok(()),
+        }
+    }
+
+    pub fn into_parts(self) -> (Bytes, Option<MemoryReservation>) {
+        (self.bytes, self.reservation)
+    }
+}
+
+impl Deref for FetchedBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl AsRef<[u8]> for FetchedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Equal when the bytes are; the reservation does not take part.
+impl PartialEq for FetchedBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for FetchedBytes {}
+
+impl PartialEq<[u8]> for FetchedBytes {
+    fn eq(&self, other: &[u8]) -> bool {
+        self.bytes[..] == *other
+    }
+}
+
+impl PartialEq<&[u8]> for FetchedBytes {
+    fn eq(&self, other: &&[u8]) -> bool {
+        self.bytes[..] == **other
+    }
+}
+
+impl fmt::Debug for FetchedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FetchedBytes")
+            .field("len", &self.bytes.len())
+            .field(
+                "reserved",
+                &self.reservation.as_ref().map(MemoryReservation::bytes),
+            )
+            .finish()
+    }
+}
 
 /// What a successful fetch found.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 pub enum FetchOutcome {
     /// The registry answered 304 to `If-None-Match`: the applied graph is current.
     NotModified {
@@ -34,7 +138,7 @@ pub enum FetchOutcome {
     },
     /// New content.
     Fetched {
-        bytes: Bytes,
+        bytes: FetchedBytes,
         /// `sha256:<hex>` of `bytes`.
         digest: String,
         etag: Option<String>,
@@ -68,25 +172,44 @@ impl fmt::Debug for FetchOutcome {
 }
 
 /// Process-wide settings of a [`Fetcher`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetcherOptions {
     /// Use `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` from the environment (clusters behind an
     /// egress proxy need this; tests turn it off so nothing leaves the loopback).
     pub honor_proxy_environment: bool,
+    /// Where fetches may connect besides public addresses (`--source-allowed-destinations`).
+    pub allowed_destinations: DestinationPolicy,
+    /// Bytes all graphs in flight may occupy together (`--graph-memory-budget`).
+    pub graph_memory_budget: u64,
+    /// Longest one fetch may take, all attempts included; at most [`MAX_FETCH_TIMEOUT`]
+    /// (only tests lower it).
+    pub max_fetch_duration: Duration,
 }
 
 impl Default for FetcherOptions {
     fn default() -> Self {
         Self {
             honor_proxy_environment: true,
+            allowed_destinations: DestinationPolicy::public_only(),
+            graph_memory_budget: DEFAULT_GRAPH_MEMORY_BUDGET,
+            max_fetch_duration: MAX_FETCH_TIMEOUT,
         }
     }
 }
 
-/// Downloads graphs. Create one per process and share it: it keeps one HTTP client (and so
-/// one connection pool) per distinct CA bundle / HTTP policy / connect timeout.
+/// Downloads graphs. Create one per process and share it (clones share everything): it keeps
+/// one HTTP client (and so one connection pool) per distinct CA bundle / HTTP policy / connect
+/// timeout, and the one memory budget for graphs in flight.
+#[derive(Clone)]
 pub struct Fetcher {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     clients: ClientCache,
+    destinations: Arc<DestinationPolicy>,
+    budget: MemoryBudget,
+    max_fetch_duration: Duration,
 }
 
 impl Default for Fetcher {
@@ -97,7 +220,10 @@ impl Default for Fetcher {
 
 impl fmt::Debug for Fetcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Fetcher").finish_non_exhaustive()
+        f.debug_struct("Fetcher")
+            .field("allowed_destinations", &self.shared.destinations.allowed())
+            .field("budget", &self.shared.budget)
+            .finish_non_exhaustive()
     }
 }
 
@@ -111,6 +237,9 @@ struct Prepared<'r> {
     if_none_match: Option<HeaderValue>,
     pinned: Option<Sha256Digest>,
     previous: Option<Sha256Digest>,
+    budget: &'r MemoryBudget,
+    /// When the whole fetch must be over.
+    deadline: tokio::time::Instant,
 }
 
 impl Fetcher {
@@ -119,9 +248,20 @@ impl Fetcher {
     }
 
     pub fn with_options(options: FetcherOptions) -> Self {
+        let destinations = Arc::new(options.allowed_destinations);
         Self {
-            clients: ClientCache::new(options.honor_proxy_environment),
+            shared: Arc::new(Shared {
+                clients: ClientCache::new(options.honor_proxy_environment, destinations.clone()),
+                destinations,
+                budget: MemoryBudget::new(options.graph_memory_budget),
+                max_fetch_duration: options.max_fetch_duration.min(MAX_FETCH_TIMEOUT),
+            }),
         }
+    }
+
+    /// The budget every fetch reserves its body from.
+    pub fn memory_budget(&self) -> &MemoryBudget {
+        &self.shared.budget
     }
 
     /// Downloads `request.url`. Transient failures are retried per `request.retry`; the
@@ -140,17 +280,23 @@ impl Fetcher {
         .await
     }
 
+    /// Every attempt, backoff wait and budget wait fits before one deadline, at most
+    /// `max_fetch_duration` (≤ [`MAX_FETCH_TIMEOUT`]) after the start.
     async fn fetch_with_retries(
         &self,
         request: &FetchRequest<'_>,
     ) -> Result<FetchOutcome, SourceError> {
-        let prepared = self.prepare(request)?;
+        let limit = self.shared.max_fetch_duration;
+        let deadline = tokio::time::Instant::now() + limit;
+        let prepared = self.prepare(request, deadline)?;
         let prepared = &prepared;
         let max_attempts = request.retry.max_attempts.max(1);
         let attempts_made = AtomicU32::new(0);
         let attempts_made = &attempts_made;
-        let result = backoff::future::retry_notify(
-            request.retry.backoff(),
+        let mut backoff = request.retry.backoff();
+        backoff.max_elapsed_time = Some(request.retry.max_elapsed.min(limit));
+        let retries = backoff::future::retry_notify(
+            backoff,
             move || async move {
                 let attempt = attempts_made.fetch_add(1, Ordering::Relaxed) + 1;
                 match attempt_once(prepared, attempt).await {
@@ -169,14 +315,29 @@ impl Fetcher {
                     "transient failure; retrying"
                 );
             },
-        )
-        .await;
+        );
+        let result = match tokio::time::timeout_at(deadline, retries).await {
+            Ok(result) => result,
+            Err(_) => Err(SourceError::Timeout {
+                url: prepared.shown_url.clone(),
+                phase: TimeoutPhase::Total,
+                limit,
+                attempts: 1,
+            }),
+        };
         result.map_err(|error| error.with_attempts(attempts_made.load(Ordering::Relaxed)))
     }
 
-    /// Everything that can be checked before the network: URL, pin, token, CA bundle.
-    fn prepare<'r>(&self, request: &'r FetchRequest<'r>) -> Result<Prepared<'r>, SourceError> {
+    /// Everything that can be checked before the network: URL, destination of an IP-literal
+    /// host, pin, token, CA bundle.
+    fn prepare<'r>(
+        &'r self,
+        request: &'r FetchRequest<'r>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Prepared<'r>, SourceError> {
         let url = checked_url(request.url, request.allow_insecure_http)?;
+        check_literal_host(&url, &self.shared.destinations)
+            .map_err(|refused| SourceError::DestinationNotAllowed { host: refused.host })?;
         let shown_url = redact_url(&url);
         let pinned = request
             .pinned_sha256
@@ -195,10 +356,10 @@ impl Fetcher {
             .map(|token| token.authorization_header())
             .transpose()?;
         let if_none_match = conditional_etag(request.previous_etag, pinned, previous);
-        let client = self.clients.client(
+        let client = self.shared.clients.client(
             request.ca_bundle_pem,
             request.allow_insecure_http,
-            request.connect_timeout,
+            request.connect_timeout.min(MAX_FETCH_TIMEOUT),
         )?;
         if url.scheme() == "http" && authorization.is_some() {
             warn!("sending the bearer token over plain HTTP (allowInsecureHttp is set)");
@@ -212,6 +373,8 @@ impl Fetcher {
             if_none_match,
             pinned,
             previous,
+            budget: &self.shared.budget,
+            deadline,
         })
     }
 }
@@ -219,18 +382,22 @@ impl Fetcher {
 async fn attempt_once(prepared: &Prepared<'_>, attempt: u32) -> Result<FetchOutcome, SourceError> {
     let request = prepared.request;
     let started = Instant::now();
+    let max_bytes = request.effective_max_bytes();
+    // No attempt outlives the fetch's deadline.
+    let timeout = request.effective_timeout().min(
+        prepared
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now()),
+    );
     let transport_error = |error: reqwest::Error| {
         SourceError::from_transport(
             &error,
             prepared.shown_url.clone(),
             request.connect_timeout,
-            request.timeout,
+            timeout,
         )
     };
-    let mut builder = prepared
-        .client
-        .get(prepared.url.clone())
-        .timeout(request.timeout);
+    let mut builder = prepared.client.get(prepared.url.clone()).timeout(timeout);
     if let Some(authorization) = &prepared.authorization {
         builder = builder.header(AUTHORIZATION, authorization.clone());
     }
@@ -271,19 +438,33 @@ async fn attempt_once(prepared: &Prepared<'_>, attempt: u32) -> Result<FetchOutc
             prepared.authorization.is_some(),
         ));
     }
-    if let Some(declared) = response.content_length()
-        && declared > request.max_bytes
+    let declared = response.content_length();
+    if let Some(declared) = declared
+        && declared > max_bytes
     {
         return Err(SourceError::TooLarge {
             url: answered_by,
-            limit: request.max_bytes,
+            limit: max_bytes,
             declared: Some(declared),
         });
     }
 
-    let (bytes, digest) = read_capped_body(response, request.max_bytes, &answered_by)
+    // All the body may occupy is reserved in one piece before reading it (hyper never yields
+    // more than a declared Content-Length), so fetches wait for each other whole rather than
+    // each holding part of the budget while waiting for the rest.
+    let most = declared.map_or(max_bytes, |declared| declared.min(max_bytes));
+    let wait = prepared
+        .deadline
+        .saturating_duration_since(tokio::time::Instant::now());
+    let mut reservation = prepared
+        .budget
+        .reserve(most, wait)
+        .await
+        .map_err(|error| SourceError::memory_budget(answered_by.clone(), error))?;
+    let (bytes, digest, capacity) = read_capped_body(response, max_bytes, most, &answered_by)
         .await
         .map_err(|error| error.map_transport(transport_error))?;
+    reservation.shrink_to(capacity);
     let size = bytes.len() as u64;
     if let Some(pinned) = prepared.pinned
         && pinned != digest
@@ -308,7 +489,10 @@ async fn attempt_once(prepared: &Prepared<'_>, attempt: u32) -> Result<FetchOutc
         FetchOutcome::Unchanged { digest, etag, size }
     } else {
         FetchOutcome::Fetched {
-            bytes,
+            bytes: FetchedBytes {
+                bytes,
+                reservation: Some(reservation),
+            },
             digest,
             etag,
             size,
@@ -331,19 +515,19 @@ impl BodyError {
 }
 
 /// Reads the body chunk by chunk, hashing as it goes and stopping as soon as it passes
-/// `max_bytes`, so an oversized or endless body never sits in memory.
+/// `max_bytes`, so an oversized or endless body never sits in memory. The buffer starts at
+/// [`INITIAL_BODY_CAPACITY`] and doubles as bytes arrive, never past `reserved`; returns the
+/// body, its digest and the buffer's capacity (what it occupies).
 async fn read_capped_body(
     mut response: Response,
     max_bytes: u64,
+    reserved: u64,
     shown_url: &str,
-) -> Result<(Bytes, Sha256Digest), BodyError> {
-    // Content-Length (already checked against the cap) sizes the buffer; a chunked body
-    // grows it as it arrives rather than reserving the whole cap up front.
-    let capacity = response.content_length().unwrap_or(0).min(max_bytes);
-    let mut body = BytesMut::with_capacity(usize::try_from(capacity).unwrap_or(0));
+) -> Result<(Bytes, Sha256Digest, u64), BodyError> {
+    let mut body: Vec<u8> = Vec::with_capacity(to_usize(reserved.min(INITIAL_BODY_CAPACITY)));
     let mut hasher = Sha256::new();
     while let Some(chunk) = response.chunk().await.map_err(BodyError::Transport)? {
-        let received = body.len() as u64 + chunk.len() as u64;
+        let received = (body.len() as u64).saturating_add(chunk.len() as u64);
         if received > max_bytes {
             return Err(BodyError::Rejected(SourceError::TooLarge {
                 url: shown_url.to_owned(),
@@ -351,10 +535,26 @@ async fn read_capped_body(
                 declared: None,
             }));
         }
+        let capacity = body.capacity() as u64;
+        if received > capacity {
+            // Doubling keeps the copying linear; `reserve_exact` keeps the buffer within the
+            // reservation (hyper enforces a declared length, so `received <= reserved`).
+            let grown = capacity.saturating_mul(2).min(reserved).max(received);
+            body.reserve_exact(to_usize(grown).saturating_sub(body.len()));
+        }
         hasher.update(&chunk);
         body.extend_from_slice(&chunk);
     }
-    Ok((body.freeze(), Sha256Digest::from_hasher(hasher)))
+    let capacity = body.capacity() as u64;
+    Ok((
+        Bytes::from(body),
+        Sha256Digest::from_hasher(hasher),
+        capacity,
+    ))
+}
+
+fn to_usize(bytes: u64) -> usize {
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 /// Parses the URL and applies the scheme and credential rules.
@@ -489,7 +689,7 @@ mod tests {
     #[test]
     fn outcome_debug_does_not_dump_the_body() {
         let outcome = FetchOutcome::Fetched {
-            bytes: Bytes::from(vec![b'x'; 10_000]),
+            bytes: FetchedBytes::unbudgeted(vec![b'x'; 10_000]),
             digest: "sha256:00".into(),
             etag: None,
             size: 10_000,
@@ -504,6 +704,7 @@ mod tests {
         fn assert_send<T: Send>(_: &T) {}
         let fetcher = Fetcher::with_options(FetcherOptions {
             honor_proxy_environment: false,
+            ..FetcherOptions::default()
         });
         let request = FetchRequest::new("https://127.0.0.1:1/never-polled");
         let future = fetcher.fetch(&request);

@@ -12,6 +12,13 @@ use super::redact::redact_unparsed_url;
 
 /// Largest graph accepted unless the request says otherwise: 16 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// Largest graph accepted whatever the request says (`maxBytes` is clamped to it): 64 MiB.
+/// For the CRD's and the webhook's bound on `maxBytes`.
+pub const MAX_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// Longest one fetch may take whatever the request says, every attempt, backoff and wait for
+/// the memory budget included: `timeout` is clamped to it, and so is the whole fetch. For the
+/// CRD's and the webhook's bound on `timeout`.
+pub const MAX_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// Time allowed to open the TCP connection (and finish TLS) to the registry.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time allowed for one attempt, from connecting until the last body byte.
@@ -124,10 +131,11 @@ pub struct FetchRequest<'a> {
     pub previous_digest: Option<&'a str>,
     /// Pin (`sha256:<hex>` or hex): any other content is refused.
     pub pinned_sha256: Option<&'a str>,
-    /// Largest body accepted, enforced while downloading.
+    /// Largest body accepted, enforced while downloading; at most [`MAX_MAX_BYTES`].
     pub max_bytes: u64,
     pub connect_timeout: Duration,
-    /// Limit for one attempt, from connecting until the last body byte.
+    /// Limit for one attempt, from connecting until the last body byte; at most
+    /// [`MAX_FETCH_TIMEOUT`], which also bounds the whole fetch.
     pub timeout: Duration,
     /// PEM CA certificates trusted in addition to the system's roots.
     pub ca_bundle_pem: Option<&'a [u8]>,
@@ -153,6 +161,18 @@ impl<'a> FetchRequest<'a> {
             allow_insecure_http: false,
             retry: RetryPolicy::default(),
         }
+    }
+}
+
+impl FetchRequest<'_> {
+    /// `max_bytes` within the hard ceiling.
+    pub fn effective_max_bytes(&self) -> u64 {
+        self.max_bytes.min(MAX_MAX_BYTES)
+    }
+
+    /// `timeout` within the hard ceiling.
+    pub fn effective_timeout(&self) -> Duration {
+        self.timeout.min(MAX_FETCH_TIMEOUT)
     }
 }
 
@@ -241,6 +261,24 @@ mod tests {
         assert_eq!(request.timeout, Duration::from_secs(30));
         assert!(!request.allow_insecure_http);
         assert!(request.retry.max_attempts > 1);
+    }
+
+    #[test]
+    fn size_and_time_are_clamped_to_the_hard_ceilings() {
+        let huge = FetchRequest {
+            max_bytes: u64::MAX,
+            timeout: Duration::MAX,
+            ..FetchRequest::new("https://h/g")
+        };
+        assert_eq!(huge.effective_max_bytes(), 64 * 1024 * 1024);
+        assert_eq!(huge.effective_timeout(), Duration::from_secs(120));
+        let small = FetchRequest {
+            max_bytes: 10,
+            timeout: Duration::from_millis(5),
+            ..FetchRequest::new("https://h/g")
+        };
+        assert_eq!(small.effective_max_bytes(), 10);
+        assert_eq!(small.effective_timeout(), Duration::from_millis(5));
     }
 
     #[test]

@@ -125,6 +125,7 @@ async fn health_readiness_and_metrics_follow_the_work_and_other_namespaces_are_i
         namespaces: vec![watched.clone()],
         metrics: metrics.clone(),
         readiness: readiness.clone(),
+        fetcher: support::loopback_fetcher(),
         ..ControllerSettings::new(&[ControllerKind::Servepipeline])
     };
     let controller_client = client.clone();

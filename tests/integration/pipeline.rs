@@ -177,6 +177,7 @@ async fn ready_pipeline(head: &'static raypipe::ray::testenv::RayHead, prefix: &
             .unwrap(),
         rayservice: Some(raypipe::cli::dev::local_rayservice_config(head).unwrap()),
         metrics: metrics.clone(),
+        fetcher: support::loopback_fetcher(),
         ..ControllerSettings::new(&[
             ControllerKind::Servepipeline,
             ControllerKind::Raycluster,

@@ -89,6 +89,7 @@ async fn fixture(prefix: &str, token: &str) -> Fixture {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let config = Config {
         namespace: Some(ns.clone()),
+        fetcher: support::loopback_fetcher(),
         ..Default::default()
     };
     let (controller_client, controller_writes) = support::counting_client().await;

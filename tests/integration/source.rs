@@ -16,12 +16,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use futures::stream;
+use futures::{StreamExt as _, stream};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use raypipe::source::{
-    BearerToken, FetchOutcome, FetchRequest, Fetcher, FetcherOptions, RetryPolicy, Sha256Digest,
-    SourceError, TimeoutPhase,
+    BearerToken, DestinationPolicy, FetchOutcome, FetchRequest, FetchedBytes, Fetcher,
+    FetcherOptions, MAX_MAX_BYTES, RetryPolicy, Sha256Digest, SourceError, TimeoutPhase,
 };
 use tokio::net::TcpListener;
 
@@ -54,6 +54,8 @@ enum Route {
     TrickleBody { len: usize, interval: Duration },
     /// Streams `total` bytes without Content-Length, counting what it produced.
     HugeChunked { chunk: usize, total: usize },
+    /// Declares this Content-Length, sends a few bytes, then nothing.
+    DeclaredLength(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -246,7 +248,18 @@ async fn handle(State(state): State<Arc<RegistryState>>, uri: Uri, headers: Head
             });
             Body::from_stream(bytes).into_response()
         }
+        Some(Route::DeclaredLength(declared)) => declared_length_response(declared),
     }
+}
+
+fn declared_length_response(declared: u64) -> Response {
+    let first = stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
+    let body = Body::from_stream(first.chain(stream::pending()));
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(declared));
+    response
 }
 
 fn graph_response(
@@ -326,10 +339,16 @@ impl TestPki {
 // Helpers.
 
 fn fetcher() -> Fetcher {
+    fetcher_with(DestinationPolicy::with_loopback())
+}
+
+fn fetcher_with(allowed_destinations: DestinationPolicy) -> Fetcher {
     raypipe::cli::init_crypto();
     // No proxy from the environment: every request must go straight to the loopback.
     Fetcher::with_options(FetcherOptions {
         honor_proxy_environment: false,
+        allowed_destinations,
+        ..FetcherOptions::default()
     })
 }
 
@@ -405,7 +424,7 @@ async fn fetches_graph_with_token_digest_etag_and_size() {
     assert_eq!(
         outcome,
         FetchOutcome::Fetched {
-            bytes: Bytes::from_static(GRAPH),
+            bytes: FetchedBytes::unbudgeted(Bytes::from_static(GRAPH)),
             digest: digest_of(GRAPH),
             etag: Some("\"v42\"".to_owned()),
             size: GRAPH.len() as u64,
@@ -1388,4 +1407,445 @@ async fn logs_carry_url_status_and_size_but_never_the_token_or_url_secrets() {
     assert!(text.contains("retrying"), "{text}");
     assert!(!text.contains(TOKEN), "token in logs:\n{text}");
     assert!(!text.contains(URL_SECRET), "URL secret in logs:\n{text}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Hardening (issue 14): memory from the registry, the memory budget, the time ceiling, SSRF.
+
+/// A memory figure of this process from /proc/self/status, in KiB (the whole test binary's:
+/// measure with one test running).
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+}
+
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// How far the process's peak resident memory (VmHWM) rose above `baseline_kib`.
+fn peak_growth_kib(baseline_kib: u64) -> u64 {
+    status_kib("VmHWM:").saturating_sub(baseline_kib)
+}
+
+/// One test, so that the two peaks are measured one after the other (VmHWM is per process).
+#[tokio::test]
+async fn a_declared_terabyte_and_an_endless_body_stop_at_the_hard_ceiling() {
+    let registry = protected_http_registry().await;
+    let terabyte: u64 = 1 << 40;
+    registry
+        .route("/huge.pb", Route::DeclaredLength(terabyte))
+        .route(
+            "/endless.pb",
+            Route::HugeChunked {
+                chunk: 64 * 1024,
+                total: usize::MAX,
+            },
+        );
+    let token = token();
+    let fetcher = fetcher();
+    // maxBytes as large as a spec can ask: the old fetcher sized its buffer from the declared
+    // length and aborted the process on the first request.
+    let request = |url| FetchRequest {
+        bearer_token: Some(&token),
+        max_bytes: u64::MAX,
+        allow_insecure_http: true,
+        retry: fast_retries(3),
+        ..FetchRequest::new(url)
+    };
+
+    let url = registry.url("/huge.pb");
+    let rss_before = rss_kib();
+    let error = fetch_error(&fetcher, &request(&url)).await;
+    assert_eq!(
+        error,
+        SourceError::TooLarge {
+            url: url.clone(),
+            limit: MAX_MAX_BYTES,
+            declared: Some(terabyte),
+        }
+    );
+    assert!(!error.is_transient());
+    assert_eq!(registry.requests("/huge.pb").len(), 1);
+    let grown_kib = peak_growth_kib(rss_before);
+    assert!(grown_kib < 64 * 1024, "peak RSS grew by {grown_kib} KiB");
+    eprintln!("declared 1 TiB: peak RSS grew by {grown_kib} KiB");
+
+    let url = registry.url("/endless.pb");
+    let rss_before = rss_kib();
+    let error = fetch_error(&fetcher, &request(&url)).await;
+    assert_eq!(
+        error,
+        SourceError::TooLarge {
+            url: url.clone(),
+            limit: MAX_MAX_BYTES,
+            declared: None,
+        }
+    );
+    assert_eq!(registry.requests("/endless.pb").len(), 1, "not retried");
+    let produced = registry.state.produced_bytes.load(Ordering::Relaxed);
+    assert!(
+        produced < 2 * MAX_MAX_BYTES,
+        "server produced {produced} bytes"
+    );
+    // The buffer never passes the ceiling: 64 MiB, and a moment of the old buffer beside the
+    // new one while it doubles.
+    let grown_kib = peak_growth_kib(rss_before);
+    assert!(grown_kib < 192 * 1024, "peak RSS grew by {grown_kib} KiB");
+    eprintln!("endless body: peak RSS grew by {grown_kib} KiB, server produced {produced} bytes");
+}
+
+fn budgeted_fetcher(budget: u64, max_fetch_duration: Duration) -> Fetcher {
+    raypipe::cli::init_crypto();
+    Fetcher::with_options(FetcherOptions {
+        honor_proxy_environment: false,
+        allowed_destinations: DestinationPolicy::with_loopback(),
+        graph_memory_budget: budget,
+        max_fetch_duration,
+    })
+}
+
+#[tokio::test]
+async fn two_big_fetches_with_a_budget_for_one_take_turns() {
+    const MIB: u64 = 1024 * 1024;
+    let registry = protected_http_registry().await;
+    let body = Bytes::from(vec![9u8; 4 * MIB as usize]);
+    for path in ["/a.pb", "/b.pb", "/c.pb"] {
+        registry.route(
+            path,
+            Route::Graph {
+                body: body.clone(),
+                etag: None,
+                chunked: false,
+            },
+        );
+    }
+    let token = token();
+    let (url_a, url_b, url_c) = (
+        registry.url("/a.pb"),
+        registry.url("/b.pb"),
+        registry.url("/c.pb"),
+    );
+    let request = |url| FetchRequest {
+        bearer_token: Some(&token),
+        allow_insecure_http: true,
+        retry: RetryPolicy::NONE,
+        ..FetchRequest::new(url)
+    };
+    let fetcher = budgeted_fetcher(6 * MIB, Duration::from_secs(20));
+    let rss_before = rss_kib();
+
+    // A's bytes hold 4 MiB of the budget for as long as the controller keeps them (decoding).
+    let FetchOutcome::Fetched { bytes: held, .. } =
+        fetcher.fetch(&request(&url_a)).await.expect("fetch A")
+    else {
+        panic!("expected Fetched");
+    };
+    assert_eq!(held.len() as u64, 4 * MIB);
+    assert_eq!(held.reservation().map(|r| r.bytes()), Some(4 * MIB));
+    assert_eq!(fetcher.memory_budget().available_bytes(), 2 * MIB);
+
+    // B waits for A's bytes to be dropped, then proceeds.
+    let second = {
+        let fetcher = fetcher.clone();
+        let token = token.clone();
+        let url = url_b.clone();
+        tokio::spawn(async move {
+            let request = FetchRequest {
+                bearer_token: Some(&token),
+                allow_insecure_http: true,
+                retry: RetryPolicy::NONE,
+                ..FetchRequest::new(&url)
+            };
+            fetcher.fetch(&request).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !second.is_finished(),
+        "B must wait while A holds the budget"
+    );
+    drop(held);
+    let outcome = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("B proceeds once A is dropped")
+        .expect("task")
+        .expect("fetch B");
+    let FetchOutcome::Fetched { bytes: held, .. } = outcome else {
+        panic!("expected Fetched");
+    };
+
+    // C cannot get in before its deadline while B is held: a named, transient failure.
+    let short = budgeted_fetcher(6 * MIB, Duration::from_millis(400));
+    let _b_in_short = short
+        .memory_budget()
+        .reserve(4 * MIB, Duration::ZERO)
+        .await
+        .expect("fits");
+    let started = Instant::now();
+    let error = fetch_error(&short, &request(&url_c)).await;
+    assert_eq!(error.reason(), "MemoryBudgetExhausted", "{error}");
+    assert!(error.is_transient());
+    assert!(
+        error.to_string().contains("--graph-memory-budget"),
+        "{error}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    // Memory stayed within the budget's order: two 4 MiB bodies were never held at once.
+    let grown_kib = rss_kib().saturating_sub(rss_before);
+    assert!(grown_kib < 48 * 1024, "RSS grew by {grown_kib} KiB");
+    eprintln!("two 4 MiB fetches, 6 MiB budget: RSS grew by {grown_kib} KiB");
+    drop(held);
+    assert_eq!(fetcher.memory_budget().available_bytes(), 6 * MIB);
+}
+
+#[tokio::test]
+async fn one_fetch_with_all_its_retries_ends_at_the_fetch_ceiling() {
+    let registry = protected_http_registry().await;
+    registry.route(
+        "/trickle.pb",
+        Route::TrickleBody {
+            len: 100_000,
+            interval: Duration::from_millis(50),
+        },
+    );
+    let token = token();
+    let url = registry.url("/trickle.pb");
+    // A spec asking for an hour per attempt and endless retries.
+    let request = FetchRequest {
+        bearer_token: Some(&token),
+        timeout: Duration::from_secs(3600),
+        allow_insecure_http: true,
+        retry: RetryPolicy {
+            max_attempts: 1000,
+            max_elapsed: Duration::from_secs(3600),
+            initial_interval: Duration::from_millis(10),
+            max_interval: Duration::from_millis(20),
+        },
+        ..FetchRequest::new(&url)
+    };
+    let fetcher = budgeted_fetcher(1 << 28, Duration::from_secs(1));
+    let started = Instant::now();
+    let error = fetch_error(&fetcher, &request).await;
+    let took = started.elapsed();
+    assert_eq!(error.reason(), "Timeout", "{error}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(took >= Duration::from_millis(900), "took {took:?}");
+}
+
+#[tokio::test]
+async fn default_policy_refuses_loopback_literals_and_names_before_any_request() {
+    let pki = TestPki::new();
+    let registry = TestRegistry::https("127.0.0.1", None, &pki).await;
+    registry.route("/graph.pb", graph_route(None));
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let fetcher = fetcher_with(DestinationPolicy::public_only());
+    let port = registry.addr.port();
+    let mut messages = Vec::new();
+    for (url, host) in [
+        (format!("https://127.0.0.1:{port}/graph.pb"), "127.0.0.1"),
+        (
+            format!("https://127.0.0.1:{}/graph.pb", closed.port()),
+            "127.0.0.1",
+        ),
+        (format!("https://localhost:{port}/graph.pb"), "localhost"),
+        (
+            format!("https://localhost:{}/graph.pb", closed.port()),
+            "localhost",
+        ),
+        (
+            format!("https://[::ffff:127.0.0.1]:{port}/graph.pb"),
+            "[::ffff:7f00:1]",
+        ),
+        (format!("https://2130706433:{port}/graph.pb"), "127.0.0.1"),
+    ] {
+        let request = FetchRequest {
+            ca_bundle_pem: Some(pki.ca_pem.as_bytes()),
+            retry: fast_retries(3),
+            ..FetchRequest::new(&url)
+        };
+        let error = fetch_error(&fetcher, &request).await;
+        assert_eq!(
+            error,
+            SourceError::DestinationNotAllowed {
+                host: host.to_owned()
+            },
+            "{url}"
+        );
+        assert!(!error.is_transient());
+        let message = error.to_string();
+        assert!(message.contains(host), "{message}");
+        assert!(
+            message.contains("--source-allowed-destinations"),
+            "{message}"
+        );
+        messages.push((host, message));
+    }
+    assert_eq!(
+        registry.all_requests(),
+        0,
+        "a request reached the refused host"
+    );
+    // The same words whether the port answered or was closed: no reachability oracle.
+    assert_eq!(messages[0], messages[1]);
+    assert_eq!(messages[2], messages[3]);
+}
+
+#[tokio::test]
+async fn a_redirect_hop_to_a_refused_address_is_not_followed() {
+    let pki = TestPki::new();
+    let origin = TestRegistry::https("127.0.0.2", None, &pki).await;
+    let internal = TestRegistry::https("127.0.0.1", None, &pki).await;
+    internal.route("/secret", graph_route(None));
+    origin
+        .route(
+            "/by-address.pb",
+            Route::Redirect {
+                location: internal.url("/secret"),
+            },
+        )
+        .route(
+            "/by-name.pb",
+            Route::Redirect {
+                location: format!("https://localhost:{}/secret", internal.addr.port()),
+            },
+        )
+        .route("/graph.pb", graph_route(None));
+    let fetcher = fetcher_with(DestinationPolicy::parse_list("127.0.0.2/32").expect("policy"));
+    let fetch = |path: &str| {
+        let url = origin.url(path);
+        let fetcher = &fetcher;
+        let ca = pki.ca_pem.clone();
+        async move {
+            let request = FetchRequest {
+                ca_bundle_pem: Some(ca.as_bytes()),
+                retry: fast_retries(2),
+                ..FetchRequest::new(&url)
+            };
+            fetcher.fetch(&request).await
+        }
+    };
+
+    // The allowed origin itself is fine.
+    assert!(matches!(
+        fetch("/graph.pb").await.expect("allowed origin"),
+        FetchOutcome::Fetched { .. }
+    ));
+    let error = fetch("/by-address.pb").await.expect_err("hop refused");
+    assert_secret_free(&error);
+    assert_eq!(
+        error,
+        SourceError::DestinationNotAllowed {
+            host: "127.0.0.1".to_owned()
+        }
+    );
+    let error = fetch("/by-name.pb").await.expect_err("hop refused");
+    assert_eq!(
+        error,
+        SourceError::DestinationNotAllowed {
+            host: "localhost".to_owned()
+        }
+    );
+    assert_eq!(origin.requests("/by-address.pb").len(), 1, "not retried");
+    assert_eq!(internal.all_requests(), 0, "the refused hop was contacted");
+}
+
+// ---------------------------------------------------------------------------------------
+// The operator: a refused source is named in the pipeline's condition.
+
+/// `raypipe run` with its default policy (the test support allows the loopback unless told
+/// otherwise; this test tells it the default) on the real API server.
+#[tokio::test]
+async fn the_operator_refuses_internal_sources_and_names_the_reason_in_the_condition() {
+    use kube::api::{Api, PostParams};
+    use raypipe::api::conditions;
+    use raypipe::api::servepipeline::ServePipeline;
+
+    let client = crate::support::client().await;
+    let ns = crate::support::namespace(&client, "source-ssrf").await;
+    let registry = crate::support::registry::Registry::start("ssrf-token").await;
+    registry.put("g.pb", GRAPH.to_vec());
+    let (stop_tx, operator) = crate::support::spawn_operator(
+        client.clone(),
+        vec![
+            "--controllers=servepipeline".to_owned(),
+            format!("--namespaces={ns}"),
+            format!("--operator-namespace={ns}"),
+            "--leader-election=false".to_owned(),
+            "--admin-address=127.0.0.1:0".to_owned(),
+            "--source-allowed-destinations=".to_owned(),
+        ],
+    );
+    let port = registry.addr.port();
+    let sources = [
+        (
+            "by-address",
+            format!("http://127.0.0.1:{port}/g.pb"),
+            "127.0.0.1",
+        ),
+        (
+            "by-name",
+            format!("http://localhost:{port}/g.pb"),
+            "localhost",
+        ),
+        // Refused before any connection: nothing leaves the loopback.
+        (
+            "metadata",
+            "http://169.254.169.254/latest/meta-data/g.pb".to_owned(),
+            "169.254.169.254",
+        ),
+    ];
+    let pipelines: Api<ServePipeline> = Api::namespaced(client.clone(), &ns);
+    for (name, url, _) in &sources {
+        let pipeline: ServePipeline = serde_json::from_value(serde_json::json!({
+            "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "source": {"url": url, "allowInsecureHttp": true},
+                "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
+                    "template": {"spec": {"containers": [
+                        {"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}
+            }
+        }))
+        .expect("a ServePipeline");
+        pipelines
+            .create(&PostParams::default(), &pipeline)
+            .await
+            .expect("create the pipeline");
+    }
+    for (name, _, host) in &sources {
+        let condition = crate::support::eventually(
+            Duration::from_secs(60),
+            &format!("{name}: SourceReady=False (DestinationNotAllowed)"),
+            || {
+                let pipelines = pipelines.clone();
+                async move {
+                    let pipeline = pipelines.get(name).await.ok()?;
+                    let conds = pipeline.status?.conditions;
+                    conditions::find(&conds, "SourceReady")
+                        .filter(|c| c.status == "False" && c.reason == "DestinationNotAllowed")
+                        .cloned()
+                }
+            },
+        )
+        .await;
+        assert!(condition.message.contains(host), "{}", condition.message);
+        assert!(
+            condition.message.contains("--source-allowed-destinations"),
+            "{}",
+            condition.message
+        );
+    }
+    assert_eq!(registry.counts().0, 0, "a refused source was contacted");
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(15), operator).await;
 }

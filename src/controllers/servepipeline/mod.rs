@@ -101,6 +101,8 @@ pub struct Config {
     pub metrics: crate::admin::Metrics,
     /// Told when the caches have synced.
     pub readiness: crate::admin::Readiness,
+    /// Fetches the graphs; share one across instances (its memory budget is operator-wide).
+    pub fetcher: Fetcher,
 }
 
 /// The controller's name in metrics.
@@ -205,7 +207,7 @@ pub async fn run(
     let (fetches, fetched) = FetchQueue::new();
     let ctx = Arc::new(Context {
         client: client.clone(),
-        fetcher: Fetcher::new(),
+        fetcher: config.fetcher.clone(),
         recorder: crate::k8s::recorder(client.clone(), field_managers::SERVEPIPELINE),
         config,
         secrets: secret_store,

@@ -261,8 +261,23 @@ pub fn ray_test_apps_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ray/apps")
 }
 
+/// What test registries need: graph fetches may reach the loopback (`127.0.0.0/8,::1/128`),
+/// which the operator refuses by default.
+pub const LOOPBACK_DESTINATIONS: &str = "127.0.0.0/8,::1/128";
+
+/// A fetcher for controllers started directly in tests: the loopback allowed, no proxy from
+/// the environment (nothing may leave 127.0.0.0/8).
+pub fn loopback_fetcher() -> raypipe::source::Fetcher {
+    raypipe::source::Fetcher::with_options(raypipe::source::FetcherOptions {
+        honor_proxy_environment: false,
+        allowed_destinations: raypipe::source::DestinationPolicy::with_loopback(),
+        ..Default::default()
+    })
+}
+
 /// Runs `raypipe run FLAGS…` in-process on `client`, as the binary would; the operator stops
-/// when the returned sender is used (or dropped).
+/// when the returned sender is used (or dropped). Graph fetches may reach the loopback unless
+/// the flags set `--source-allowed-destinations` themselves.
 pub fn spawn_operator(
     client: kube::Client,
     flags: Vec<String>,
@@ -270,8 +285,13 @@ pub fn spawn_operator(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
+    let loopback = (!flags
+        .iter()
+        .any(|flag| flag.starts_with("--source-allowed-destinations")))
+    .then(|| format!("--source-allowed-destinations={LOOPBACK_DESTINATIONS}"));
     let argv = ["raypipe".to_owned(), "run".to_owned()]
         .into_iter()
+        .chain(loopback)
         .chain(flags);
     let raypipe::cli::Command::Run(args) =
         <raypipe::cli::Cli as clap::Parser>::try_parse_from(argv)
