@@ -20,10 +20,10 @@ pub const MAX_REFRESH_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// `source.timeout`: one fetch, retries included. The ceiling keeps a slow registry from
 /// holding a fetch slot for long.
 pub const MIN_FETCH_TIMEOUT: Duration = Duration::from_secs(1);
-pub const MAX_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
+pub const MAX_FETCH_TIMEOUT: Duration = crate::source::MAX_FETCH_TIMEOUT;
 /// `source.maxBytes` ceiling: the largest graph the operator accepts (a 100,000-node graph,
-/// the node limit, encodes to well under this).
-pub const MAX_GRAPH_BYTES: i64 = 64 * 1024 * 1024;
+/// the node limit, encodes to well under this); the fetcher clamps to the same value.
+pub const MAX_GRAPH_BYTES: i64 = crate::source::MAX_MAX_BYTES as i64;
 
 /// The source's timing, from a spec that passed [`validate_spec`]; values out of bounds (an
 /// object the webhook did not see) fall back to the defaults instead of reaching a timer.

@@ -38,6 +38,10 @@ type FetchResult = Result<Option<GoodGraph>, (Problem, bool)>;
 /// conditions keep at most 2 KiB too.
 const MAX_LOGGED_MESSAGE: usize = 2048;
 
+/// Peak memory of decoding and validating a graph, per byte of its protobuf encoding
+/// (measured on the largest valid graph; see docs/hardening.md).
+const DECODED_BYTES_PER_WIRE_BYTE: u64 = 32;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("reading {what}: {source}")]
@@ -730,10 +734,34 @@ async fn fetch_and_validate_inner(
                     false,
                 )
             };
+            // Decoding costs a multiple of the wire size: hold that much of the operator's
+            // graph memory budget until the graph is validated, so concurrent fetches of large
+            // graphs wait for each other instead of adding up past the memory limit.
+            let mut bytes = bytes;
+            if let Err(e) = bytes
+                .reserve_total(
+                    size.saturating_mul(DECODED_BYTES_PER_WIRE_BYTE),
+                    crate::validation::servepipeline::source_timing(&pipeline.spec.source).timeout,
+                )
+                .await
+            {
+                return Err((
+                    Problem {
+                        condition: condition_types::SOURCE_READY,
+                        reason: crate::source::reasons::MEMORY_BUDGET_EXHAUSTED.to_owned(),
+                        message: crate::validation::cut(
+                            &format!("decoding graph {digest}: {e}"),
+                            MAX_LOGGED_MESSAGE,
+                        ),
+                    },
+                    true,
+                ));
+            }
             // Decoding and validating a large graph is CPU work of up to a few hundred ms:
             // off the async workers, so the controllers' watches and other fetches keep going.
             let decode_digest = digest.clone();
             let checked = tokio::task::spawn_blocking(move || {
+                // `bytes` (and its reservation) lives until the graph is validated.
                 let decoded = crate::graph::decode(&bytes)
                     .map_err(|e| ("DecodeError", format!("graph {decode_digest}: {e}")))?;
                 crate::graph::validate(decoded).map_err(|errors| {
