@@ -14,6 +14,7 @@ mod rayjob;
 mod rayservice;
 mod rayservice_samples;
 mod runtime;
+mod samples;
 mod servepipeline;
 mod source;
 mod support;
