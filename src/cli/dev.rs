@@ -250,7 +250,7 @@ async fn serve(
         .map(|(n, p)| format!("{n}={p}"))
         .collect();
     println!(
-        "raypipe dev: ready in {:.1}s (API server {}; processes {})\n\n  export KUBECONFIG={}\n  alias kubectl={}\n  kubectl get crds\n  kubectl apply --server-side -f samples/\n  kubectl get servepipelines,rayservices,rayclusters,pods -A\n\nPress Ctrl-C to stop everything.",
+        "raypipe dev: ready in {:.1}s (API server {}; processes {})\n\n  export KUBECONFIG={}\n  alias kubectl={}\n  kubectl get crds\n  kubectl apply --server-side -f samples/ray-cluster.yaml -f samples/ray-job.yaml -f samples/ray-cronjob.yaml\n  # samples/ray-service.yaml needs github.com and would replace the demo's Serve app on the one local Ray head\n  kubectl get servepipelines,rayservices,rayclusters,pods -A\n\nPress Ctrl-C to stop everything.",
         started.elapsed().as_secs_f64(),
         plane.api_url,
         pids.join(" "),
