@@ -23,11 +23,46 @@ pub use servepipeline::ServePipeline;
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         ServePipeline::crd(),
-        RayCluster::crd(),
-        RayJob::crd(),
-        RayService::crd(),
+        with_retired_v1alpha1(RayCluster::crd()),
+        with_retired_v1alpha1(RayJob::crd()),
+        with_retired_v1alpha1(RayService::crd()),
         RayCronJob::crd(),
     ]
+}
+
+/// The version KubeRay served before `v1`, kept in raypipe's CRDs but not served.
+pub const RETIRED_RAY_VERSION: &str = "v1alpha1";
+
+/// Lists `ray.io/v1alpha1` as a version that is neither served nor stored. A cluster where
+/// KubeRay once stored v1alpha1 objects has it in the CRD's `status.storedVersions`, and the
+/// API server refuses a CRD that drops a stored version; listing it lets raypipe's CRDs replace
+/// KubeRay's there. Not serving it is deliberate: KubeRay's v1alpha1 differs from v1 in a few
+/// fields, and without a conversion webhook a v1alpha1 write would lose them silently; a request
+/// for v1alpha1 gets "no matches for kind … in version ray.io/v1alpha1" instead. Objects stored as
+/// v1alpha1 stay readable through v1 (see docs/migrating-from-kuberay.md).
+fn with_retired_v1alpha1(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceDefinitionVersion, CustomResourceValidation, JSONSchemaProps,
+    };
+    crd.spec.versions.push(CustomResourceDefinitionVersion {
+        name: RETIRED_RAY_VERSION.to_owned(),
+        served: false,
+        storage: false,
+        deprecated: Some(true),
+        deprecation_warning: Some(format!(
+            "{}/{RETIRED_RAY_VERSION} is not served by raypipe; use {}/v1",
+            crd.spec.group, crd.spec.group
+        )),
+        schema: Some(CustomResourceValidation {
+            open_api_v3_schema: Some(JSONSchemaProps {
+                type_: Some("object".to_owned()),
+                x_kubernetes_preserve_unknown_fields: Some(true),
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    });
+    crd
 }
 
 /// The file in `crds/` that holds a CRD: `<plural>.<group>.yaml`.
@@ -183,8 +218,22 @@ mod tests {
     fn every_crd_has_a_status_subresource_and_one_served_storage_version() {
         for crd in crds() {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            assert_eq!(crd.spec.versions.len(), 1, "{name}");
-            let v = &crd.spec.versions[0];
+            // KubeRay's v1alpha1 stays listed for the kinds that had it, neither served nor
+            // stored (see `with_retired_v1alpha1`); every other version is served and stored.
+            let (retired, live): (Vec<_>, Vec<_>) = crd
+                .spec
+                .versions
+                .iter()
+                .partition(|v| v.name == RETIRED_RAY_VERSION && crd.spec.group == "ray.io");
+            let had_v1alpha1 = ["rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"];
+            assert_eq!(
+                retired.len(),
+                usize::from(had_v1alpha1.contains(&name.as_str())),
+                "{name}"
+            );
+            assert!(retired.iter().all(|v| !v.served && !v.storage), "{name}");
+            assert_eq!(live.len(), 1, "{name}");
+            let v = live[0];
             assert!(v.served && v.storage, "{name}");
             assert!(
                 v.subresources

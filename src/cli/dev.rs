@@ -31,6 +31,12 @@ pub struct DevArgs {
     /// Do not start a local Ray head (RayServices then never reach their dashboards).
     #[arg(long)]
     pub no_ray: bool,
+    /// Port of the sample registry on 127.0.0.1; `samples/servepipeline.yaml` expects 8787
+    /// (with another port, `raypipe dev` rewrites its own copy of the sample).
+    #[arg(long, env = "RAYPIPE_DEV_REGISTRY_PORT", default_value_t = SAMPLE_REGISTRY_PORT)]
+    pub registry_port: u16,
+    #[command(flatten)]
+    pub log_level: crate::cli::LogLevelArgs,
 }
 
 /// The sample user models the sample graphs import (`samples.models`), delivered to Ray as a
@@ -93,53 +99,77 @@ pub fn local_rayservice_config(
     })
 }
 
-/// The graph `raypipe dev` serves from its registry (fan-out to two models, fan-in).
-const SAMPLE_GRAPH: &[u8] = include_bytes!("../../samples/graphs/ensemble.pb");
+/// The graphs `raypipe dev`'s registry serves, at `graphs/<file>`.
+const SAMPLE_GRAPHS: &[(&str, &[u8])] = &[
+    (
+        "ensemble.pb",
+        include_bytes!("../../samples/graphs/ensemble.pb"),
+    ),
+    (
+        "sequence.pb",
+        include_bytes!("../../samples/graphs/sequence.pb"),
+    ),
+    (
+        "switch-canary.pb",
+        include_bytes!("../../samples/graphs/switch-canary.pb"),
+    ),
+];
+/// The sample ServePipeline, applied as printed so the file a user reads is the one that runs.
+const SAMPLE_PIPELINE_YAML: &str = include_str!("../../samples/servepipeline.yaml");
+/// The registry address written in `samples/servepipeline.yaml`.
+pub const SAMPLE_REGISTRY_PORT: u16 = 8787;
 const SAMPLE_NAMESPACE: &str = "default";
 const SAMPLE_PIPELINE: &str = "demo";
+const SAMPLE_TOKEN_SECRET: &str = "demo-registry-token";
 
-/// Starts a token-protected registry on 127.0.0.1 serving the sample graph, and creates a
-/// Secret with the token and a ServePipeline that points at it.
+/// `samples/servepipeline.yaml`'s ServePipeline, its registry moved to `registry_port`.
+pub fn sample_pipeline(registry_port: u16) -> anyhow::Result<serde_json::Value> {
+    let mut pipeline = crate::api::yaml::documents(SAMPLE_PIPELINE_YAML)?
+        .into_iter()
+        .find(|d| d["kind"] == "ServePipeline")
+        .ok_or_else(|| anyhow::anyhow!("samples/servepipeline.yaml has no ServePipeline"))?;
+    let url = pipeline["spec"]["source"]["url"]
+        .as_str()
+        .unwrap_or_default()
+        .replace(
+            &format!("127.0.0.1:{SAMPLE_REGISTRY_PORT}/"),
+            &format!("127.0.0.1:{registry_port}/"),
+        );
+    pipeline["spec"]["source"]["url"] = serde_json::Value::String(url);
+    pipeline["metadata"]["namespace"] = SAMPLE_NAMESPACE.into();
+    Ok(pipeline)
+}
+
+/// Starts a token-protected registry on 127.0.0.1 serving the sample graphs, creates a Secret
+/// with the token and applies the sample ServePipeline that points at it.
 async fn create_sample(
     client: &kube::Client,
+    registry_port: u16,
 ) -> anyhow::Result<crate::testenv::registry::Registry> {
     use crate::api::ServePipeline;
+    use anyhow::Context;
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, Patch, PatchParams};
 
     let token = crate::testenv::random_token()?;
-    let registry = crate::testenv::registry::Registry::start(&token).await;
-    registry.put("graphs/ensemble.pb", SAMPLE_GRAPH.to_vec());
+    let registry = crate::testenv::registry::Registry::start_on(registry_port, &token)
+        .await
+        .with_context(|| {
+            format!("the sample registry cannot listen on 127.0.0.1:{registry_port} (another raypipe dev?); choose another with --registry-port")
+        })?;
+    for (file, bytes) in SAMPLE_GRAPHS {
+        registry.put(&format!("graphs/{file}"), bytes.to_vec());
+    }
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "demo-registry-token", "namespace": SAMPLE_NAMESPACE},
+        "metadata": {"name": SAMPLE_TOKEN_SECRET, "namespace": SAMPLE_NAMESPACE},
         "stringData": {"token": token}
     }))?;
     let params = PatchParams::apply("raypipe-dev").force();
     Api::<Secret>::namespaced(client.clone(), SAMPLE_NAMESPACE)
-        .patch("demo-registry-token", &params, &Patch::Apply(&secret))
+        .patch(SAMPLE_TOKEN_SECRET, &params, &Patch::Apply(&secret))
         .await?;
-    let pipeline: ServePipeline = serde_json::from_value(serde_json::json!({
-        "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline",
-        "metadata": {"name": SAMPLE_PIPELINE, "namespace": SAMPLE_NAMESPACE},
-        "spec": {
-            "source": {
-                "url": registry.url("graphs/ensemble.pb"),
-                // The registry is on loopback in this process: plain HTTP is acceptable here.
-                "allowInsecureHttp": true,
-                "bearerTokenSecretRef": {"name": "demo-registry-token", "key": "token"},
-                "refreshInterval": "30s"
-            },
-            "serve": {"routePrefix": "/demo"},
-            "rayClusterConfig": {
-                "rayVersion": "2.52.0",
-                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [{
-                    "name": "ray-head", "image": "rayproject/ray:2.52.0",
-                    "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}
-                }]}}}
-            }
-        }
-    }))?;
+    let pipeline: ServePipeline = serde_json::from_value(sample_pipeline(registry.addr.port())?)?;
     Api::<ServePipeline>::namespaced(client.clone(), SAMPLE_NAMESPACE)
         .patch(SAMPLE_PIPELINE, &params, &Patch::Apply(&pipeline))
         .await?;
@@ -220,7 +250,7 @@ async fn serve(
         .map(|(n, p)| format!("{n}={p}"))
         .collect();
     println!(
-        "raypipe dev: ready in {:.1}s (API server {}; processes {})\n\n  export KUBECONFIG={}\n  alias kubectl={}\n  kubectl get crds\n  kubectl apply --server-side -f samples/\n  kubectl get servepipelines,rayservices,rayclusters,pods -A\n\nPress Ctrl-C to stop everything.",
+        "raypipe dev: ready in {:.1}s (API server {}; processes {})\n\n  export KUBECONFIG={}\n  alias kubectl={}\n  kubectl get crds\n  kubectl apply --server-side -f samples/ray-cluster.yaml -f samples/ray-job.yaml -f samples/ray-cronjob.yaml\n  # samples/ray-service.yaml needs github.com and would replace the demo's Serve app on the one local Ray head\n  kubectl get servepipelines,rayservices,rayclusters,pods -A\n\nPress Ctrl-C to stop everything.",
         started.elapsed().as_secs_f64(),
         plane.api_url,
         pids.join(" "),
@@ -231,9 +261,9 @@ async fn serve(
     let _registry = if args.no_sample {
         None
     } else {
-        let registry = create_sample(&client).await?;
+        let registry = create_sample(&client, args.registry_port).await?;
         println!(
-            "\nSample: ServePipeline {SAMPLE_NAMESPACE}/{SAMPLE_PIPELINE} fetches {} (bearer token in Secret demo-registry-token):\n  kubectl get servepipeline {SAMPLE_PIPELINE} -o yaml\n  kubectl get rayservice {SAMPLE_PIPELINE} -o jsonpath='{{.spec.serveConfigV2}}'",
+            "\nSample: ServePipeline {SAMPLE_NAMESPACE}/{SAMPLE_PIPELINE} fetches {} (samples/servepipeline.yaml; bearer token in Secret {SAMPLE_TOKEN_SECRET}):\n  kubectl get servepipeline {SAMPLE_PIPELINE} -o yaml\n  kubectl get rayservice {SAMPLE_PIPELINE} -o jsonpath='{{.spec.serveConfigV2}}'",
             registry.url("graphs/ensemble.pb")
         );
         Some(registry)
@@ -248,7 +278,13 @@ async fn serve(
         None
     } else {
         eprintln!("raypipe dev: starting a local Ray head on 127.0.0.1 …");
-        let head = crate::ray::testenv::RayHead::start(Default::default()).await?;
+        // The custom resource samples/ray-job.yaml's driver reserves, as its RayCluster's
+        // head would offer it.
+        let head = crate::ray::testenv::RayHead::start(crate::ray::testenv::RayHeadOptions {
+            resources: [("driver_slot".to_owned(), 4.0)].into_iter().collect(),
+            ..Default::default()
+        })
+        .await?;
         settings.runtime_py_modules = serve_packages(dev_packages()).await?;
         settings.rayservice = Some(local_rayservice_config(&head)?);
         // RayJobs of every cluster run on the same local head.
@@ -266,4 +302,34 @@ async fn serve(
     eprintln!("raypipe dev: stopping the control plane …");
     drop(plane);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_pipeline_is_the_file_and_follows_the_registry_port() {
+        let printed = sample_pipeline(SAMPLE_REGISTRY_PORT).expect("the sample parses");
+        assert_eq!(printed["metadata"]["name"], SAMPLE_PIPELINE);
+        assert_eq!(
+            printed["spec"]["source"]["url"],
+            "http://127.0.0.1:8787/graphs/ensemble.pb"
+        );
+        assert_eq!(
+            printed["spec"]["source"]["bearerTokenSecretRef"]["name"],
+            SAMPLE_TOKEN_SECRET
+        );
+        let moved = sample_pipeline(18080).expect("the sample parses");
+        assert_eq!(
+            moved["spec"]["source"]["url"],
+            "http://127.0.0.1:18080/graphs/ensemble.pb"
+        );
+        serde_json::from_value::<crate::api::ServePipeline>(moved).expect("a valid ServePipeline");
+        // Every graph a sample names is one the registry serves.
+        let url = printed["spec"]["source"]["url"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(SAMPLE_GRAPHS.iter().any(|(file, _)| url.ends_with(file)));
+    }
 }

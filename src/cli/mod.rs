@@ -74,6 +74,8 @@ pub struct RunArgs {
     #[arg(long, env = "RAYPIPE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
     #[command(flatten)]
+    pub log_level: LogLevelArgs,
+    #[command(flatten)]
     pub operator: crate::config::OperatorArgs,
 }
 
@@ -83,10 +85,37 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the tracing subscriber once; `RUST_LOG` filters (default `info`).
-pub fn init_tracing(format: LogFormat) {
-    use tracing_subscriber::{EnvFilter, fmt};
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// `--log-level`, shared by `run` and `dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LogLevelArgs {
+    /// What to log: a level (error, warn, info, debug, trace) or filter directives such as
+    /// `info,raypipe=debug`. `RUST_LOG`, when set, takes precedence (for debugging a deployment
+    /// without changing its flags).
+    #[arg(long, env = "RAYPIPE_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
+    pub log_level: String,
+}
+
+fn parse_log_level(value: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(value)
+        .map(|_| value.to_owned())
+        .map_err(|e| format!("not a log level or filter: {e}"))
+}
+
+/// The filter in effect: a non-empty, valid `RUST_LOG` overrides `--log-level`.
+fn log_filter(log_level: &str, rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::EnvFilter;
+    rust_log
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .or_else(|| EnvFilter::try_new(log_level).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"))
+}
+
+/// Installs the tracing subscriber once, filtered by `log_level` (or `RUST_LOG` when set).
+pub fn init_tracing(format: LogFormat, log_level: &str) {
+    use tracing_subscriber::fmt;
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = log_filter(log_level, rust_log.as_deref());
     let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -116,11 +145,11 @@ pub fn main() -> ExitCode {
         },
         Command::Dag(cmd) => dag::run(cmd),
         Command::Run(args) => {
-            init_tracing(args.log_format);
+            init_tracing(args.log_format, &args.log_level.log_level);
             runtime_block_on(run::run(*args))
         }
         Command::Dev(args) => {
-            init_tracing(LogFormat::Text);
+            init_tracing(LogFormat::Text, &args.log_level.log_level);
             runtime_block_on(dev::run(args))
         }
     }
@@ -170,6 +199,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn log_level_is_a_flag_for_run_and_dev_and_rust_log_overrides_it() {
+        let cli = Cli::try_parse_from(["raypipe", "run", "--log-level", "debug"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run")
+        };
+        assert_eq!(args.log_level.log_level, "debug");
+        let cli =
+            Cli::try_parse_from(["raypipe", "dev", "--log-level", "warn,raypipe=trace"]).unwrap();
+        let Command::Dev(args) = cli.command else {
+            panic!("expected dev")
+        };
+        assert_eq!(args.log_level.log_level, "warn,raypipe=trace");
+        assert!(Cli::try_parse_from(["raypipe", "run", "--log-level", "loud=["]).is_err());
+
+        assert_eq!(log_filter("warn", None).to_string(), "warn");
+        assert_eq!(log_filter("warn", Some("debug")).to_string(), "debug");
+        // An empty or broken RUST_LOG does not silence the operator: the flag applies.
+        assert_eq!(log_filter("warn", Some(" ")).to_string(), "warn");
+        assert_eq!(log_filter("warn", Some("x=[")).to_string(), "warn");
     }
 
     #[test]

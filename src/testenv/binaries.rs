@@ -69,10 +69,51 @@ fn from_dir(dir: &Path) -> Option<Binaries> {
     })
 }
 
-impl Binaries {
-    /// Looks the binaries up; `need_full` asks for controller-manager, scheduler and kwok too.
-    /// Falls back to building them (printing progress) when nothing suitable is found.
-    pub fn locate(need_full: bool) -> Result<Binaries, TestEnvError> {
+/// Where `Binaries::locate` looks, in order. Read from the environment by `from_env`; tests
+/// build one by hand (an empty cache, no envtest variables) to exercise the cold path.
+#[derive(Clone, Debug, Default)]
+pub struct Lookup {
+    /// The `TEST_ASSET_*` paths, when both kube-apiserver and etcd are set.
+    pub explicit: Option<Binaries>,
+    /// `RAYPIPE_K8S_BIN_DIR`, then `KUBEBUILDER_ASSETS`.
+    pub dirs: Vec<PathBuf>,
+    /// The version-keyed cache that provisioning fills.
+    pub cache: PathBuf,
+}
+
+impl Lookup {
+    pub fn from_env() -> Lookup {
+        let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+        let explicit = match (var("TEST_ASSET_KUBE_APISERVER"), var("TEST_ASSET_ETCD")) {
+            (Some(kube_apiserver), Some(etcd)) => Some(Binaries {
+                etcd,
+                kube_apiserver,
+                kube_controller_manager: var("TEST_ASSET_KUBE_CONTROLLER_MANAGER"),
+                kube_scheduler: var("TEST_ASSET_KUBE_SCHEDULER"),
+                kubectl: var("TEST_ASSET_KUBECTL"),
+                kwok: var("TEST_ASSET_KWOK"),
+                kwok_stages: var("TEST_ASSET_KWOK_STAGES"),
+            }),
+            _ => None,
+        };
+        Lookup {
+            explicit,
+            dirs: ["RAYPIPE_K8S_BIN_DIR", "KUBEBUILDER_ASSETS"]
+                .into_iter()
+                .filter_map(var)
+                .collect(),
+            cache: cache_dir(),
+        }
+    }
+
+    /// The first complete set of binaries in lookup order; when there is none, `provision`
+    /// fills the cache (the first run on a machine) and the cache must then be complete.
+    /// `need_full` asks for controller-manager, scheduler and kwok too.
+    pub fn locate(
+        &self,
+        need_full: bool,
+        provision: impl FnOnce(&Path) -> Result<(), TestEnvError>,
+    ) -> Result<Binaries, TestEnvError> {
         let complete = |b: &Binaries| {
             !need_full
                 || (b.kube_controller_manager.is_some()
@@ -80,49 +121,39 @@ impl Binaries {
                     && b.kwok.is_some()
                     && b.kwok_stages.is_some())
         };
-        // 1. Explicit paths (the names envtest uses), then a raypipe-specific directory.
-        if let (Some(api), Some(etcd)) = (
-            std::env::var_os("TEST_ASSET_KUBE_APISERVER"),
-            std::env::var_os("TEST_ASSET_ETCD"),
-        ) {
-            let b = Binaries {
-                etcd: etcd.into(),
-                kube_apiserver: api.into(),
-                kube_controller_manager: std::env::var_os("TEST_ASSET_KUBE_CONTROLLER_MANAGER")
-                    .map(Into::into),
-                kube_scheduler: std::env::var_os("TEST_ASSET_KUBE_SCHEDULER").map(Into::into),
-                kubectl: std::env::var_os("TEST_ASSET_KUBECTL").map(Into::into),
-                kwok: std::env::var_os("TEST_ASSET_KWOK").map(Into::into),
-                kwok_stages: std::env::var_os("TEST_ASSET_KWOK_STAGES").map(Into::into),
-            };
-            if complete(&b) {
-                return Ok(b);
-            }
+        if let Some(b) = self.explicit.as_ref().filter(|b| complete(b)) {
+            return Ok(b.clone());
         }
-        for var in ["RAYPIPE_K8S_BIN_DIR", "KUBEBUILDER_ASSETS"] {
-            if let Some(dir) = std::env::var_os(var)
-                && let Some(b) = from_dir(Path::new(&dir))
-                && complete(&b)
-            {
-                return Ok(b);
-            }
-        }
-        // 2. The version-keyed cache; `provision.sh` is idempotent and cheap when it is warm,
-        //    and it re-checks versions, so always run it there.
-        let dir = cache_dir();
-        if let Some(b) = from_dir(&dir)
-            && complete(&b)
-            && b.kwok_stages.is_some()
+        if let Some(b) = self
+            .dirs
+            .iter()
+            .filter_map(|dir| from_dir(dir))
+            .find(|b| complete(b))
         {
             return Ok(b);
         }
-        provision(&dir)?;
-        from_dir(&dir).filter(complete).ok_or_else(|| {
+        // The stage configs are the last thing provisioning writes: without them the cache is
+        // a build that was interrupted, so build again (the script keeps what is done).
+        if let Some(b) = from_dir(&self.cache).filter(|b| complete(b) && b.kwok_stages.is_some()) {
+            return Ok(b);
+        }
+        provision(&self.cache)?;
+        from_dir(&self.cache).filter(complete).ok_or_else(|| {
             TestEnvError::Provision(format!(
                 "{} is incomplete after provisioning",
-                dir.display()
+                self.cache.display()
             ))
         })
+    }
+}
+
+impl Binaries {
+    /// Looks the binaries up (explicit `TEST_ASSET_*` paths, then `RAYPIPE_K8S_BIN_DIR` and
+    /// `KUBEBUILDER_ASSETS`, then the cache); builds them into the cache (printing progress)
+    /// when nothing suitable is found. `need_full` asks for controller-manager, scheduler and
+    /// kwok too.
+    pub fn locate(need_full: bool) -> Result<Binaries, TestEnvError> {
+        Lookup::from_env().locate(need_full, provision)
     }
 }
 
@@ -174,6 +205,111 @@ pub fn run_embedded_script(
 #[cfg(test)]
 mod script_tests {
     use super::*;
+    use std::cell::Cell;
+
+    /// What provisioning leaves behind: empty files stand in for the binaries (nothing runs
+    /// them here).
+    fn fill(dir: &Path, names: &[&str]) {
+        std::fs::create_dir_all(dir.join("kwok-stages")).expect("create the cache");
+        for name in names {
+            std::fs::write(dir.join(name), b"").expect("write a stand-in binary");
+        }
+    }
+
+    const FULL: &[&str] = &[
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubectl",
+        "kwok",
+    ];
+
+    /// The cold path a fresh machine takes, cheap enough for every CI run: nothing cached, no
+    /// envtest variables, so the provisioner runs once, into the cache, and its result is used.
+    #[test]
+    fn a_cold_cache_is_provisioned_once_and_then_used() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let lookup = Lookup {
+            cache: root.path().join("k8s").join("v-test"),
+            ..Lookup::default()
+        };
+        let calls = Cell::new(0);
+        let binaries = lookup
+            .locate(true, |dir| {
+                calls.set(calls.get() + 1);
+                fill(dir, FULL);
+                Ok(())
+            })
+            .expect("provisioned binaries are found");
+        assert_eq!(calls.get(), 1);
+        assert_eq!(binaries.kube_apiserver, lookup.cache.join("kube-apiserver"));
+        assert_eq!(binaries.kwok_stages, Some(lookup.cache.join("kwok-stages")));
+
+        // Warm: the provisioner is not asked again.
+        lookup
+            .locate(true, |_| panic!("a warm cache is not provisioned again"))
+            .expect("the cache is used");
+    }
+
+    #[test]
+    fn a_provisioning_that_leaves_the_cache_incomplete_is_an_error_naming_it() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let lookup = Lookup {
+            cache: root.path().join("cache"),
+            ..Lookup::default()
+        };
+        let err = lookup
+            .locate(true, |dir| {
+                fill(dir, &["etcd", "kube-apiserver"]);
+                Ok(())
+            })
+            .expect_err("no kwok, no controller-manager");
+        assert!(
+            err.to_string()
+                .contains(&lookup.cache.display().to_string()),
+            "{err}"
+        );
+
+        // Binaries without the stage configs are an interrupted build: provision again (and
+        // report that provisioning's own error).
+        let interrupted = Lookup {
+            cache: root.path().join("interrupted"),
+            ..Lookup::default()
+        };
+        std::fs::create_dir_all(&interrupted.cache).expect("create the cache");
+        for name in ["etcd", "kube-apiserver"] {
+            std::fs::write(interrupted.cache.join(name), b"").expect("write a stand-in");
+        }
+        let failed = interrupted
+            .locate(false, |_| Err(TestEnvError::Provision("no go".into())))
+            .map(|_| ());
+        assert!(matches!(failed, Err(TestEnvError::Provision(m)) if m == "no go"));
+    }
+
+    #[test]
+    fn envtest_directories_come_before_the_cache_and_partial_ones_are_skipped() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let minimal = root.path().join("envtest");
+        fill(&minimal, &["etcd", "kube-apiserver"]);
+        let lookup = Lookup {
+            dirs: vec![minimal.clone()],
+            cache: root.path().join("cache"),
+            ..Lookup::default()
+        };
+        let found = lookup
+            .locate(false, |_| panic!("envtest binaries are enough"))
+            .expect("found in KUBEBUILDER_ASSETS");
+        assert_eq!(found.etcd, minimal.join("etcd"));
+        // kwok is not in an envtest directory: a full control plane builds the cache instead.
+        let found = lookup
+            .locate(true, |dir| {
+                fill(dir, FULL);
+                Ok(())
+            })
+            .expect("provisioned");
+        assert_eq!(found.etcd, lookup.cache.join("etcd"));
+    }
 
     #[test]
     fn embedded_scripts_get_their_argument_environment_and_exit_status() {

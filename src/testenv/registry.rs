@@ -70,8 +70,13 @@ async fn serve_object(
 }
 
 impl Registry {
-    /// Starts a registry on 127.0.0.1 that accepts `token`.
+    /// Starts a registry on 127.0.0.1 (an ephemeral port) that accepts `token`.
     pub async fn start(token: &str) -> Registry {
+        Registry::start_on(0, token).await.expect("bind 127.0.0.1")
+    }
+
+    /// Starts a registry on `127.0.0.1:port` (0: ephemeral) that accepts `token`.
+    pub async fn start_on(port: u16, token: &str) -> std::io::Result<Registry> {
         let inner = Arc::new(Mutex::new(Inner {
             token: token.to_owned(),
             ..Default::default()
@@ -79,14 +84,12 @@ impl Registry {
         let app = axum::Router::new()
             .route("/{*path}", axum::routing::get(serve_object))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1");
-        let addr = listener.local_addr().expect("local addr");
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let addr = listener.local_addr()?;
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Registry { addr, inner }
+        Ok(Registry { addr, inner })
     }
 
     /// `http://127.0.0.1:PORT/<path>`.

@@ -102,6 +102,20 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
+/// `raypipe` followed by the arguments of the chart's operator container.
+fn operator_command(docs: &[Value]) -> Vec<String> {
+    let deployment = of_kind(docs, "Deployment")
+        .into_iter()
+        .next()
+        .expect("the chart renders a Deployment");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("the container has args");
+    std::iter::once("raypipe".to_owned())
+        .chain(args.iter().filter_map(|a| a.as_str().map(str::to_owned)))
+        .collect()
+}
+
 /// Server-side applies `doc` (dry run or for real) through discovery.
 async fn apply(client: &kube::Client, doc: &Value, dry_run: bool) -> Result<(), String> {
     let (group, version) = match doc["apiVersion"]
@@ -165,6 +179,89 @@ async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
             "replicaCount=1",
         ],
     );
+
+    // Every flag the chart passes is one `raypipe run` accepts, with the value it was given.
+    let tuned = render(
+        "rp",
+        &release_ns,
+        &[
+            "logLevel=info\\,raypipe=debug",
+            "priorityClassName=system-cluster-critical",
+            "livenessProbe.periodSeconds=30",
+            "podSecurityContext.runAsUser=65532",
+        ],
+    );
+    let Ok(raypipe::cli::Cli {
+        command: raypipe::cli::Command::Run(run),
+    }) = <raypipe::cli::Cli as clap::Parser>::try_parse_from(operator_command(&tuned))
+    else {
+        panic!(
+            "the chart's arguments do not parse: {:?}",
+            operator_command(&tuned)
+        )
+    };
+    assert_eq!(run.log_level.log_level, "info,raypipe=debug");
+    // KubeRay's value names for the Pod's priority, security contexts and probe timings.
+    let pod = &of_kind(&tuned, "Deployment")[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    assert_eq!(container["livenessProbe"]["periodSeconds"], 30);
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    // rbacEnable=false: no RBAC at all; crNamespacedRbacEnable=false: no RoleBindings in the
+    // watched namespaces, the operator's own Role stays (GitOps installs).
+    let is_rbac = |d: &&Value| {
+        ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+            .iter()
+            .any(|k| d["kind"] == *k)
+    };
+    let no_rbac = render("rp", &release_ns, &["rbacEnable=false"]);
+    assert!(!no_rbac.iter().any(|d| is_rbac(&d)));
+    let gitops = render(
+        "rp",
+        &release_ns,
+        &[
+            &format!("watchNamespaces={{{watched}}}"),
+            "crNamespacedRbacEnable=false",
+        ],
+    );
+    assert!(
+        !of_kind(&gitops, "RoleBinding")
+            .iter()
+            .any(|b| b["roleRef"]["name"] == "rp-raypipe-controllers")
+    );
+    assert!(
+        of_kind(&gitops, "Role")
+            .iter()
+            .any(|r| r["metadata"]["name"] == "rp-raypipe-operator")
+    );
+    // The autoscaler's Role grants pods/resize, so the operator must hold it (RBAC escalation
+    // prevention); see under_the_charts_rbac_the_raycluster_controller_sets_up_an_autoscaled_cluster.
+    let controllers = of_kind(&all, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "rp-raypipe-controllers")
+        .expect("the controllers' ClusterRole");
+    assert!(
+        controllers["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .any(|r| r["resources"] == json!(["pods/resize"]) && r["verbs"] == json!(["patch"]))
+    );
+    // values.schema.json refuses a misspelt value.
+    let mut typo = Command::new(helm());
+    typo.args(["template", "rp"])
+        .arg(repo().join("deploy/raypipe"))
+        .args(["--set", "logLevl=debug"]);
+    let output = typo.output().expect("run helm");
+    assert!(!output.status.success(), "a misspelt value was accepted");
+    for docs in [&all, &scoped, &minimal] {
+        <raypipe::cli::Cli as clap::Parser>::try_parse_from(operator_command(docs))
+            .unwrap_or_else(|e| panic!("the chart's arguments do not parse: {e}"));
+    }
 
     // The CRDs are exactly raypipe's.
     let mut crd_names: Vec<String> = of_kind(&all, "CustomResourceDefinition")
@@ -271,7 +368,13 @@ async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
     );
 
     // Every object is accepted by the API server (ServiceMonitor's CRD is not installed here).
-    for (label, docs) in [("all", &all), ("scoped", &scoped), ("minimal", &minimal)] {
+    for (label, docs) in [
+        ("all", &all),
+        ("scoped", &scoped),
+        ("minimal", &minimal),
+        ("tuned", &tuned),
+        ("gitops", &gitops),
+    ] {
         for doc in docs.iter().filter(|d| d["kind"] != "ServiceMonitor") {
             if let Err(e) = apply(&client, doc, true).await {
                 panic!("{label}: {e}");
@@ -515,4 +618,223 @@ fn the_container_recipe_is_well_formed() {
         entrypoint.expect("an ENTRYPOINT"),
         vec!["/usr/local/bin/raypipe".to_owned()]
     );
+}
+
+/// A cluster where KubeRay once stored `ray.io/v1alpha1` objects lists v1alpha1 in its CRDs'
+/// `status.storedVersions`, and the API server refuses a CRD that drops a stored version. raypipe's
+/// CRDs keep v1alpha1 listed (neither served nor stored), so they take over KubeRay's CRDs there
+/// (`kubectl apply --server-side --force-conflicts -f crds/`), the old objects stay readable
+/// through v1, and v1alpha1 itself is no longer served. Runs on a control plane of its own: the
+/// shared one already has raypipe's CRDs.
+#[tokio::test]
+async fn raypipes_crds_replace_kuberays_where_v1alpha1_objects_were_stored() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceDefinition, CustomResourceValidation, JSONSchemaProps,
+    };
+    use kube::CustomResourceExt;
+    use raypipe::api::RayCluster;
+    use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
+
+    raypipe::cli::init_crypto();
+    let plane = ControlPlane::start(ControlPlaneOptions {
+        install_crds: false,
+        ..ControlPlaneOptions::default()
+    })
+    .await
+    .expect("a control plane of its own");
+    let client = plane.client().await.expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = "rayclusters.ray.io";
+
+    // KubeRay's CRD as an older release installed it: v1alpha1 stored, v1 served beside it.
+    let mut kuberay = RayCluster::crd();
+    let mut alpha = kuberay.spec.versions[0].clone();
+    alpha.name = "v1alpha1".into();
+    alpha.storage = true;
+    alpha.schema = Some(CustomResourceValidation {
+        open_api_v3_schema: Some(JSONSchemaProps {
+            type_: Some("object".into()),
+            x_kubernetes_preserve_unknown_fields: Some(true),
+            ..Default::default()
+        }),
+    });
+    kuberay.spec.versions[0].storage = false;
+    kuberay.spec.versions.insert(0, alpha);
+    crds.patch(
+        name,
+        &PatchParams::apply("helm").force(),
+        &Patch::Apply(&kuberay),
+    )
+    .await
+    .expect("KubeRay's CRD");
+    let alpha_api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("ray.io", "v1alpha1", "RayCluster"),
+            "rayclusters",
+        ),
+    );
+    let old: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1alpha1", "kind": "RayCluster",
+        "metadata": {"name": "stored-by-kuberay", "namespace": "default"},
+        "spec": {"rayVersion": "2.52.0", "headGroupSpec": {"rayStartParams": {}, "template": {
+            "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}
+    }))
+    .expect("an object");
+    eventually(WAIT, "v1alpha1 to be served by KubeRay's CRD", || async {
+        alpha_api.create(&PostParams::default(), &old).await.ok()
+    })
+    .await;
+    let stored = crds
+        .get(name)
+        .await
+        .expect("the CRD")
+        .status
+        .and_then(|s| s.stored_versions)
+        .unwrap_or_default();
+    assert!(stored.iter().any(|v| v == "v1alpha1"), "{stored:?}");
+
+    // What raypipe's CRD was before (v1 only) is refused there, as issue 15 reports.
+    let force = PatchParams::apply(raypipe::testenv::CRD_FIELD_MANAGER).force();
+    match crds
+        .patch(name, &force, &Patch::Apply(&RayCluster::crd()))
+        .await
+    {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(e.message.contains("storedVersions"), "{}", e.message);
+        }
+        other => panic!("a CRD without v1alpha1 was accepted: {other:?}"),
+    }
+    // raypipe's CRD (what `crds/` and the chart hold) takes over.
+    let ours = raypipe::api::crds()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+        .expect("raypipe's RayCluster CRD");
+    raypipe::testenv::install_crds(&client, std::slice::from_ref(&ours), WAIT)
+        .await
+        .expect("raypipe's CRD replaces KubeRay's");
+    let read: RayCluster = eventually(WAIT, "the old object through v1", || async {
+        Api::<RayCluster>::namespaced(client.clone(), "default")
+            .get_opt("stored-by-kuberay")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    assert_eq!(read.spec.ray_version.as_deref(), Some("2.52.0"));
+    eventually(WAIT, "v1alpha1 to be no longer served", || async {
+        match alpha_api.get("stored-by-kuberay").await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    // The shipped files are the generated CRDs.
+    let shipped = std::fs::read_to_string(repo().join("crds").join(format!("{name}.yaml")))
+        .expect("crds/ holds the CRD");
+    let shipped: CustomResourceDefinition = serde_yaml::from_str(&shipped).expect("a CRD");
+    assert_eq!(shipped.spec.versions, ours.spec.versions);
+}
+
+/// The RayCluster controller, as the chart's ServiceAccount with the chart's RBAC, sets up an
+/// autoscaled cluster: its autoscaler Role grants `pods/resize`, and the API server's
+/// escalation check lets the operator create that Role only if it holds `pods/resize` itself
+/// (which the chart did not grant before).
+#[tokio::test]
+async fn under_the_charts_rbac_the_raycluster_controller_sets_up_an_autoscaled_cluster() {
+    use k8s_openapi::api::rbac::v1::Role;
+    raypipe::cli::init_crypto();
+    let client = support::client().await;
+    let operator_ns = support::namespace(&client, "rbac-rc-op").await;
+    let watched = support::namespace(&client, "rbac-rc-watched").await;
+    let release = operator_ns.clone();
+    let docs = render(
+        &release,
+        &operator_ns,
+        &[
+            &format!("watchNamespaces={{{watched}}}"),
+            "controllers={raycluster}",
+            "webhook.enabled=false",
+        ],
+    );
+    for doc in docs.iter().filter(|d| {
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ]
+        .iter()
+        .any(|k| d["kind"] == *k)
+    }) {
+        apply(&client, doc, false).await.expect("apply the RBAC");
+    }
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&support::control_plane().kubeconfig)
+            .expect("kubeconfig"),
+        &Default::default(),
+    )
+    .await
+    .expect("a config");
+    config.auth_info.impersonate = Some(format!(
+        "system:serviceaccount:{operator_ns}:{release}-raypipe"
+    ));
+    let operator_client = kube::Client::try_from(config).expect("a client");
+    let (stop_tx, operator) = support::spawn_operator(
+        operator_client,
+        vec![
+            "--controllers=raycluster".to_owned(),
+            format!("--namespaces={watched}"),
+            format!("--operator-namespace={operator_ns}"),
+            "--admin-address=127.0.0.1:0".to_owned(),
+            "--leader-election=false".to_owned(),
+        ],
+    );
+    let cluster = json!({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "autoscaled", "namespace": watched},
+        "spec": {
+            "rayVersion": "2.52.0",
+            "enableInTreeAutoscaling": true,
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}},
+            "workerGroupSpecs": [{"groupName": "workers", "replicas": 0, "minReplicas": 0,
+                "maxReplicas": 2, "rayStartParams": {}, "template": {"spec": {"containers": [
+                    {"name": "ray-worker", "image": "rayproject/ray:2.52.0"}]}}}]
+        }
+    });
+    apply(&client, &cluster, false)
+        .await
+        .expect("create the cluster");
+    let roles: Api<Role> = Api::namespaced(client.clone(), &watched);
+    let role = eventually(WAIT, "the autoscaler's Role", || async {
+        roles
+            .list(&Default::default())
+            .await
+            .expect("list Roles")
+            .items
+            .into_iter()
+            .find(|r| {
+                r.rules.iter().flatten().any(|rule| {
+                    rule.resources
+                        .iter()
+                        .flatten()
+                        .any(|res| res == "pods/resize")
+                })
+            })
+    })
+    .await;
+    assert!(
+        role.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "RayCluster" && o.name == "autoscaled"),
+        "{role:?}"
+    );
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(WAIT, operator).await;
 }

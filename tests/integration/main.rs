@@ -15,6 +15,7 @@ mod rayjob;
 mod rayservice;
 mod rayservice_samples;
 mod runtime;
+mod samples;
 mod servepipeline;
 mod source;
 mod support;

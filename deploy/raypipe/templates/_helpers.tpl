@@ -80,6 +80,10 @@ and Events.
 - apiGroups: [""]
   resources: [pods/status, services/status]
   verbs: [get]
+# The autoscaler's Role grants this; RBAC lets the operator grant only what it holds itself.
+- apiGroups: [""]
+  resources: [pods/resize]
+  verbs: [patch]
 - apiGroups: [""]
   resources: [serviceaccounts, persistentvolumeclaims]
   verbs: [get, list, watch, create, patch, delete]
