@@ -52,6 +52,7 @@ fn start_operator(
 ) -> (tokio::sync::oneshot::Sender<()>, raypipe::admin::Readiness) {
     let mut settings = ControllerSettings::new(&[ControllerKind::Servepipeline]);
     settings.namespaces = namespaces.iter().map(|n| (*n).to_owned()).collect();
+    settings.fetcher = support::loopback_fetcher();
     let health = settings.readiness.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
