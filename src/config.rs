@@ -119,6 +119,101 @@ pub struct OperatorArgs {
     pub webhook: WebhookArgs,
     #[command(flatten)]
     pub source: SourceArgs,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// A KubeRay operator configuration file (`config.ray.io/v1alpha1` `Configuration`): raypipe
+    /// reads the fields KubeRay only takes from that file (`defaultContainerEnvs`,
+    /// `defaultPodLabels`, `defaultPodAnnotations`, `headSidecarContainers`,
+    /// `workerSidecarContainers`); everything else is set with flags.
+    #[arg(long = "config", env = "RAYPIPE_CONFIG", value_parser = operator_configuration_file)]
+    pub configuration: Option<OperatorConfiguration>,
+}
+
+/// Requests the operator's Kubernetes client may send (KubeRay's `--qps`/`--burst`, as
+/// client-go's token bucket: `burst` at once, `qps` on average).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// Average requests per second to the API server; 0: no limit.
+    #[arg(long, env = "RAYPIPE_QPS", default_value_t = 100.0)]
+    pub qps: f64,
+    /// Requests that may be sent at once above the average.
+    #[arg(long, env = "RAYPIPE_BURST", default_value_t = 200)]
+    pub burst: u32,
+}
+
+impl ClientArgs {
+    /// `(requests, per period)` for a fixed-window limiter with the same average and burst;
+    /// `None` when unlimited (or nonsensical values, which the flags refuse anyway).
+    pub fn rate(&self) -> Option<(u64, Duration)> {
+        if !(self.qps.is_finite() && self.qps > 0.0) || self.burst == 0 {
+            return None;
+        }
+        let period = Duration::try_from_secs_f64(f64::from(self.burst) / self.qps).ok()?;
+        (!period.is_zero()).then_some((u64::from(self.burst), period))
+    }
+}
+
+/// The fields of KubeRay's operator `Configuration` file that only that file sets.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperatorConfiguration {
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Added to every Ray container where a variable of that name is absent.
+    #[serde(default)]
+    pub default_container_envs: Vec<k8s_openapi::api::core::v1::EnvVar>,
+    /// Added to every Ray Pod where the key is absent.
+    #[serde(default)]
+    pub default_pod_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub default_pod_annotations: BTreeMap<String, String>,
+    /// Appended to every head / worker Pod.
+    #[serde(default)]
+    pub head_sidecar_containers: Vec<k8s_openapi::api::core::v1::Container>,
+    #[serde(default)]
+    pub worker_sidecar_containers: Vec<k8s_openapi::api::core::v1::Container>,
+}
+
+impl OperatorConfiguration {
+    /// Parses the file's YAML; unknown fields are refused with their name (set those with
+    /// flags), and so is a kind other than `Configuration`.
+    pub fn parse(yaml: &str) -> Result<Self, String> {
+        let parsed: OperatorConfiguration = serde_yaml::from_str(yaml).map_err(|e| {
+            format!("{e} (raypipe reads defaultContainerEnvs, defaultPodLabels, defaultPodAnnotations, headSidecarContainers and workerSidecarContainers from this file; set everything else with flags)")
+        })?;
+        if let Some(kind) = parsed.kind.as_deref()
+            && kind != "Configuration"
+        {
+            return Err(format!("kind {kind:?}: expected Configuration"));
+        }
+        Ok(parsed)
+    }
+
+    /// Applies these defaults to the RayCluster controller's Pod builder.
+    pub fn apply_to(&self, build: &mut crate::controllers::raycluster::builders::BuildOptions) {
+        build.default_container_envs = self.default_container_envs.clone();
+        build.default_pod_labels = self.default_pod_labels.clone();
+        build.default_pod_annotations = self.default_pod_annotations.clone();
+        build.head_sidecar_containers = self.head_sidecar_containers.clone();
+        build.worker_sidecar_containers = self.worker_sidecar_containers.clone();
+    }
+}
+
+fn operator_configuration_file(path: &str) -> Result<OperatorConfiguration, String> {
+    // A configuration is a few KiB; refuse anything that is not.
+    const MAX_CONFIGURATION_BYTES: u64 = 1 << 20;
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("reading {path}: {e}"))?
+        .len();
+    if size > MAX_CONFIGURATION_BYTES {
+        return Err(format!(
+            "{path} has {size} bytes; a configuration has at most 1 MiB"
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
+    OperatorConfiguration::parse(&text).map_err(|e| format!("{path}: {e}"))
 }
 
 /// How graphs are fetched from registries (untrusted: see the source module).
@@ -347,6 +442,8 @@ pub struct ControllerSettings {
     /// The RayService controller's settings when the caller decides them (`raypipe dev`,
     /// tests: dashboards and Serve on 127.0.0.1); `None`: from flags and environment.
     pub rayservice: Option<crate::controllers::rayservice::Config>,
+    /// KubeRay's configuration-file-only Pod defaults (`--config`).
+    pub configuration: OperatorConfiguration,
     /// Fetches graphs for every ServePipeline controller instance: its destination policy and
     /// its memory budget are operator-wide.
     pub fetcher: crate::source::Fetcher,
@@ -367,6 +464,7 @@ impl ControllerSettings {
             metrics: Metrics::new(),
             readiness: Readiness::new(),
             rayservice: None,
+            configuration: OperatorConfiguration::default(),
             // Public registries only; `raypipe dev` and tests allow the loopback explicitly.
             fetcher: crate::source::Fetcher::default(),
         }
@@ -405,6 +503,7 @@ impl ControllerSettings {
             metrics,
             readiness,
             rayservice: None,
+            configuration: args.configuration.clone().unwrap_or_default(),
             fetcher: args.source.fetcher(),
         }
     }
@@ -571,5 +670,42 @@ mod tests {
         };
         assert_eq!(scope.watched_namespaces(), vec!["a", "b"]);
         assert_eq!(scope.operator_namespace(), "ops");
+    }
+
+    #[test]
+    fn client_rate_matches_kuberays_qps_and_burst() {
+        let rate = |qps: f64, burst: u32| ClientArgs { qps, burst }.rate();
+        assert_eq!(rate(100.0, 200), Some((200, Duration::from_secs(2))));
+        assert_eq!(rate(50.0, 10), Some((10, Duration::from_millis(200))));
+        assert_eq!(rate(0.0, 200), None);
+        assert_eq!(rate(f64::NAN, 200), None);
+        assert_eq!(rate(100.0, 0), None);
+    }
+
+    #[test]
+    fn a_kuberay_configuration_file_sets_the_pod_defaults_and_nothing_else() {
+        let parsed = OperatorConfiguration::parse(
+            "apiVersion: config.ray.io/v1alpha1\nkind: Configuration\n\
+             defaultContainerEnvs:\n- name: HTTPS_PROXY\n  value: http://proxy:3128\n\
+             defaultPodLabels: {team: ml}\n\
+             headSidecarContainers:\n- name: fluentbit\n  image: fluent/fluent-bit:3\n",
+        )
+        .expect("a valid configuration");
+        assert_eq!(parsed.default_container_envs[0].name, "HTTPS_PROXY");
+        assert_eq!(parsed.default_pod_labels["team"], "ml");
+        let mut build = crate::controllers::raycluster::builders::BuildOptions::default();
+        parsed.apply_to(&mut build);
+        assert_eq!(build.head_sidecar_containers[0].name, "fluentbit");
+        assert!(build.worker_sidecar_containers.is_empty());
+
+        let unknown = OperatorConfiguration::parse("metricsAddr: :8080\n").unwrap_err();
+        assert!(
+            unknown.contains("metricsAddr") && unknown.contains("flags"),
+            "{unknown}"
+        );
+        let kind = OperatorConfiguration::parse("kind: RayCluster\n").unwrap_err();
+        assert!(kind.contains("expected Configuration"), "{kind}");
+        let missing = operator_configuration_file("/nonexistent/raypipe.yaml").unwrap_err();
+        assert!(missing.contains("/nonexistent/raypipe.yaml"), "{missing}");
     }
 }

@@ -24,9 +24,18 @@ const CERTIFICATE_DIR_INTERVAL: Duration = Duration::from_secs(60);
 /// Runs the operator with the client from `KUBECONFIG` or the in-cluster config, until SIGINT
 /// or SIGTERM.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
+        .context("reading the Kubernetes client configuration")?;
+    let builder = kube::client::ClientBuilder::try_from(config)
         .context("connecting to the Kubernetes API server")?;
+    // KubeRay's --qps/--burst: a noisy reconcile storm must not flood the API server.
+    let client = match args.operator.client.rate() {
+        Some((requests, period)) => builder
+            .with_layer(&tower::limit::RateLimitLayer::new(requests, period))
+            .build(),
+        None => builder.build(),
+    };
     run_with_client(client, args, crate::controllers::shutdown_signal()).await
 }
 

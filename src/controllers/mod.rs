@@ -73,11 +73,15 @@ pub async fn run_with_settings(
                         "raycluster",
                         raycluster::run(
                             client.clone(),
-                            raycluster::Config {
-                                namespace,
-                                concurrency: settings.concurrency,
-                                metrics: settings.metrics.clone(),
-                                ..raycluster::Config::from_env()
+                            {
+                                let mut config = raycluster::Config {
+                                    namespace,
+                                    concurrency: settings.concurrency,
+                                    metrics: settings.metrics.clone(),
+                                    ..raycluster::Config::from_env()
+                                };
+                                settings.configuration.apply_to(&mut config.build);
+                                config
                             },
                             stopped(),
                         ),

@@ -163,3 +163,15 @@ and Events.
   verbs: [get, list, watch, create, delete]
 {{- end }}
 {{- end -}}
+
+{{/*
+"true" when any field of KubeRay's configuration file is set (rendered as a ConfigMap and
+passed with --config); empty otherwise.
+*/}}
+{{- define "raypipe.configured" -}}
+{{- with .Values.configuration -}}
+{{- if or .defaultContainerEnvs .defaultPodLabels .defaultPodAnnotations .headSidecarContainers .workerSidecarContainers -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
