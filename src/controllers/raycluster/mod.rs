@@ -119,6 +119,8 @@ impl Error {
             Error::Kube {
                 replica_failure, ..
             } => *replica_failure,
+            // An object in the way of a child blocks the cluster as a failed Pod would.
+            Error::Apply(e) => e.conflict_reason(),
             _ => None,
         }
     }
@@ -467,12 +469,14 @@ impl Context {
         self.services.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// The head Service in the cache, found by labels as KubeRay does.
+    /// The head Service in the cache, found by labels as KubeRay does, among the Services the
+    /// cluster controls (anyone can copy the labels).
     fn head_service(&self, cluster: &RayCluster) -> Result<Option<Arc<Service>>, Error> {
         let namespace = cluster.namespace();
         let name = cluster.name_any();
         let found = self.services.state_filter(|s| {
             s.namespace() == namespace
+                && owned_by(&s.metadata, cluster)
                 && s.labels().get(labels::CLUSTER) == Some(&name)
                 && s.labels().get(labels::NODE_TYPE).map(String::as_str) == Some(labels::HEAD)
         });

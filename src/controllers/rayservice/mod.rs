@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -541,7 +541,25 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     if let Some(name) = &pending_name
         && pending.is_none()
     {
-        create_cluster(service, ctx, name).await?;
+        if let Err(e) = create_cluster(service, ctx, name).await {
+            // A first cluster blocked by someone else's RayCluster: say so where people look.
+            if let Error::Apply(k) = &e
+                && let Some(reason) = k.conflict_reason()
+                && active.is_none()
+            {
+                status::set(
+                    &mut status,
+                    condition_types::READY,
+                    FALSE,
+                    reason,
+                    &k.to_string(),
+                    generation,
+                    now,
+                );
+                write_status_if_changed(service, ctx, status).await?;
+            }
+            return Err(e);
+        }
         return Ok(Action::requeue(SHORT_REQUEUE));
     }
     let goal = build::goal_spec(service);
@@ -1035,12 +1053,16 @@ async fn label_head_pod(service: &RayService, ctx: &Context, cluster: &RayCluste
     }
 }
 
+/// Creates the RayCluster `name` (create-only: a RayCluster of that name someone else made is
+/// reported as a conflict and left alone; one we made earlier is fine).
 async fn create_cluster(service: &RayService, ctx: &Context, name: &str) -> Result<(), Error> {
     let cluster = build::cluster(service, name, None)?;
     let api: Api<RayCluster> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    match api.create(&PostParams::default(), &cluster).await {
-        Ok(_) => {
+    match crate::k8s::create_owned(&api, &cluster, field_managers::RAYSERVICE).await {
+        // Made by an earlier pass whose event the cache has not shown yet.
+        Ok(crate::k8s::Created::AlreadyOurs(_)) => Ok(()),
+        Ok(crate::k8s::Created::New(_)) => {
             info!(cluster = %name, "created the RayCluster");
             ctx.event(
                 service,
@@ -1052,18 +1074,19 @@ async fn create_cluster(service: &RayService, ctx: &Context, name: &str) -> Resu
             .await;
             Ok(())
         }
-        // Made by an earlier pass whose event the cache has not shown yet.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => {
+            let reason = e
+                .conflict_reason()
+                .unwrap_or(reasons::FAILED_TO_CREATE_RAY_CLUSTER);
             ctx.event(
                 service,
                 EventType::Warning,
-                reasons::FAILED_TO_CREATE_RAY_CLUSTER,
+                reason,
                 "CreateRayCluster",
                 format!("creating RayCluster {name} failed: {e}"),
             )
             .await;
-            Err(Error::kube(format!("creating RayCluster {name}"), e))
+            Err(e.into())
         }
     }
 }
@@ -1077,7 +1100,8 @@ async fn update_cluster(
     let desired = build::cluster(service, &name, Some(cluster.spec.suspend))?;
     let api: Api<RayCluster> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    match crate::k8s::apply(&api, &desired, field_managers::RAYSERVICE).await {
+    let known = Some(cluster.meta());
+    match crate::k8s::apply_owned(&api, &desired, known, field_managers::RAYSERVICE).await {
         Ok(_) => {
             info!(cluster = %name, "updated the RayCluster in place");
             ctx.event(
@@ -1196,7 +1220,9 @@ async fn apply_services(
             None => (reasons::CREATED_SERVICE, "created"),
             Some(_) => (reasons::UPDATED_SERVICE, "updated"),
         };
-        match crate::k8s::apply(&api, &svc, field_managers::RAYSERVICE).await {
+        // A cached Service of that name we do not control is refused without a request.
+        let known = cached.as_ref().map(|c| c.meta());
+        match crate::k8s::apply_owned(&api, &svc, known, field_managers::RAYSERVICE).await {
             Ok(_) => {
                 ctx.with_memory(service, |m| m.applied_services.insert(name.clone(), hash));
                 let moved = cached
@@ -1221,7 +1247,8 @@ async fn apply_services(
                 ctx.event(
                     service,
                     EventType::Warning,
-                    reasons::FAILED_TO_CREATE_SERVICE,
+                    e.conflict_reason()
+                        .unwrap_or(reasons::FAILED_TO_CREATE_SERVICE),
                     "ApplyService",
                     format!("applying Service {name} failed: {e}"),
                 )
