@@ -1007,9 +1007,12 @@ async fn label_head_pod(service: &RayService, ctx: &Context, cluster: &RayCluste
     let namespace = cluster.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let wanted = if serving { "true" } else { "false" };
+    let cluster_uid = cluster.uid().unwrap_or_default();
+    // Only the cluster's own Pods: anyone can copy its labels onto a Pod.
     let heads = ctx.head_pods.state_filter(|p| {
         p.namespace().as_deref() == Some(namespace.as_str())
             && p.labels().get(labels::CLUSTER) == Some(&cluster_name)
+            && crate::k8s::is_controlled_by(p.meta(), &cluster_uid)
     });
     for pod in heads {
         if pod.labels().get(labels::SERVE).map(String::as_str) == Some(wanted) {
@@ -1335,13 +1338,24 @@ async fn reconcile_suspend(
             build::head_service_name(service),
             build::serve_service_name(service),
         ] {
-            if ctx.cached_service(&namespace, &name).is_none() {
+            // Someone else's Service of that name is not ours to delete.
+            let Some(cached) = ctx.cached_service(&namespace, &name).filter(|s| {
+                crate::k8s::is_controlled_by(s.meta(), &service.uid().unwrap_or_default())
+            }) else {
                 continue;
-            }
+            };
             remaining += 1;
-            let deleted = match api.delete(&name, &DeleteParams::default()).await {
+            // Only the Service that was seen: a same-named one made since is not touched.
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: cached.uid(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            let deleted = match api.delete(&name, &params).await {
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
                 Err(e) => Err(e),
             };
             match deleted {
