@@ -3,6 +3,11 @@
 //! delete, guarded by scale expectations) → status (computed in `status`, written only when it
 //! changed).
 //!
+//! Ownership (issue 14): only objects the cluster controls are written, deleted or read as its
+//! own. A child's name taken by someone else is a `<Kind>Conflict` (Warning event and the
+//! ReplicaFailure condition) and the object is left as it is; Pods are deleted one by one after
+//! an owner check, never by label selector alone (anyone can copy labels).
+//!
 //! Scale: only Pods, Services and Jobs carrying Ray labels are watched (and cached trimmed); the
 //! reconciler runs with bounded concurrency, failing clusters back off on their own, and status
 //! writes do not trigger reconciles (the RayCluster stream passes spec, label, annotation,

@@ -13,6 +13,10 @@
 //! reconcile slot for a few seconds and requeues only its own RayJob. Each reconcile starts
 //! from a fresh GET of the RayJob, so a status written in the previous pass is never read
 //! stale from the cache (a stale read could count a retry twice).
+//!
+//! A RayCluster or submitter Job of the name the RayJob would create, made by someone else, is
+//! reported (`RayClusterConflict`, `JobConflict`) and never used, suspended or deleted; a
+//! cluster chosen by `clusterSelector` is the user's and is used as it is.
 
 pub mod build;
 pub mod transitions;

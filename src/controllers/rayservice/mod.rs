@@ -16,6 +16,9 @@
 //! - With the autoscaler off, a changed replica count is applied in place.
 //! - `NewClusterWithIncrementalUpgrade` (Gateway API traffic steps) is not implemented: such an
 //!   upgrade runs as `NewCluster` and a Warning event says so.
+//! - A RayCluster or Service of a child's name that the RayService does not control is never
+//!   written, adopted or deleted: a `<Kind>Conflict` Warning (and for a first cluster the Ready
+//!   condition) says so (issue 14).
 
 pub mod build;
 pub mod status;
@@ -1163,8 +1166,15 @@ async fn delete_clusters(
         {
             continue;
         }
+        // Only the cluster that was seen as ours: a same-named one made since is not touched.
         let params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: clusters.iter().find(|c| &c.name_any() == name).map(|c| {
+                kube::api::Preconditions {
+                    uid: c.uid(),
+                    resource_version: None,
+                }
+            }),
             ..Default::default()
         };
         match api.delete(name, &params).await {
@@ -1180,7 +1190,7 @@ async fn delete_clusters(
                 )
                 .await;
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => {
                 ctx.event(
                     service,
