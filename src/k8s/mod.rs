@@ -1,9 +1,14 @@
 //! Kubernetes helpers shared by every controller: server-side apply under fixed field managers,
 //! owner references, labels, stable hashing, events.
+//!
+//! The one rule for children: a controller writes only objects it controls (an ownerReference
+//! with `controller: true` and its uid). [`apply_owned`] is how every controller writes a child;
+//! an object of the same name that someone else made is reported ([`K8sError::NotOwned`]) and
+//! never modified, not even by a race between our check and our write.
 
 use std::fmt::Debug;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
@@ -48,6 +53,53 @@ pub enum K8sError {
         #[source]
         source: Box<kube::Error>,
     },
+    /// An object of the name we need exists and we do not control it: left exactly as it is.
+    #[error(
+        "{kind} {namespace}/{name} already exists and is {}; it is left untouched (rename or delete it)",
+        controller.as_deref().map_or_else(|| "not controlled by anyone".to_owned(), |c| format!("controlled by {c}"))
+    )]
+    NotOwned {
+        kind: String,
+        namespace: String,
+        name: String,
+        /// `Kind/name` of its controller, if it has one (never any of its content).
+        controller: Option<String>,
+    },
+}
+
+impl K8sError {
+    /// The error is a name conflict with an object we do not own.
+    pub fn is_not_owned(&self) -> bool {
+        matches!(self, K8sError::NotOwned { .. })
+    }
+
+    /// For a [`K8sError::NotOwned`], the condition and event reason naming the conflict.
+    pub fn conflict_reason(&self) -> Option<&'static str> {
+        match self {
+            K8sError::NotOwned { kind, .. } => Some(conflict_reason(kind)),
+            _ => None,
+        }
+    }
+}
+
+/// The reason reported when an object of kind `kind` that a controller needs is someone
+/// else's: `<Kind>Conflict` (KubeRay has no such reason).
+pub fn conflict_reason(kind: &str) -> &'static str {
+    match kind {
+        "RayService" => "RayServiceConflict",
+        "RayCluster" => "RayClusterConflict",
+        "RayJob" => "RayJobConflict",
+        "Service" => "ServiceConflict",
+        "Ingress" => "IngressConflict",
+        "Route" => "RouteConflict",
+        "ServiceAccount" => "ServiceAccountConflict",
+        "Role" => "RoleConflict",
+        "RoleBinding" => "RoleBindingConflict",
+        "Secret" => "SecretConflict",
+        "Job" => "JobConflict",
+        "Pod" => "PodConflict",
+        _ => "ObjectConflict",
+    }
 }
 
 /// A controller owner reference to `owner`, with blockOwnerDeletion so that a foreground
@@ -75,7 +127,182 @@ pub fn stable_hash<T: Serialize>(value: &T) -> String {
     hex::encode(Sha256::digest(&json))
 }
 
-/// Server-side applies `obj` (force: these fields are ours) under `field_manager`.
+/// Whether `meta` names `owner_uid` as its controller (an empty uid matches nothing).
+pub fn is_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+    !owner_uid.is_empty()
+        && meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.uid == owner_uid)
+}
+
+/// `Kind/name` of the controller `meta` names, if any.
+pub fn controller_of(meta: &ObjectMeta) -> Option<String> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| format!("{}/{}", o.kind, o.name))
+}
+
+/// `Ok` when `existing` is controlled by `owner_uid`, else [`K8sError::NotOwned`].
+pub fn check_controlled_by<K: Resource<DynamicType = ()>>(
+    existing: &K,
+    owner_uid: &str,
+) -> Result<(), K8sError> {
+    if is_controlled_by(existing.meta(), owner_uid) {
+        return Ok(());
+    }
+    Err(K8sError::NotOwned {
+        kind: K::kind(&()).into_owned(),
+        namespace: existing.namespace().unwrap_or_default(),
+        name: existing.name_any(),
+        controller: controller_of(existing.meta()),
+    })
+}
+
+/// The uid of the controller `desired` names: the owner on whose behalf it is written.
+fn desired_controller_uid<K: Resource<DynamicType = ()>>(desired: &K) -> Result<String, K8sError> {
+    desired
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+        .ok_or_else(|| K8sError::MissingMetadata {
+            kind: K::kind(&()).into_owned(),
+            name: desired.name_any(),
+            what: "controller ownerReference",
+        })
+}
+
+/// Writes a child `desired` (which names its controller in its ownerReferences) only if that
+/// controller owns it. `existing` is what the caller already knows of the object of that name
+/// (from its cache or a read it made anyway), so an apply costs no extra read:
+///
+/// - known and controlled by the owner: server-side apply, with `metadata.uid` set to the known
+///   uid as a precondition, so an object deleted and re-made by someone else meanwhile is
+///   refused by the API server instead of being taken over;
+/// - known and not controlled by the owner: no request, [`K8sError::NotOwned`];
+/// - not known: [`create_owned`]; if the name turns out to be ours already (the cache lagged),
+///   it is applied as above.
+pub async fn apply_owned<K>(
+    api: &Api<K>,
+    desired: &K,
+    existing: Option<&ObjectMeta>,
+    field_manager: &str,
+) -> Result<K, K8sError>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+{
+    let existing_meta = match existing {
+        Some(meta) => meta.clone(),
+        None => match create_owned(api, desired, field_manager).await? {
+            Created::New(created) => return Ok(created),
+            Created::AlreadyOurs(found) => found.meta().clone(),
+        },
+    };
+    let owner_uid = desired_controller_uid(desired)?;
+    if !is_controlled_by(&existing_meta, &owner_uid) {
+        return Err(K8sError::NotOwned {
+            kind: K::kind(&()).into_owned(),
+            namespace: desired.namespace().unwrap_or_default(),
+            name: desired.name_any(),
+            controller: controller_of(&existing_meta),
+        });
+    }
+    let mut guarded = desired.clone();
+    // The API server refuses an apply whose uid differs from the stored object's (422), and
+    // one with a uid when no object exists (409): either way nothing is written.
+    guarded.meta_mut().uid = existing_meta.uid.clone();
+    apply(api, &guarded, field_manager).await
+}
+
+/// What [`create_owned`] found or made.
+#[derive(Debug)]
+pub enum Created<K> {
+    /// Created now.
+    New(K),
+    /// An object of that name exists and the owner controls it (an earlier pass made it); it
+    /// was not written.
+    AlreadyOurs(K),
+}
+
+/// Creates the child `desired` if its name is free; never writes an existing object. An
+/// existing object is read once: ours gives [`Created::AlreadyOurs`], anyone else's
+/// [`K8sError::NotOwned`]. For children made once and never updated (and the first step of
+/// [`apply_owned`]).
+pub async fn create_owned<K>(
+    api: &Api<K>,
+    desired: &K,
+    field_manager: &str,
+) -> Result<Created<K>, K8sError>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+{
+    let owner_uid = desired_controller_uid(desired)?;
+    let refused = match create_only(api, desired, field_manager).await {
+        Ok(created) => return Ok(Created::New(created)),
+        Err(e) if is_conflict(&e) => e,
+        Err(e) => return Err(apply_error(desired, e)),
+    };
+    match api.get_opt(&desired.name_any()).await {
+        Ok(Some(found)) if is_controlled_by(found.meta(), &owner_uid) => {
+            Ok(Created::AlreadyOurs(found))
+        }
+        Ok(Some(found)) => Err(K8sError::NotOwned {
+            kind: K::kind(&()).into_owned(),
+            namespace: desired.namespace().unwrap_or_default(),
+            name: desired.name_any(),
+            controller: controller_of(found.meta()),
+        }),
+        // Gone again meanwhile: the next reconcile creates it.
+        Ok(None) => Err(apply_error(desired, refused)),
+        Err(read) => Err(apply_error(desired, read)),
+    }
+}
+
+/// Creates `desired` by server-side apply, or fails with a conflict if an object of that name
+/// exists. The apply carries `metadata.resourceVersion`, which makes it conditional: the API
+/// server compares it with a stored object's and answers 409 Conflict on a mismatch, while a
+/// name that is free is created (the version is then ignored). Server-side apply rather than
+/// POST so the object's fields belong to `field_manager`'s Apply entry from the start: later
+/// applies can then drop fields (a POST would leave them owned by an Update entry for good).
+async fn create_only<K>(api: &Api<K>, desired: &K, field_manager: &str) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+{
+    let mut conditional = desired.clone();
+    conditional.meta_mut().resource_version = Some(CREATE_ONLY_RESOURCE_VERSION.to_owned());
+    api.patch(
+        &desired.name_any(),
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(&conditional),
+    )
+    .await
+}
+
+/// A resource version no stored object has (etcd revisions start above it once anything is
+/// stored), so it matches nothing that exists.
+const CREATE_ONLY_RESOURCE_VERSION: &str = "1";
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+fn apply_error<K: Resource<DynamicType = ()>>(desired: &K, source: kube::Error) -> K8sError {
+    K8sError::Apply {
+        kind: K::kind(&()).into_owned(),
+        namespace: desired.namespace().unwrap_or_default(),
+        name: desired.name_any(),
+        source: Box::new(source),
+    }
+}
+
+/// Server-side applies `obj` (force: these fields are ours) under `field_manager`. Only for
+/// objects known to be ours (the owner itself, its status); children go through [`apply_owned`].
 pub async fn apply<K>(api: &Api<K>, obj: &K, field_manager: &str) -> Result<K, K8sError>
 where
     K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
@@ -216,6 +443,104 @@ mod tests {
         assert_eq!(stable_hash(&a), stable_hash(&serde_json::Value::Object(m)));
         assert_ne!(stable_hash(&a), stable_hash(&serde_json::json!({"b": 2})));
         assert_eq!(stable_hash(&a).len(), 64);
+    }
+
+    fn meta_with(owners: serde_json::Value) -> ObjectMeta {
+        serde_json::from_value(serde_json::json!({
+            "name": "svc", "namespace": "ns", "uid": "child-uid",
+            "labels": {"secret-looking": "content"},
+            "ownerReferences": owners
+        }))
+        .expect("ObjectMeta")
+    }
+
+    fn owner(uid: &str, controller: Option<bool>) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "team-a",
+            "uid": uid, "controller": controller})
+    }
+
+    #[test]
+    fn only_a_controller_reference_with_the_owners_uid_counts_as_ownership() {
+        assert!(is_controlled_by(
+            &meta_with(serde_json::json!([owner("u1", Some(true))])),
+            "u1"
+        ));
+        // A plain (non-controller) reference, someone else's controller, or none: not ours.
+        for owners in [
+            serde_json::json!([owner("u1", Some(false))]),
+            serde_json::json!([owner("u1", None)]),
+            serde_json::json!([owner("u2", Some(true))]),
+            serde_json::json!([]),
+            serde_json::Value::Null,
+        ] {
+            assert!(
+                !is_controlled_by(&meta_with(owners.clone()), "u1"),
+                "{owners}"
+            );
+        }
+        // An owner not read from the API server (no uid) owns nothing.
+        assert!(!is_controlled_by(
+            &meta_with(serde_json::json!([owner("", Some(true))])),
+            ""
+        ));
+    }
+
+    #[test]
+    fn a_conflict_names_the_object_and_its_controller_and_nothing_of_its_content() {
+        let mut service = k8s_openapi::api::core::v1::Service {
+            metadata: meta_with(serde_json::json!([owner("u2", Some(true))])),
+            ..Default::default()
+        };
+        let err = check_controlled_by(&service, "u1").expect_err("not ours");
+        assert_eq!(err.conflict_reason(), Some("ServiceConflict"));
+        let text = err.to_string();
+        assert!(text.contains("Service ns/svc"), "{text}");
+        assert!(text.contains("RayCluster/team-a"), "{text}");
+        assert!(
+            !text.contains("content") && !text.contains("child-uid"),
+            "{text}"
+        );
+
+        service.metadata.owner_references = None;
+        let err = check_controlled_by(&service, "u1").expect_err("not ours");
+        assert!(
+            err.to_string().contains("not controlled by anyone"),
+            "{err}"
+        );
+        assert!(check_controlled_by(&service, "u1").is_err());
+
+        service.metadata = meta_with(serde_json::json!([owner("u1", Some(true))]));
+        assert!(check_controlled_by(&service, "u1").is_ok());
+    }
+
+    #[test]
+    fn conflict_reasons_are_named_after_the_kind() {
+        assert_eq!(conflict_reason("RayService"), "RayServiceConflict");
+        assert_eq!(conflict_reason("RayCluster"), "RayClusterConflict");
+        assert_eq!(conflict_reason("RayJob"), "RayJobConflict");
+        assert_eq!(conflict_reason("Job"), "JobConflict");
+        assert_eq!(conflict_reason("Unheard"), "ObjectConflict");
+        let other = K8sError::MissingMetadata {
+            kind: "Pod".into(),
+            name: "p".into(),
+            what: "uid",
+        };
+        assert_eq!(other.conflict_reason(), None);
+        assert!(!other.is_not_owned());
+    }
+
+    #[test]
+    fn a_desired_child_must_name_its_controller() {
+        let mut service = k8s_openapi::api::core::v1::Service {
+            metadata: meta_with(serde_json::json!([owner("u1", Some(false))])),
+            ..Default::default()
+        };
+        assert!(matches!(
+            desired_controller_uid(&service),
+            Err(K8sError::MissingMetadata { .. })
+        ));
+        service.metadata = meta_with(serde_json::json!([owner("u1", Some(true))]));
+        assert_eq!(desired_controller_uid(&service).expect("uid"), "u1");
     }
 
     #[test]

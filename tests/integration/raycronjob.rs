@@ -267,3 +267,93 @@ async fn the_kuberay_sample_schedules_in_its_time_zone_and_invalid_ones_are_refu
     assert!(owned_jobs(&jobs, "bad-zone").await.is_empty());
     let _ = tx.send(());
 }
+
+/// Issue 14, class 6: a RayJob of the name the next tick would create, made by someone else
+/// (even with the RayCronJob's label), is reported (RayJobConflict), never written and never
+/// listed as the RayCronJob's active job.
+#[tokio::test]
+async fn a_foreign_rayjob_of_a_ticks_name_is_reported_and_never_taken_over() {
+    let client = support::client().await;
+    let ns = support::namespace(&client, "raycronjob-foreign").await;
+    // A clock 10 minutes ahead, 10 s into a minute, at real speed: the tick due when the
+    // RayCronJob is first seen is that minute's, so its RayJob's name is known in advance.
+    let minute = (k8s_openapi::jiff::Timestamp::now().as_second() + 600).div_euclid(60) * 60;
+    let origin = k8s_openapi::jiff::Timestamp::from_second(minute + 10).expect("a time");
+    let taken = format!("squat-{}", minute / 60);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(raycronjob::run(
+        client.clone(),
+        Config {
+            namespace: Some(ns.clone()),
+            clock: std::sync::Arc::new(FastClock::new(origin, 1)),
+            ..Config::default()
+        },
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let jobs: Api<RayJob> = Api::namespaced(client.clone(), &ns);
+    let foreign: RayJob = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": taken, "labels": {CRONJOB_NAME_LABEL: "squat", "team": "other"}},
+        "spec": {"entrypoint": "python -c 'print(2)'",
+            "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "example/other:1"}]}}}}}
+    }))
+    .expect("a RayJob");
+    jobs.patch(
+        &taken,
+        &PatchParams::apply("other-team"),
+        &Patch::Apply(&foreign),
+    )
+    .await
+    .expect("the other team applies its RayJob");
+    let before = serde_json::to_value(jobs.get(&taken).await.expect("get")).expect("json");
+
+    let crons: Api<RayCronJob> = Api::namespaced(client.clone(), &ns);
+    crons
+        .create(&Default::default(), &cron_doc("squat", json!({})))
+        .await
+        .expect("create RayCronJob");
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let event = eventually(WAIT, "a RayJobConflict event", || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .expect("events")
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("RayJobConflict"))
+        }
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&taken),
+        "{:?}",
+        event.message
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = serde_json::to_value(jobs.get(&taken).await.expect("get")).expect("json");
+    assert_eq!(after, before, "the foreign RayJob was modified");
+    let active = crons
+        .get("squat")
+        .await
+        .expect("get")
+        .status
+        .and_then(|s| s.active)
+        .unwrap_or_default();
+    assert!(
+        active
+            .iter()
+            .all(|r| r.name.as_deref() != Some(taken.as_str())),
+        "the foreign RayJob is listed as active: {active:?}"
+    );
+    drop(tx);
+}

@@ -788,7 +788,11 @@ async fn raypipe_sidecar_sample_submits_from_the_head_and_its_cluster_goes_after
         waited.as_secs() >= i64::try_from(ttl).expect("ttl"),
         "deleted only {waited:?} after the end, TTL is {ttl} s"
     );
-    assert!(!f.events("DeletedRayCluster").await.is_empty());
+    // The event is published after the delete returns: it may trail the cluster's going.
+    eventually(WAIT, "a DeletedRayCluster event", || async {
+        (!f.events("DeletedRayCluster").await.is_empty()).then_some(())
+    })
+    .await;
     let kept = f.job("rayjob-sidecar").await;
     assert_eq!(
         kept.status.and_then(|s| s.job_deployment_status),

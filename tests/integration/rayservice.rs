@@ -640,3 +640,46 @@ async fn an_upgrade_that_cannot_progress_says_why_while_the_old_cluster_serves()
     assert_eq!(active_name(&status), Some(old.clone()));
     assert_eq!(fx.service_selects("stuck-serve-svc").await, Some(old));
 }
+
+/// Issue 14, class 6: a Service of the serve Service's name made by someone else is reported
+/// (a ServiceConflict Warning) and never written, even once the cluster serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_serve_service_is_reported_and_never_taken_over() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let fx = fixture("rsvc-foreign", vec![head]).await;
+    let services = Api::<Service>::namespaced(fx.client.clone(), &fx.ns);
+    let foreign: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "squat-serve-svc", "labels": {"team": "other"}},
+        "spec": {"selector": {"app": "other"}, "ports": [{"name": "http", "port": 80}]}
+    }))
+    .expect("a Service");
+    services
+        .patch(
+            "squat-serve-svc",
+            &PatchParams::apply("other-team"),
+            &Patch::Apply(&foreign),
+        )
+        .await
+        .expect("the other team applies its Service");
+    let before =
+        serde_json::to_value(services.get("squat-serve-svc").await.expect("get")).expect("json");
+
+    fx.create(&echo_service("squat", "hello", "rayproject/ray:2.60.0"))
+        .await;
+    eventually(WAIT, "a ServiceConflict event", || async {
+        fx.event_reasons()
+            .await
+            .iter()
+            .any(|r| r == "ServiceConflict")
+            .then_some(())
+    })
+    .await;
+    // The head Service, which nobody else claims, is made as usual.
+    assert!(fx.service_selects("squat-head-svc").await.is_some());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after =
+        serde_json::to_value(services.get("squat-serve-svc").await.expect("get")).expect("json");
+    assert_eq!(after, before, "the foreign Service was modified");
+}

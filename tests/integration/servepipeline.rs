@@ -619,3 +619,130 @@ async fn deleting_the_pipeline_garbage_collects_its_rayservice() {
     )
     .await;
 }
+
+/// What "left exactly as it was" means for an object someone else owns.
+fn untouched_parts(rs: &RayService) -> serde_json::Value {
+    let meta = rs.meta();
+    json!({
+        "uid": meta.uid,
+        "resourceVersion": meta.resource_version,
+        "labels": meta.labels,
+        "annotations": meta.annotations,
+        "ownerReferences": meta.owner_references,
+        "managedFields": meta.managed_fields,
+        "spec": rs.spec,
+    })
+}
+
+/// Issue 14, class 6: a RayService of the pipeline's name made by another team (no owner
+/// reference, another field manager) is never written: the pipeline reports RayServiceConflict,
+/// deleting the pipeline leaves the RayService, and once it is gone the pipeline makes its own.
+#[tokio::test]
+async fn a_foreign_rayservice_of_the_pipelines_name_is_reported_and_never_taken_over() {
+    let f = fixture("sp-foreign", "token-foreign-1").await;
+    let foreign: RayService = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": "taken", "labels": {"team": "other"},
+            "annotations": {"owner": "the other team"}},
+        "spec": {
+            "serveConfigV2": "applications: []\n",
+            "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-head", "image": "example/other:1"}]}}}}
+        }
+    }))
+    .expect("a RayService");
+    f.rayservices()
+        .patch(
+            "taken",
+            &PatchParams::apply("other-team"),
+            &Patch::Apply(&foreign),
+        )
+        .await
+        .expect("the other team applies its RayService");
+    let before = untouched_parts(&f.rayservices().get("taken").await.expect("get"));
+
+    // A refresh interval of 1 s also bounds the retry backoff: the test need not wait long.
+    let spec = pipeline(
+        "taken",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({"refreshInterval": "1s"}),
+    );
+    f.create(&spec).await;
+    let p = f
+        .condition("taken", "Ready", "False", "RayServiceConflict")
+        .await;
+    let message = &conditions::find(&p.status.as_ref().expect("status").conditions, "Ready")
+        .expect("Ready")
+        .message;
+    assert!(
+        message.contains("RayService") && message.contains("taken"),
+        "the message names the RayService: {message}"
+    );
+    let events = Api::<Event>::namespaced(f.client.clone(), &f.ns)
+        .list(&ListParams::default())
+        .await
+        .expect("events");
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RayServiceConflict")
+                && e.type_.as_deref() == Some("Warning")),
+        "a Warning event says RayServiceConflict"
+    );
+    // Several retries later it is still exactly as the other team left it.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = untouched_parts(&f.rayservices().get("taken").await.expect("get"));
+    assert_eq!(after, before, "the foreign RayService was modified");
+
+    // Deleting the pipeline leaves the other team's RayService.
+    f.pipelines()
+        .delete("taken", &DeleteParams::foreground())
+        .await
+        .expect("delete the pipeline");
+    let pipelines = f.pipelines();
+    eventually(WAIT, "the pipeline to be gone", || {
+        let api = pipelines.clone();
+        async move {
+            api.get_opt("taken")
+                .await
+                .expect("get")
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = untouched_parts(&f.rayservices().get("taken").await.expect("still there"));
+    assert_eq!(
+        after, before,
+        "deleting the pipeline touched the RayService"
+    );
+
+    // Once the other team deletes theirs, a pipeline of that name makes its own.
+    f.create(&spec).await;
+    f.condition("taken", "Ready", "False", "RayServiceConflict")
+        .await;
+    f.rayservices()
+        .delete("taken", &DeleteParams::default())
+        .await
+        .expect("the other team deletes its RayService");
+    let api = f.rayservices();
+    let ours = eventually(WAIT, "the pipeline's own RayService", || {
+        let api = api.clone();
+        async move {
+            api.get_opt("taken")
+                .await
+                .expect("get")
+                .filter(|rs| !rs.owner_references().is_empty())
+        }
+    })
+    .await;
+    let owner = &ours.owner_references()[0];
+    assert_eq!(owner.kind, "ServePipeline");
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(
+        serve_config(&ours),
+        expected_serve_config(&sample_graph("sequence"), "taken")
+    );
+}

@@ -13,9 +13,11 @@ pub(super) fn random_token() -> std::io::Result<String> {
     Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
-/// Creates `desired` when it does not exist (server-side apply, so a retry after a lost
-/// response is harmless). Existing objects are left as they are, as KubeRay does. The check
-/// is remembered, so a settled cluster costs no API call.
+/// Creates `desired` when it does not exist (a create-only server-side apply, so a retry after
+/// a lost response is harmless and a name someone else took meanwhile is not taken over).
+/// Existing objects are left as they are, as KubeRay does; one of that name the cluster does
+/// not control is reported as a conflict. The check is remembered, so a settled cluster costs
+/// no API call.
 async fn ensure_exists<K>(
     cluster: &RayCluster,
     ctx: &Context,
@@ -43,8 +45,17 @@ where
         .get_opt(&name)
         .await
         .map_err(|e| Error::kube(format!("reading {kind} {name}"), e))?;
-    if existing.is_none() {
-        if let Err(e) = crate::k8s::apply(&api, desired, field_managers::RAYCLUSTER).await {
+    if let Some(existing) = &existing {
+        if let Err(conflict) =
+            crate::k8s::check_controlled_by(existing, &cluster.uid().unwrap_or_default())
+        {
+            return Err(report_conflict(cluster, ctx, conflict).await);
+        }
+    } else {
+        if let Err(e) = crate::k8s::create_owned(&api, desired, field_managers::RAYCLUSTER).await {
+            if e.is_not_owned() {
+                return Err(report_conflict(cluster, ctx, e).await);
+            }
             ctx.event(
                 cluster,
                 EventType::Warning,
@@ -66,6 +77,24 @@ where
     }
     ctx.remember_ensured(cluster, memo_key, hash);
     Ok(())
+}
+
+/// A Warning event naming an object of a child's name that the cluster does not control (and
+/// which is left as it is); the error ends the pass and shows in the ReplicaFailure condition.
+async fn report_conflict(
+    cluster: &RayCluster,
+    ctx: &Context,
+    conflict: crate::k8s::K8sError,
+) -> Error {
+    ctx.event(
+        cluster,
+        EventType::Warning,
+        conflict.conflict_reason().unwrap_or("ObjectConflict"),
+        "Create",
+        conflict.to_string(),
+    )
+    .await;
+    Error::Apply(conflict)
 }
 
 pub(super) async fn ensure_autoscaler_rbac(
@@ -143,13 +172,20 @@ pub(super) async fn ensure_auth_secret(cluster: &RayCluster, ctx: &Context) -> R
         .get_metadata_opt(&name)
         .await
         .map_err(|e| Error::kube(format!("reading Secret {name}"), e))?;
-    if existing.is_none() {
+    if let Some(existing) = &existing {
+        // Someone else's Secret of that name would hand its token to our Pods.
+        if let Err(conflict) =
+            crate::k8s::check_controlled_by(existing, &cluster.uid().unwrap_or_default())
+        {
+            return Err(report_conflict(cluster, ctx, conflict).await);
+        }
+    } else {
         let token = random_token()
             .map_err(|e| Error::Conflict(format!("no random token for Secret {name}: {e}")))?;
         let secret = builders::objects::auth_secret(cluster, &token)?;
-        if let Err(e) = api.create(&PostParams::default(), &secret).await {
-            let conflict = matches!(&e, kube::Error::Api(s) if s.code == 409);
-            if !conflict {
+        match crate::k8s::create_owned(&api, &secret, field_managers::RAYCLUSTER).await {
+            Err(e) if e.is_not_owned() => return Err(report_conflict(cluster, ctx, e).await),
+            Err(e) => {
                 ctx.event(
                     cluster,
                     EventType::Warning,
@@ -158,17 +194,19 @@ pub(super) async fn ensure_auth_secret(cluster: &RayCluster, ctx: &Context) -> R
                     format!("Failed creating Secret {namespace}/{name}: {e}"),
                 )
                 .await;
-                return Err(Error::kube(format!("creating Secret {name}"), e));
+                return Err(e.into());
             }
-        } else {
-            ctx.event(
-                cluster,
-                EventType::Normal,
-                reasons::CREATED_SECRET,
-                "Create",
-                format!("Created Secret {namespace}/{name}"),
-            )
-            .await;
+            Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
+            Ok(crate::k8s::Created::New(_)) => {
+                ctx.event(
+                    cluster,
+                    EventType::Normal,
+                    reasons::CREATED_SECRET,
+                    "Create",
+                    format!("Created Secret {namespace}/{name}"),
+                )
+                .await;
+            }
         }
     }
     ctx.remember_ensured(cluster, memo_key, String::new());
@@ -193,7 +231,12 @@ pub(super) async fn ensure_ingress(cluster: &RayCluster, ctx: &Context) -> Resul
         .map_err(|e| Error::kube(format!("reading Ingress {name}"), e))?;
     match existing {
         None => {
-            if let Err(e) = crate::k8s::apply(&api, &desired, field_managers::RAYCLUSTER).await {
+            if let Err(e) =
+                crate::k8s::apply_owned(&api, &desired, None, field_managers::RAYCLUSTER).await
+            {
+                if e.is_not_owned() {
+                    return Err(report_conflict(cluster, ctx, e).await);
+                }
                 ctx.event(
                     cluster,
                     EventType::Warning,
@@ -214,12 +257,19 @@ pub(super) async fn ensure_ingress(cluster: &RayCluster, ctx: &Context) -> Resul
             .await;
         }
         Some(existing) if !owned_by(&existing.metadata, cluster) => {
+            // Left alone, with a Warning; the cluster itself still works without it.
+            let conflict = crate::k8s::K8sError::NotOwned {
+                kind: "Ingress".to_owned(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                controller: crate::k8s::controller_of(&existing.metadata),
+            };
             ctx.event(
                 cluster,
                 EventType::Warning,
-                reasons::FAILED_TO_CREATE_INGRESS,
+                crate::k8s::conflict_reason("Ingress"),
                 "Create",
-                format!("Ingress {namespace}/{name} already exists and is not owned by this RayCluster; not modifying it"),
+                conflict.to_string(),
             )
             .await;
         }
@@ -236,7 +286,9 @@ pub(super) async fn ensure_ingress(cluster: &RayCluster, ctx: &Context) -> Resul
                     != desired.metadata.annotations.clone().unwrap_or_default()
                 || Some(existing_spec) != desired.spec;
             if drifted {
-                if let Err(e) = crate::k8s::apply(&api, &desired, field_managers::RAYCLUSTER).await
+                let known = Some(&existing.metadata);
+                if let Err(e) =
+                    crate::k8s::apply_owned(&api, &desired, known, field_managers::RAYCLUSTER).await
                 {
                     ctx.event(
                         cluster,
@@ -272,10 +324,13 @@ pub(super) async fn ensure_services(cluster: &RayCluster, ctx: &Context) -> Resu
         let desired = builders::service::head_service(cluster, &ctx.config.build)?;
         create_service(cluster, ctx, &desired).await?;
     }
+    // A cached Service of the name that is not ours does not count: create_service reports it.
+    let ours = |service_name: &str| {
+        ctx.cached_service(&namespace, service_name)
+            .is_some_and(|s| owned_by(&s.metadata, cluster))
+    };
     if let Some(desired) = builders::service::headless_worker_service(cluster)?
-        && ctx
-            .cached_service(&namespace, &names::headless_service_name(&name))
-            .is_none()
+        && !ours(&names::headless_service_name(&name))
     {
         create_service(cluster, ctx, &desired).await?;
     }
@@ -283,11 +338,7 @@ pub(super) async fn ensure_services(cluster: &RayCluster, ctx: &Context) -> Resu
         .annotations()
         .get(annotations::ENABLE_SERVE_SERVICE)
         .is_some_and(|v| v == "true");
-    if serve_requested
-        && ctx
-            .cached_service(&namespace, &names::serve_service_name(&name))
-            .is_none()
-    {
+    if serve_requested && !ours(&names::serve_service_name(&name)) {
         let desired = builders::service::serve_service(cluster)?;
         create_service(cluster, ctx, &desired).await?;
     }
@@ -310,23 +361,22 @@ async fn create_service(
         .map_err(|e| Error::kube(format!("reading Service {name}"), e))?;
     match existing {
         Some(existing) if owned_by(&existing.metadata, cluster) => Ok(()),
-        Some(_) => {
-            let message = format!(
-                "Service {namespace}/{name} exists and is not owned by RayCluster {}; rename or delete it",
-                cluster.name_any()
-            );
-            ctx.event(
-                cluster,
-                EventType::Warning,
-                reasons::FAILED_TO_CREATE_SERVICE,
-                "Create",
-                message.clone(),
-            )
-            .await;
-            Err(Error::Conflict(message))
+        Some(existing) => {
+            let conflict = crate::k8s::K8sError::NotOwned {
+                kind: "Service".to_owned(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                controller: crate::k8s::controller_of(&existing.metadata),
+            };
+            Err(report_conflict(cluster, ctx, conflict).await)
         }
         None => {
-            if let Err(e) = crate::k8s::apply(&api, desired, field_managers::RAYCLUSTER).await {
+            if let Err(e) =
+                crate::k8s::create_owned(&api, desired, field_managers::RAYCLUSTER).await
+            {
+                if e.is_not_owned() {
+                    return Err(report_conflict(cluster, ctx, e).await);
+                }
                 ctx.event(
                     cluster,
                     EventType::Warning,

@@ -92,6 +92,27 @@ pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Acti
         .await
         .map_err(|e| Error::kube(format!("reading Job {job_name}"), e))?;
     match job {
+        // Someone else's Job of that name says nothing about our Redis: it is left alone, and
+        // the deletion waits (bounded by the timeout above).
+        Some(job)
+            if !crate::k8s::is_controlled_by(job.meta(), &cluster.uid().unwrap_or_default()) =>
+        {
+            let conflict = crate::k8s::K8sError::NotOwned {
+                kind: "Job".to_owned(),
+                namespace: namespace.clone(),
+                name: job_name.clone(),
+                controller: crate::k8s::controller_of(job.meta()),
+            };
+            ctx.event(
+                cluster,
+                EventType::Warning,
+                crate::k8s::conflict_reason("Job"),
+                "Create",
+                conflict.to_string(),
+            )
+            .await;
+            Ok(soon(HEAD_TERMINATION_REQUEUE))
+        }
         Some(job) => {
             let finished = job
                 .status
@@ -117,8 +138,9 @@ pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Acti
             let spec_hash = builders::spec_hash(&cluster.spec);
             let job =
                 builders::cleanup_job::redis_cleanup_job(cluster, &ctx.config.build, &spec_hash)?;
-            match jobs.create(&PostParams::default(), &job).await {
-                Ok(_) => {
+            match crate::k8s::create_owned(&jobs, &job, field_managers::RAYCLUSTER).await {
+                Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
+                Ok(crate::k8s::Created::New(_)) => {
                     ctx.event(
                         cluster,
                         EventType::Normal,
@@ -128,17 +150,17 @@ pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Acti
                     )
                     .await;
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
                     ctx.event(
                         cluster,
                         EventType::Warning,
-                        reasons::FAILED_TO_CREATE_REDIS_CLEANUP_JOB,
+                        e.conflict_reason()
+                            .unwrap_or(reasons::FAILED_TO_CREATE_REDIS_CLEANUP_JOB),
                         "Create",
                         format!("Failed to create Redis cleanup Job {namespace}/{job_name}: {e}"),
                     )
                     .await;
-                    return Err(Error::kube(format!("creating Job {job_name}"), e));
+                    return Err(e.into());
                 }
             }
             Ok(soon(SHORT_REQUEUE))

@@ -3,6 +3,11 @@
 //! delete, guarded by scale expectations) → status (computed in `status`, written only when it
 //! changed).
 //!
+//! Ownership (issue 14): only objects the cluster controls are written, deleted or read as its
+//! own. A child's name taken by someone else is a `<Kind>Conflict` (Warning event and the
+//! ReplicaFailure condition) and the object is left as it is; Pods are deleted one by one after
+//! an owner check, never by label selector alone (anyone can copy labels).
+//!
 //! Scale: only Pods, Services and Jobs carrying Ray labels are watched (and cached trimmed); the
 //! reconciler runs with bounded concurrency, failing clusters back off on their own, and status
 //! writes do not trigger reconciles (the RayCluster stream passes spec, label, annotation,
@@ -123,6 +128,8 @@ impl Error {
             Error::Kube {
                 replica_failure, ..
             } => *replica_failure,
+            // An object in the way of a child blocks the cluster as a failed Pod would.
+            Error::Apply(e) => e.conflict_reason(),
             _ => None,
         }
     }
@@ -485,12 +492,14 @@ impl Context {
         self.services.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// The head Service in the cache, found by labels as KubeRay does.
+    /// The head Service in the cache, found by labels as KubeRay does, among the Services the
+    /// cluster controls (anyone can copy the labels).
     fn head_service(&self, cluster: &RayCluster) -> Result<Option<Arc<Service>>, Error> {
         let namespace = cluster.namespace();
         let name = cluster.name_any();
         let found = self.services.state_filter(|s| {
             s.namespace() == namespace
+                && owned_by(&s.metadata, cluster)
                 && s.labels().get(labels::CLUSTER) == Some(&name)
                 && s.labels().get(labels::NODE_TYPE).map(String::as_str) == Some(labels::HEAD)
         });

@@ -16,7 +16,11 @@ fn condition_true(status: Option<&RayClusterStatus>, type_: &str) -> bool {
         .is_some_and(|c| c.status == conditions::TRUE)
 }
 
-/// Deletes every Pod of the cluster (or of one group) with one call.
+/// Deletes every Pod of the cluster (or of one group) that `selector` matches and the cluster
+/// owns. Not a DeleteCollection: anyone can put our labels on a Pod, and a label selector
+/// cannot ask for the owner, so the Pods are listed from the API server (the cache may not
+/// show a Pod created moments ago yet), filtered by owner and deleted one by one, each only
+/// if it is still the one listed.
 pub(super) async fn delete_pod_collection(
     cluster: &RayCluster,
     ctx: &Context,
@@ -24,12 +28,16 @@ pub(super) async fn delete_pod_collection(
 ) -> Result<(), kube::Error> {
     let api: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    api.delete_collection(
-        &DeleteParams::default(),
-        &ListParams::default().labels(selector),
-    )
-    .await
-    .map(|_| ())
+    let listed = api.list(&ListParams::default().labels(selector)).await?;
+    let uid = cluster.uid().unwrap_or_default();
+    for pod in listed
+        .items
+        .iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+    {
+        delete_pod(ctx, pod).await?;
+    }
+    Ok(())
 }
 
 /// Deletes one Pod, only if it is still the one seen (UID precondition). Gone already is fine.

@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::tz::TimeZone;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector;
@@ -480,7 +480,17 @@ async fn reconcile_inner(cron: &RayCronJob, ctx: &Context) -> Result<Action, Err
     let plan = plan(&cron, &parsed, &zone, &observed, now);
 
     for name in &plan.delete {
-        match jobs_api.delete(name, &DeleteParams::background()).await {
+        // Only the RayJob that was listed as ours (a same-named one made since is not touched).
+        let params = DeleteParams {
+            preconditions: owned.iter().find(|j| &j.name_any() == name).map(|j| {
+                kube::api::Preconditions {
+                    uid: j.uid(),
+                    resource_version: None,
+                }
+            }),
+            ..DeleteParams::background()
+        };
+        match jobs_api.delete(name, &params).await {
             Ok(_) => {
                 crate::k8s::publish_event(
                     &ctx.recorder,
@@ -519,8 +529,10 @@ async fn reconcile_inner(cron: &RayCronJob, ctx: &Context) -> Result<Action, Err
     if let Some(tick) = plan.create {
         let job = build_job(&cron, tick)?;
         let name = job.name_any();
-        match jobs_api.create(&PostParams::default(), &job).await {
-            Ok(_) => {
+        match crate::k8s::create_owned(&jobs_api, &job, field_managers::RAYCRONJOB).await {
+            // Created in an earlier pass whose status write was lost: the tick is done.
+            Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
+            Ok(crate::k8s::Created::New(_)) => {
                 info!(job = %name, %tick, "created a RayJob");
                 crate::k8s::publish_event(
                     &ctx.recorder,
@@ -532,9 +544,21 @@ async fn reconcile_inner(cron: &RayCronJob, ctx: &Context) -> Result<Action, Err
                 )
                 .await;
             }
-            // Created in an earlier pass whose status write was lost: the tick is done.
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(kube_err(format!("creating RayJob {name}"))(e)),
+            // Someone else's RayJob has the name: left alone, reported, the tick retried.
+            Err(e) => {
+                if let Some(reason) = e.conflict_reason() {
+                    crate::k8s::publish_event(
+                        &ctx.recorder,
+                        &cron,
+                        EventType::Warning,
+                        reason,
+                        "CreateRayJob",
+                        e.to_string(),
+                    )
+                    .await;
+                }
+                return Err(e.into());
+            }
         }
         if !active.contains(&name) {
             active.push(name);

@@ -13,6 +13,10 @@
 //! reconcile slot for a few seconds and requeues only its own RayJob. Each reconcile starts
 //! from a fresh GET of the RayJob, so a status written in the previous pass is never read
 //! stale from the cache (a stale read could count a retry twice).
+//!
+//! A RayCluster or submitter Job of the name the RayJob would create, made by someone else, is
+//! reported (`RayClusterConflict`, `JobConflict`) and never used, suspended or deleted; a
+//! cluster chosen by `clusterSelector` is the user's and is used as it is.
 
 pub mod build;
 pub mod transitions;
@@ -26,7 +30,7 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector;
@@ -569,6 +573,13 @@ async fn ensure_cluster(
         .await
         .map_err(kube_err(format!("reading RayCluster {name}")))?
     {
+        // A selected cluster is the user's to share; one the job makes must be the job's.
+        if build::selected_cluster(job).is_none()
+            && let Err(conflict) =
+                crate::k8s::check_controlled_by(&cluster, &job.uid().unwrap_or_default())
+        {
+            return Err(report_conflict(job, ctx, conflict).await);
+        }
         return Ok(cluster);
     }
     if build::selected_cluster(job).is_some() {
@@ -583,8 +594,10 @@ async fn ensure_cluster(
         return Err(Error::ClusterNotFound(name));
     }
     let desired = build::ray_cluster(job, &name, status.job_id.as_deref().unwrap_or_default())?;
-    match api.create(&PostParams::default(), &desired).await {
-        Ok(created) => {
+    match crate::k8s::create_owned(&api, &desired, field_managers::RAYJOB).await {
+        Ok(crate::k8s::Created::AlreadyOurs(found)) => Ok(found),
+        Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
+        Ok(crate::k8s::Created::New(created)) => {
             ctx.event(
                 job,
                 EventType::Normal,
@@ -607,9 +620,23 @@ async fn ensure_cluster(
                 format!("Failed to create RayCluster {name}: {e}"),
             )
             .await;
-            Err(kube_err(format!("creating RayCluster {name}"))(e))
+            Err(e.into())
         }
     }
+}
+
+/// A Warning event naming an object of a child's name that the RayJob does not control; the
+/// object is left as it is and the error keeps the RayJob from going on with it.
+async fn report_conflict(job: &RayJob, ctx: &Context, conflict: crate::k8s::K8sError) -> Error {
+    ctx.event(
+        job,
+        EventType::Warning,
+        conflict.conflict_reason().unwrap_or("ObjectConflict"),
+        "CreateRayJobChild",
+        conflict.to_string(),
+    )
+    .await;
+    Error::K8s(conflict)
 }
 
 /// `host:port` of the cluster's dashboard from its head Service (port named `dashboard`).
@@ -748,13 +775,15 @@ async fn ensure_submitter(
     cluster: &RayCluster,
 ) -> Result<(), Error> {
     let api = ctx.submitters(job);
-    if api
+    if let Some(found) = api
         .get_opt(&job.name_any())
         .await
         .map_err(kube_err("reading the submitter Job"))?
-        .is_some()
     {
-        return Ok(());
+        return match crate::k8s::check_controlled_by(&found, &job.uid().unwrap_or_default()) {
+            Ok(()) => Ok(()),
+            Err(conflict) => Err(report_conflict(job, ctx, conflict).await),
+        };
     }
     let desired = build::submitter_job(
         job,
@@ -762,8 +791,10 @@ async fn ensure_submitter(
         status.dashboard_url.as_deref().unwrap_or_default(),
         status.job_id.as_deref().unwrap_or_default(),
     )?;
-    match api.create(&PostParams::default(), &desired).await {
-        Ok(_) => {
+    match crate::k8s::create_owned(&api, &desired, field_managers::RAYJOB).await {
+        Ok(crate::k8s::Created::AlreadyOurs(_)) => Ok(()),
+        Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
+        Ok(crate::k8s::Created::New(_)) => {
             ctx.event(
                 job,
                 EventType::Normal,
@@ -778,7 +809,6 @@ async fn ensure_submitter(
             .await;
             Ok(())
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => {
             ctx.event(
                 job,
@@ -788,7 +818,7 @@ async fn ensure_submitter(
                 format!("Failed to create the submitter Job: {e}"),
             )
             .await;
-            Err(kube_err("creating the submitter Job")(e))
+            Err(e.into())
         }
     }
 }
@@ -1053,14 +1083,16 @@ async fn tear_down(
         && let Some(name) = status.ray_cluster_name.clone().filter(|n| !n.is_empty())
     {
         let api = ctx.clusters(job);
+        // Someone else's RayCluster of that name is not ours to delete.
         if let Some(cluster) = api
             .get_opt(&name)
             .await
             .map_err(kube_err("reading the RayCluster"))?
+            .filter(|c| controlled_by_job(c.meta(), job))
         {
             gone = false;
             if cluster.meta().deletion_timestamp.is_none() {
-                delete_cluster(job, ctx, &name).await?;
+                delete_cluster(job, ctx, &cluster).await?;
             }
         }
     }
@@ -1070,9 +1102,14 @@ async fn tear_down(
             .get_opt(&job.name_any())
             .await
             .map_err(kube_err("reading the submitter Job"))?
+            .filter(|j| controlled_by_job(j.meta(), job))
         {
             gone = false;
             if submitter.meta().deletion_timestamp.is_none() {
+                let background = DeleteParams {
+                    preconditions: Some(uid_precondition(submitter.meta())),
+                    ..background.clone()
+                };
                 match api.delete(&job.name_any(), &background).await {
                     Ok(_) => {
                         ctx.event(
@@ -1118,12 +1155,32 @@ async fn tear_down(
     Ok(Action::requeue(Duration::ZERO))
 }
 
-async fn delete_cluster(job: &RayJob, ctx: &Context, name: &str) -> Result<(), Error> {
-    match ctx
-        .clusters(job)
-        .delete(name, &DeleteParams::background())
-        .await
-    {
+/// Whether the RayJob is the controller of the object `meta` describes.
+fn controlled_by_job(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    job: &RayJob,
+) -> bool {
+    crate::k8s::is_controlled_by(meta, &job.uid().unwrap_or_default())
+}
+
+/// Deletes only the object that was read (a same-named one made since is not touched).
+fn uid_precondition(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Preconditions {
+    Preconditions {
+        uid: meta.uid.clone(),
+        resource_version: None,
+    }
+}
+
+/// Deletes the job's own `cluster` (the caller checked that the job controls it).
+async fn delete_cluster(job: &RayJob, ctx: &Context, cluster: &RayCluster) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let params = DeleteParams {
+        preconditions: Some(uid_precondition(cluster.meta())),
+        ..DeleteParams::background()
+    };
+    match ctx.clusters(job).delete(&name, &params).await {
         Ok(_) => {
             ctx.event(
                 job,
@@ -1178,6 +1235,8 @@ async fn finished(
             .await
             .map_err(kube_err("reading the RayCluster"))?
             .filter(|c| c.meta().deletion_timestamp.is_none())
+            // A cluster of that name that is not the job's is neither cleaned up nor suspended.
+            .filter(|c| controlled_by_job(c.meta(), job))
     };
     let view = ClusterView {
         exists: cluster.is_some(),
@@ -1195,7 +1254,11 @@ async fn finished(
         Cleanup::Run(policy) => {
             info!(?policy, "running the RayJob's cleanup");
             match policy {
-                DeletionPolicyType::DeleteCluster => delete_cluster(job, ctx, &name).await?,
+                DeletionPolicyType::DeleteCluster => {
+                    if let Some(cluster) = &cluster {
+                        delete_cluster(job, ctx, cluster).await?
+                    }
+                }
                 DeletionPolicyType::DeleteWorkers => {
                     suspend_workers(job, ctx, cluster.as_ref()).await?
                 }

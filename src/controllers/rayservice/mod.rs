@@ -16,6 +16,9 @@
 //! - With the autoscaler off, a changed replica count is applied in place.
 //! - `NewClusterWithIncrementalUpgrade` (Gateway API traffic steps) is not implemented: such an
 //!   upgrade runs as `NewCluster` and a Warning event says so.
+//! - A RayCluster or Service of a child's name that the RayService does not control is never
+//!   written, adopted or deleted: a `<Kind>Conflict` Warning (and for a first cluster the Ready
+//!   condition) says so (issue 14).
 
 pub mod build;
 pub mod status;
@@ -27,7 +30,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -559,7 +562,25 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     if let Some(name) = &pending_name
         && pending.is_none()
     {
-        create_cluster(service, ctx, name).await?;
+        if let Err(e) = create_cluster(service, ctx, name).await {
+            // A first cluster blocked by someone else's RayCluster: say so where people look.
+            if let Error::Apply(k) = &e
+                && let Some(reason) = k.conflict_reason()
+                && active.is_none()
+            {
+                status::set(
+                    &mut status,
+                    condition_types::READY,
+                    FALSE,
+                    reason,
+                    &k.to_string(),
+                    generation,
+                    now,
+                );
+                write_status_if_changed(service, ctx, status).await?;
+            }
+            return Err(e);
+        }
         return Ok(Action::requeue(SHORT_REQUEUE));
     }
     let goal = build::goal_spec(service);
@@ -1000,9 +1021,12 @@ async fn label_head_pod(service: &RayService, ctx: &Context, cluster: &RayCluste
     let namespace = cluster.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let wanted = if serving { "true" } else { "false" };
+    let cluster_uid = cluster.uid().unwrap_or_default();
+    // Only the cluster's own Pods: anyone can copy its labels onto a Pod.
     let heads = ctx.head_pods.state_filter(|p| {
         p.namespace().as_deref() == Some(namespace.as_str())
             && p.labels().get(labels::CLUSTER) == Some(&cluster_name)
+            && crate::k8s::is_controlled_by(p.meta(), &cluster_uid)
     });
     for pod in heads {
         if pod.labels().get(labels::SERVE).map(String::as_str) == Some(wanted) {
@@ -1046,12 +1070,16 @@ async fn label_head_pod(service: &RayService, ctx: &Context, cluster: &RayCluste
     }
 }
 
+/// Creates the RayCluster `name` (create-only: a RayCluster of that name someone else made is
+/// reported as a conflict and left alone; one we made earlier is fine).
 async fn create_cluster(service: &RayService, ctx: &Context, name: &str) -> Result<(), Error> {
     let cluster = build::cluster(service, name, None)?;
     let api: Api<RayCluster> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    match api.create(&PostParams::default(), &cluster).await {
-        Ok(_) => {
+    match crate::k8s::create_owned(&api, &cluster, field_managers::RAYSERVICE).await {
+        // Made by an earlier pass whose event the cache has not shown yet.
+        Ok(crate::k8s::Created::AlreadyOurs(_)) => Ok(()),
+        Ok(crate::k8s::Created::New(_)) => {
             info!(cluster = %name, "created the RayCluster");
             ctx.event(
                 service,
@@ -1063,18 +1091,19 @@ async fn create_cluster(service: &RayService, ctx: &Context, name: &str) -> Resu
             .await;
             Ok(())
         }
-        // Made by an earlier pass whose event the cache has not shown yet.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => {
+            let reason = e
+                .conflict_reason()
+                .unwrap_or(reasons::FAILED_TO_CREATE_RAY_CLUSTER);
             ctx.event(
                 service,
                 EventType::Warning,
-                reasons::FAILED_TO_CREATE_RAY_CLUSTER,
+                reason,
                 "CreateRayCluster",
                 format!("creating RayCluster {name} failed: {e}"),
             )
             .await;
-            Err(Error::kube(format!("creating RayCluster {name}"), e))
+            Err(e.into())
         }
     }
 }
@@ -1088,7 +1117,8 @@ async fn update_cluster(
     let desired = build::cluster(service, &name, Some(cluster.spec.suspend))?;
     let api: Api<RayCluster> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    match crate::k8s::apply(&api, &desired, field_managers::RAYSERVICE).await {
+    let known = Some(cluster.meta());
+    match crate::k8s::apply_owned(&api, &desired, known, field_managers::RAYSERVICE).await {
         Ok(_) => {
             info!(cluster = %name, "updated the RayCluster in place");
             ctx.event(
@@ -1147,8 +1177,15 @@ async fn delete_clusters(
         {
             continue;
         }
+        // Only the cluster that was seen as ours: a same-named one made since is not touched.
         let params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: clusters.iter().find(|c| &c.name_any() == name).map(|c| {
+                kube::api::Preconditions {
+                    uid: c.uid(),
+                    resource_version: None,
+                }
+            }),
             ..Default::default()
         };
         match api.delete(name, &params).await {
@@ -1164,7 +1201,7 @@ async fn delete_clusters(
                 )
                 .await;
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => {
                 ctx.event(
                     service,
@@ -1207,7 +1244,9 @@ async fn apply_services(
             None => (reasons::CREATED_SERVICE, "created"),
             Some(_) => (reasons::UPDATED_SERVICE, "updated"),
         };
-        match crate::k8s::apply(&api, &svc, field_managers::RAYSERVICE).await {
+        // A cached Service of that name we do not control is refused without a request.
+        let known = cached.as_ref().map(|c| c.meta());
+        match crate::k8s::apply_owned(&api, &svc, known, field_managers::RAYSERVICE).await {
             Ok(_) => {
                 ctx.with_memory(service, |m| m.applied_services.insert(name.clone(), hash));
                 let moved = cached
@@ -1232,7 +1271,8 @@ async fn apply_services(
                 ctx.event(
                     service,
                     EventType::Warning,
-                    reasons::FAILED_TO_CREATE_SERVICE,
+                    e.conflict_reason()
+                        .unwrap_or(reasons::FAILED_TO_CREATE_SERVICE),
                     "ApplyService",
                     format!("applying Service {name} failed: {e}"),
                 )
@@ -1319,13 +1359,24 @@ async fn reconcile_suspend(
             build::head_service_name(service),
             build::serve_service_name(service),
         ] {
-            if ctx.cached_service(&namespace, &name).is_none() {
+            // Someone else's Service of that name is not ours to delete.
+            let Some(cached) = ctx.cached_service(&namespace, &name).filter(|s| {
+                crate::k8s::is_controlled_by(s.meta(), &service.uid().unwrap_or_default())
+            }) else {
                 continue;
-            }
+            };
             remaining += 1;
-            let deleted = match api.delete(&name, &DeleteParams::default()).await {
+            // Only the Service that was seen: a same-named one made since is not touched.
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: cached.uid(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            let deleted = match api.delete(&name, &params).await {
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
                 Err(e) => Err(e),
             };
             match deleted {

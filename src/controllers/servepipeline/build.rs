@@ -43,6 +43,8 @@ pub mod reasons {
     pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
     pub const RENDER_FAILED: &str = "RenderFailed";
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// A RayService of the pipeline's name exists and the pipeline does not control it.
+    pub const RAYSERVICE_CONFLICT: &str = "RayServiceConflict";
 }
 
 /// The name of the RayService a pipeline owns: the pipeline's own name.

@@ -463,8 +463,23 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
         }
     }
 
-    // build + apply
+    // A RayService of that name the pipeline does not control is someone else's: it is neither
+    // written nor read as ours. Retried with backoff: the owner may delete or rename it.
     let mut rayservice = existing.clone();
+    if let Some(rs) = &existing
+        && let Err(conflict) =
+            crate::k8s::check_controlled_by(rs, &pipeline.uid().unwrap_or_default())
+    {
+        rayservice = None;
+        transient = true;
+        problem = problem.or(Some(Problem {
+            condition: condition_types::READY,
+            reason: reasons::RAYSERVICE_CONFLICT.to_owned(),
+            message: conflict.to_string(),
+        }));
+    }
+
+    // build + apply
     let mut newly_applied = false;
     if problem.is_none()
         && let Some(g) = &good
@@ -479,7 +494,14 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
                     .is_some_and(|e| build::is_up_to_date(e, &desired));
                 if !up_to_date {
                     let apply_started = std::time::Instant::now();
-                    match crate::k8s::apply(&rs_api, &desired, field_managers::SERVEPIPELINE).await
+                    let known = existing.as_ref().map(|rs| rs.meta());
+                    match crate::k8s::apply_owned(
+                        &rs_api,
+                        &desired,
+                        known,
+                        field_managers::SERVEPIPELINE,
+                    )
+                    .await
                     {
                         Ok(applied) => {
                             let metrics = &ctx.config.metrics;
@@ -490,9 +512,15 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
                         }
                         Err(e) => {
                             transient = true;
+                            let reason = if e.is_not_owned() {
+                                rayservice = None;
+                                reasons::RAYSERVICE_CONFLICT
+                            } else {
+                                reasons::APPLY_FAILED
+                            };
                             problem = Some(Problem {
                                 condition: condition_types::READY,
-                                reason: reasons::APPLY_FAILED.to_owned(),
+                                reason: reason.to_owned(),
                                 message: e.to_string(),
                             });
                         }
