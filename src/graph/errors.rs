@@ -171,6 +171,11 @@ pub enum ValidationError {
         limit: usize,
     },
 
+    #[error(
+        "the graph is too intricate to check {check} within the work limit; nest fewer switches and splits above joins"
+    )]
+    TooComplex { check: &'static str },
+
     #[error("{at} nests deeper than {limit} levels (counted as protobuf nests messages)")]
     TooDeep { at: String, limit: usize },
 
@@ -441,6 +446,7 @@ impl ValidationError {
         match self {
             LimitExceeded { .. } => "LimitExceeded",
             TooDeep { .. } => "NestingTooDeep",
+            TooComplex { .. } => "LimitExceeded",
             InvalidGraphName { .. } | InvalidNodeName { .. } => "InvalidName",
             InvalidVersion { .. } => "InvalidVersion",
             DuplicateNode { .. } => "DuplicateNode",

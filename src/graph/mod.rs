@@ -68,9 +68,10 @@ pub const MAX_NESTING_DEPTH: usize = 64;
 pub const MAX_TEXT_NESTING: usize = MAX_NESTING_DEPTH + 8;
 
 /// Most memory a decoded protobuf graph may take (bytes), as [`precheck`] bounds it from the
-/// wire: a graph at the node and edge limits fits with room to spare, while a crafted one
-/// (millions of empty list entries) is refused before prost allocates.
-pub const MAX_DECODED_BYTES: usize = 512 << 20;
+/// wire: a graph at the node and edge limits with short names fits (about 237 MiB by that
+/// bound), and a crafted one (millions of empty list entries) costs no more than such a graph
+/// before it is refused, since the scan runs before prost allocates.
+pub const MAX_DECODED_BYTES: usize = 256 << 20;
 
 /// Why a graph could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]

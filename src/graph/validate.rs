@@ -33,6 +33,9 @@ pub const MAX_VERSION_LEN: usize = 128;
 pub const MAX_HEADERS: usize = 64;
 /// Most retry attempts of one node.
 pub const MAX_RETRY_ATTEMPTS: u32 = 10;
+/// Work allowed to the exclusive-join check per node and edge (tree climbing steps): far more
+/// than any real routing nests, and linear in the graph however it is crafted.
+const JOIN_CHECK_STEPS_PER_ITEM: u64 = 64;
 
 /// Size limits checked before anything else, so a huge graph costs little to refuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1280,13 +1283,20 @@ impl<'g, 'e> Checker<'g, 'e> {
         let ingress = self.ingress;
         idom[ingress as usize] = ingress;
         let mut next_rank = 1u32;
-        let intersect = |mut a: u32, mut b: u32, idom: &[u32], rank: &[u32]| {
+        // Both walks below climb the dominator tree, which a crafted graph can make long for
+        // many nodes (a long chain with edges from each of its nodes into one join): a work
+        // budget keeps the check linear, and a graph that exceeds it is refused by name.
+        let budget = JOIN_CHECK_STEPS_PER_ITEM.saturating_mul(total as u64);
+        let mut steps = 0u64;
+        let intersect = |mut a: u32, mut b: u32, idom: &[u32], rank: &[u32], steps: &mut u64| {
             while a != b {
                 while rank[a as usize] > rank[b as usize] {
                     a = idom[a as usize];
+                    *steps += 1;
                 }
                 while rank[b as usize] > rank[a as usize] {
                     b = idom[b as usize];
+                    *steps += 1;
                 }
             }
             a
@@ -1313,8 +1323,14 @@ impl<'g, 'e> Checker<'g, 'e> {
                 dominator = if dominator == NONE {
                     vertex
                 } else {
-                    intersect(dominator, vertex, &idom, &rank)
+                    intersect(dominator, vertex, &idom, &rank, &mut steps)
                 };
+                if steps > budget {
+                    self.push(ValidationError::TooComplex {
+                        check: "joins across switch and split branches",
+                    });
+                    return;
+                }
             }
             if dominator == NONE {
                 continue;
@@ -1347,6 +1363,14 @@ impl<'g, 'e> Checker<'g, 'e> {
             'edges: for &edge in &required {
                 let mut branch = nearest_branch[n + edge as usize];
                 while branch != NONE {
+                    steps += 1;
+                    if steps > budget {
+                        self.errors.extend(found);
+                        self.push(ValidationError::TooComplex {
+                            check: "joins across switch and split branches",
+                        });
+                        return;
+                    }
                     let router = idom[branch as usize];
                     match chosen.get(&router) {
                         Some(&(vertex, _)) if vertex == branch => break,

@@ -159,6 +159,44 @@ fn a_node_with_half_a_million_in_edges_validates_in_linear_time() {
     );
 }
 
+#[test]
+fn joins_below_a_long_switch_branch_are_checked_in_bounded_time() {
+    // in -> sw -> m0 -> m1 -> ... (a switch case), every chain node also feeding the output:
+    // the dominator search climbed the whole chain for each edge into the output.
+    let n = 99_000;
+    let mut graph = chain(n, false);
+    graph.nodes.push(Node {
+        name: "sw".into(),
+        kind: Some(node::Kind::Switch(crate::graph::proto::SwitchNode {
+            on_no_match: crate::graph::proto::NoMatch::Skip as i32,
+        })),
+        ..Default::default()
+    });
+    graph.edges[0] = edge("in", "sw");
+    let mut case = edge("sw", "m0");
+    case.when = Some(Box::new(Predicate {
+        p: Some(predicate::P::Compare(Compare {
+            path: "/in".into(),
+            op: Op::Exists as i32,
+            value: None,
+        })),
+    }));
+    graph.edges.push(case);
+    graph
+        .edges
+        .extend((0..n - 1).map(|i| edge(&format!("m{i}"), "out")));
+    let start = Instant::now();
+    let result = on_worker_stack(move || validate(graph).map(|_| ()));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    if let Err(errors) = result {
+        assert!(errors.to_string().len() <= MAX_MESSAGE_BYTES);
+    }
+}
+
 // -- one nesting limit ----------------------------------------------------------------------------
 
 /// A graph whose node `m0` has `depth` nested lists as its `input_template`.
