@@ -142,10 +142,11 @@ fn many_small_cycles_cost_linear_time() {
 }
 
 #[test]
-fn a_node_with_half_a_million_in_edges_validates_in_linear_time() {
+fn a_node_with_100000_in_edges_validates_in_linear_time() {
     // `build_dag` looked each edge up in its target's in-edge list: quadratic here.
+    let n = 99_000;
     let mut graph = chain(1, false);
-    for i in 0..5_000 {
+    for i in 0..n {
         graph.nodes.push(model(format!("x{i}")));
         graph.edges.push(edge("in", &format!("x{i}")));
         graph.edges.push(edge(&format!("x{i}"), "out"));
