@@ -232,7 +232,7 @@ fn memory_report() {
     );
     for n in SIZES {
         let graph = synthetic(n);
-        let bytes = encode(&graph);
+        let bytes = encode(&graph).expect("a synthetic graph encodes");
         let path =
             std::env::temp_dir().join(format!("raypipe-bench-{n}-{}.pb", std::process::id()));
         if std::fs::write(&path, &bytes).is_err() {
@@ -267,7 +267,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("graph");
     for n in SIZES {
         let graph = synthetic(n);
-        let bytes = encode(&graph);
+        let bytes = encode(&graph).expect("a synthetic graph encodes");
         let nodes = graph.nodes.len() as u64;
         group.throughput(Throughput::Elements(nodes));
         if n >= 100_000 {

@@ -198,21 +198,24 @@ fn display_path(path: &Path) -> String {
 /// Reads and parses the input (format from the flag, else the extension, else the content).
 pub fn read_graph(input: &InputArgs) -> Result<proto::PipelineGraph, DagError> {
     let path = display_path(&input.file);
-    let bytes = if input.file == Path::new("-") {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|source| DagError::Read {
-                path: path.clone(),
-                source,
-            })?;
-        bytes
-    } else {
-        std::fs::read(&input.file).map_err(|source| DagError::Read {
-            path: path.clone(),
-            source,
-        })?
+    let read_error = |source| DagError::Read {
+        path: path.clone(),
+        source,
     };
+    // At most one byte more than a graph may have: enough to tell that it is too large,
+    // without reading (or allocating for) whatever size the file claims.
+    let limit = graph::MAX_GRAPH_BYTES as u64 + 1;
+    let mut bytes = Vec::new();
+    if input.file == Path::new("-") {
+        std::io::stdin()
+            .take(limit)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+    } else {
+        std::fs::File::open(&input.file)
+            .and_then(|file| file.take(limit).read_to_end(&mut bytes))
+            .map_err(read_error)?;
+    }
     let format = input
         .format
         .map(Format::from)
@@ -228,10 +231,27 @@ fn write_problems(err: &mut dyn Write, path: &str, errors: &ValidationErrors) {
         errors.len(),
         if errors.len() == 1 { "" } else { "s" }
     );
-    for error in errors.errors() {
-        let _ = writeln!(err, "  error[{}]: {error}", error.reason());
+    // Each line capped (names and cycles come from the input), and the list too: a graph
+    // with 60,000 duplicate nodes must not print megabytes. `--json` lists every problem.
+    for error in errors.errors().iter().take(MAX_LISTED_PROBLEMS) {
+        let _ = writeln!(
+            err,
+            "  error[{}]: {}",
+            error.reason(),
+            graph::capped(error, graph::MAX_PROBLEM_BYTES)
+        );
+    }
+    if errors.len() > MAX_LISTED_PROBLEMS {
+        let _ = writeln!(
+            err,
+            "  ... and {} more (`raypipe dag validate --json` lists every one)",
+            errors.len() - MAX_LISTED_PROBLEMS
+        );
     }
 }
+
+/// Most problems printed one per line.
+const MAX_LISTED_PROBLEMS: usize = 100;
 
 fn validate(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8, DagError> {
     let path = display_path(&args.input.file);
@@ -245,7 +265,7 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
                 Ok(valid) => summary_json(&valid),
                 Err(errors) => serde_json::json!({
                     "valid": false,
-                    "errors": errors.errors().iter().map(|e| serde_json::json!({"reason": e.reason(), "message": e.to_string()})).collect::<Vec<_>>(),
+                    "errors": errors.errors().iter().map(|e| serde_json::json!({"reason": e.reason(), "message": graph::capped(e, graph::MAX_PROBLEM_BYTES)})).collect::<Vec<_>>(),
                 }),
             },
         };
@@ -374,7 +394,7 @@ fn encode(args: &EncodeArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         );
         return Ok(EXIT_INVALID);
     }
-    let bytes = graph::encode(&graph);
+    let bytes = graph::encode(&graph).map_err(|source| DagError::Graph { path, source })?;
     match &args.output {
         Some(file) => std::fs::write(file, &bytes).map_err(|source| DagError::Write {
             path: file.display().to_string(),

@@ -1,5 +1,11 @@
 //! Validation errors: every problem found in a graph, each naming its node or edge, each with a
 //! stable machine reason code (`reason()`), and a message a person can act on.
+//!
+//! Messages are built from untrusted text (node names, pointers, cycles of any length), so every
+//! rendering is bounded: one problem renders to at most [`MAX_PROBLEM_BYTES`], a whole list to
+//! at most [`MAX_MESSAGE_BYTES`] (the project's condition cap), and long lists inside one
+//! problem (cycles, edge lists) show their first few items. The full list stays available
+//! through [`ValidationErrors::errors`].
 
 use std::fmt;
 
@@ -66,12 +72,93 @@ impl fmt::Display for EdgeEnd {
     }
 }
 
+/// Longest rendering of one problem (bytes); longer ones end in "…".
+pub const MAX_PROBLEM_BYTES: usize = 300;
+/// Longest rendering of a list of problems (bytes): the cap of a condition message.
+pub const MAX_MESSAGE_BYTES: usize = 2048;
+/// Items shown of a list inside one problem (a cycle's nodes, a switch's default edges).
+const MAX_LISTED: usize = 8;
+
+/// Shows the first items of a list, and how many there are when some are left out.
+fn list_capped<T>(items: &[T], separator: &str, show: impl Fn(&T) -> String) -> String {
+    let shown: Vec<String> = items.iter().take(MAX_LISTED).map(show).collect();
+    let mut text = shown.join(separator);
+    if items.len() > MAX_LISTED {
+        text.push_str(&format!("{separator}... ({} in all)", items.len()));
+    }
+    text
+}
+
 fn list_edges(edges: &[usize]) -> String {
-    edges
-        .iter()
-        .map(|e| format!("#{e}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    list_capped(edges, ", ", |e| format!("#{e}"))
+}
+
+fn list_cycle(nodes: &[String]) -> String {
+    list_capped(nodes, " -> ", |name| {
+        bounded(MAX_PROBLEM_BYTES / MAX_LISTED, |w| {
+            fmt::Write::write_str(w, name)
+        })
+    })
+}
+
+/// A `fmt::Write` that keeps at most `limit` bytes (cut on a char boundary) and drops the rest,
+/// so rendering a huge value costs no more memory than the limit.
+struct Bounded {
+    text: String,
+    limit: usize,
+    truncated: bool,
+}
+
+impl fmt::Write for Bounded {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.truncated {
+            return Ok(());
+        }
+        let room = self.limit.saturating_sub(self.text.len());
+        if s.len() <= room {
+            self.text.push_str(s);
+        } else {
+            self.text.push_str(truncate_on_char_boundary(s, room));
+            self.truncated = true;
+        }
+        Ok(())
+    }
+}
+
+/// Renders with `write` into at most `limit` bytes; a cut rendering ends in "…" (within the
+/// limit).
+fn bounded(limit: usize, write: impl FnOnce(&mut Bounded) -> fmt::Result) -> String {
+    const ELLIPSIS: &str = "…";
+    let mut out = Bounded {
+        text: String::new(),
+        limit,
+        truncated: false,
+    };
+    let _ = write(&mut out);
+    if out.truncated {
+        let keep = truncate_on_char_boundary(&out.text, limit.saturating_sub(ELLIPSIS.len())).len();
+        out.text.truncate(keep);
+        out.text.push_str(ELLIPSIS);
+    }
+    out.text
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a char boundary.
+pub fn truncate_on_char_boundary(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Any displayable value rendered into at most `max` bytes (cut on a char boundary, ending in
+/// "…"): for log lines and messages built from untrusted input.
+pub fn capped(value: &dyn fmt::Display, max: usize) -> String {
+    bounded(max, |w| fmt::Write::write_fmt(w, format_args!("{value}")))
 }
 
 /// One problem in a graph.
@@ -83,6 +170,14 @@ pub enum ValidationError {
         count: usize,
         limit: usize,
     },
+
+    #[error(
+        "the graph is too intricate to check {check} within the work limit; nest fewer switches and splits above joins"
+    )]
+    TooComplex { check: &'static str },
+
+    #[error("{at} nests deeper than {limit} levels (counted as protobuf nests messages)")]
+    TooDeep { at: String, limit: usize },
 
     #[error(
         "graph name {name:?} is not a DNS-1123 label: use lower-case letters, digits and '-', at most 63 characters, starting and ending with a letter or digit"
@@ -197,7 +292,7 @@ pub enum ValidationError {
     )]
     SwitchWithoutDefault { node: String },
 
-    #[error("cycle: {}; a pipeline must be acyclic (put loops inside a model)", .nodes.join(" -> "))]
+    #[error("cycle: {}; a pipeline must be acyclic (put loops inside a model)", list_cycle(.nodes))]
     Cycle { nodes: Vec<String> },
 
     #[error("the graph has no ingress; set `ingress` to the name of its input node{}", .candidate.as_ref().map(|c| format!(" (probably {c:?})")).unwrap_or_default())]
@@ -350,6 +445,8 @@ impl ValidationError {
         use ValidationError::*;
         match self {
             LimitExceeded { .. } => "LimitExceeded",
+            TooDeep { .. } => "NestingTooDeep",
+            TooComplex { .. } => "LimitExceeded",
             InvalidGraphName { .. } | InvalidNodeName { .. } => "InvalidName",
             InvalidVersion { .. } => "InvalidVersion",
             DuplicateNode { .. } => "DuplicateNode",
@@ -430,19 +527,56 @@ impl ValidationErrors {
         self.0.first().map_or("Invalid", ValidationError::reason)
     }
 
-    /// The problems as one line each, at most `max` of them (plus "and N more"): for a
-    /// condition message that must stay short.
+    /// The problems as one line each, at most `max` of them (plus "and N more"), each cut to
+    /// [`MAX_PROBLEM_BYTES`] and all of it to [`MAX_MESSAGE_BYTES`]: for a condition message
+    /// that must stay short.
     pub fn summary(&self, max: usize) -> String {
-        let mut lines: Vec<String> = self
-            .0
-            .iter()
-            .take(max)
-            .map(|e| format!("[{}] {e}", e.reason()))
-            .collect();
-        if self.0.len() > max {
-            lines.push(format!("... and {} more", self.0.len() - max));
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = self.write_capped(&mut text, max, "", "\n");
+        text
+    }
+
+    /// Writes at most `max` problems (each capped, on its own line after `separator`), stopping
+    /// early so the whole stays within [`MAX_MESSAGE_BYTES`], then "... and N more".
+    fn write_capped(
+        &self,
+        out: &mut dyn fmt::Write,
+        max: usize,
+        header: &str,
+        separator: &str,
+    ) -> fmt::Result {
+        // Room kept for the "and N more" line.
+        const TAIL: usize = 40;
+        out.write_str(header)?;
+        let mut written = header.len();
+        let mut shown = 0;
+        for error in self.0.iter().take(max) {
+            let line = bounded(MAX_PROBLEM_BYTES, |w| {
+                fmt::Write::write_fmt(w, format_args!("[{}] {error}", error.reason()))
+            });
+            let sep = if shown == 0 && header.is_empty() {
+                ""
+            } else {
+                separator
+            };
+            if written + sep.len() + line.len() + TAIL > MAX_MESSAGE_BYTES {
+                break;
+            }
+            out.write_str(sep)?;
+            out.write_str(&line)?;
+            written += sep.len() + line.len();
+            shown += 1;
         }
-        lines.join("\n")
+        if shown < self.0.len() {
+            let sep = if shown == 0 && header.is_empty() {
+                ""
+            } else {
+                separator
+            };
+            write!(out, "{sep}... and {} more", self.0.len() - shown)?;
+        }
+        Ok(())
     }
 }
 
@@ -458,15 +592,8 @@ impl IntoIterator for ValidationErrors {
 impl fmt::Display for ValidationErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        write!(
-            f,
-            "{n} problem{} in the graph:",
-            if n == 1 { "" } else { "s" }
-        )?;
-        for error in &self.0 {
-            write!(f, "\n  - [{}] {error}", error.reason())?;
-        }
-        Ok(())
+        let header = format!("{n} problem{} in the graph:", if n == 1 { "" } else { "s" });
+        self.write_capped(f, usize::MAX, &header, "\n  - ")
     }
 }
 

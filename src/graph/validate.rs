@@ -33,6 +33,9 @@ pub const MAX_VERSION_LEN: usize = 128;
 pub const MAX_HEADERS: usize = 64;
 /// Most retry attempts of one node.
 pub const MAX_RETRY_ATTEMPTS: u32 = 10;
+/// Work allowed to the exclusive-join check per node and edge (tree climbing steps): far more
+/// than any real routing nests, and linear in the graph however it is crafted.
+const JOIN_CHECK_STEPS_PER_ITEM: u64 = 64;
 
 /// Size limits checked before anything else, so a huge graph costs little to refuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,7 +152,8 @@ impl ValidatedGraph {
     /// Hex sha256 of the canonical protobuf encoding (maps sorted, fields in number order):
     /// equal graphs have equal digests whatever their source format.
     pub fn digest(&self) -> String {
-        super::digest(&super::encode(&self.graph))
+        // A validated graph passed the nesting check, so prost's encoder is safe on it.
+        super::digest(&prost::Message::encode_to_vec(&*self.graph))
     }
 }
 
@@ -184,6 +188,15 @@ pub fn validate_with(
             what: "edges",
             count: graph.edges.len(),
             limit: limits.max_edges,
+        });
+    }
+    if errors.is_empty()
+        && let Err(at) = super::depth::check(&graph, super::MAX_NESTING_DEPTH)
+    {
+        // Checked before any recursive walk (JSON values, predicates) meets the graph.
+        errors.push(ValidationError::TooDeep {
+            at,
+            limit: super::MAX_NESTING_DEPTH,
         });
     }
     if !errors.is_empty() {
@@ -315,7 +328,7 @@ impl<'g, 'e> Checker<'g, 'e> {
                 Some((dag, order, self.ingress, self.output))
             }
             Err(()) => {
-                self.report_cycles(&dag);
+                self.report_cycles();
                 None
             }
         }
@@ -958,9 +971,15 @@ impl<'g, 'e> Checker<'g, 'e> {
         for _ in 0..self.graph.nodes.len() {
             dag.add_node(());
         }
+        // Which edges take part in the structure, marked once: asking `in_edges` per edge
+        // would cost O(in-degree) each, quadratic for a node with many in-edges.
+        let mut structural = vec![false; self.links.len()];
+        for &edge in &self.in_edges.list {
+            structural[edge as usize] = true;
+        }
         for (index, link) in self.links.iter().enumerate() {
             if let Some(link) = link
-                && self.in_edges.of(link.target).contains(&(index as u32))
+                && structural[index]
             {
                 dag.add_edge(
                     NodeIndex::new(link.source as usize),
@@ -1005,22 +1024,33 @@ impl<'g, 'e> Checker<'g, 'e> {
     }
 
     /// One error per strongly connected component, naming one concrete cycle through its first
-    /// declared node.
-    fn report_cycles(&mut self, dag: &DiGraph<(), u32>) {
+    /// declared node. Iterative ([`super::scc`]): a long cycle must not exhaust the stack.
+    fn report_cycles(&mut self) {
+        let components =
+            super::scc::strongly_connected_components(self.graph.nodes.len(), |v, i| {
+                self.out_edges.of(v).get(i).map(|&e| self.target_of(e))
+            });
+        // One component id per node (not a mark array per component: that would cost
+        // O(N) for each of up to N/2 components).
+        let mut component_of = vec![NONE; self.graph.nodes.len()];
         let mut cycles = Vec::new();
-        for component in petgraph::algo::tarjan_scc(dag) {
-            let self_loop = component.len() == 1 && dag.contains_edge(component[0], component[0]);
+        for (id, component) in components.iter().enumerate() {
+            let self_loop = component.len() == 1
+                && self
+                    .out_edges
+                    .of(component[0])
+                    .iter()
+                    .any(|&e| self.target_of(e) == component[0]);
             if component.len() < 2 && !self_loop {
                 continue;
             }
-            let mut members = vec![false; self.graph.nodes.len()];
-            for node in &component {
-                members[node.index()] = true;
+            for &node in component {
+                component_of[node as usize] = id as u32;
             }
-            let Some(start) = component.iter().map(|n| n.index() as u32).min() else {
+            let Some(&start) = component.iter().min() else {
                 continue;
             };
-            cycles.push(self.cycle_through(start, &members));
+            cycles.push(self.cycle_through(start, id as u32, &component_of));
         }
         cycles.sort();
         for cycle in cycles {
@@ -1033,7 +1063,7 @@ impl<'g, 'e> Checker<'g, 'e> {
     }
 
     /// Shortest cycle from `start` back to itself inside one component (breadth-first).
-    fn cycle_through(&self, start: u32, members: &[bool]) -> Vec<u32> {
+    fn cycle_through(&self, start: u32, component: u32, component_of: &[u32]) -> Vec<u32> {
         let mut parent: HashMap<u32, u32> = HashMap::new();
         let mut queue = std::collections::VecDeque::from([start]);
         while let Some(node) = queue.pop_front() {
@@ -1053,7 +1083,10 @@ impl<'g, 'e> Checker<'g, 'e> {
                     path.push(start);
                     return path;
                 }
-                if members[next as usize] && next != start && !parent.contains_key(&next) {
+                if component_of[next as usize] == component
+                    && next != start
+                    && !parent.contains_key(&next)
+                {
                     parent.insert(next, node);
                     queue.push_back(next);
                 }
@@ -1250,13 +1283,20 @@ impl<'g, 'e> Checker<'g, 'e> {
         let ingress = self.ingress;
         idom[ingress as usize] = ingress;
         let mut next_rank = 1u32;
-        let intersect = |mut a: u32, mut b: u32, idom: &[u32], rank: &[u32]| {
+        // Both walks below climb the dominator tree, which a crafted graph can make long for
+        // many nodes (a long chain with edges from each of its nodes into one join): a work
+        // budget keeps the check linear, and a graph that exceeds it is refused by name.
+        let budget = JOIN_CHECK_STEPS_PER_ITEM.saturating_mul(total as u64);
+        let mut steps = 0u64;
+        let intersect = |mut a: u32, mut b: u32, idom: &[u32], rank: &[u32], steps: &mut u64| {
             while a != b {
                 while rank[a as usize] > rank[b as usize] {
                     a = idom[a as usize];
+                    *steps += 1;
                 }
                 while rank[b as usize] > rank[a as usize] {
                     b = idom[b as usize];
+                    *steps += 1;
                 }
             }
             a
@@ -1283,8 +1323,14 @@ impl<'g, 'e> Checker<'g, 'e> {
                 dominator = if dominator == NONE {
                     vertex
                 } else {
-                    intersect(dominator, vertex, &idom, &rank)
+                    intersect(dominator, vertex, &idom, &rank, &mut steps)
                 };
+                if steps > budget {
+                    self.push(ValidationError::TooComplex {
+                        check: "joins across switch and split branches",
+                    });
+                    return;
+                }
             }
             if dominator == NONE {
                 continue;
@@ -1317,6 +1363,14 @@ impl<'g, 'e> Checker<'g, 'e> {
             'edges: for &edge in &required {
                 let mut branch = nearest_branch[n + edge as usize];
                 while branch != NONE {
+                    steps += 1;
+                    if steps > budget {
+                        self.errors.extend(found);
+                        self.push(ValidationError::TooComplex {
+                            check: "joins across switch and split branches",
+                        });
+                        return;
+                    }
                     let router = idom[branch as usize];
                     match chosen.get(&router) {
                         Some(&(vertex, _)) if vertex == branch => break,

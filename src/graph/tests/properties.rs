@@ -13,10 +13,10 @@ use crate::graph::proto::{
     Node, OutputNode, PipelineGraph, Predicate, PredicateList, Quantified, RayActorOptions,
     SplitNode, SwitchNode, node, predicate,
 };
-use crate::graph::{decode, encode, from_json, from_yaml, to_json, to_yaml, validate};
+use crate::graph::{GraphError, decode, encode, from_json, from_yaml, to_json, to_yaml, validate};
 use crate::serve::{NodeOverride, RenderOptions, render};
 
-fn json_value() -> impl Strategy<Value = JsonValue> {
+pub(super) fn json_value() -> impl Strategy<Value = JsonValue> {
     let leaf = prop_oneof![
         Just(JsonValue::null()),
         any::<bool>().prop_map(JsonValue::boolean),
@@ -45,7 +45,7 @@ fn pointer() -> impl Strategy<Value = String> {
     ]
 }
 
-fn predicate_strategy() -> impl Strategy<Value = Predicate> {
+pub(super) fn predicate_strategy() -> impl Strategy<Value = Predicate> {
     let compare =
         (pointer(), 0i32..15, proptest::option::of(json_value())).prop_map(|(path, op, value)| {
             Predicate {
@@ -127,7 +127,7 @@ fn model_node(name: String, deployment: Option<DeploymentOptions>) -> Node {
 /// A valid DAG: `n` models ranked 0..n, random forward edges, declared in a shuffled order;
 /// roots fed by the request, sinks feeding the response; each edge writes under its source's
 /// name so joins never conflict.
-fn valid_dag() -> impl Strategy<Value = PipelineGraph> {
+pub(super) fn valid_dag() -> impl Strategy<Value = PipelineGraph> {
     (1usize..40)
         .prop_flat_map(|n| {
             (
@@ -204,7 +204,7 @@ fn valid_dag() -> impl Strategy<Value = PipelineGraph> {
 }
 
 /// Anything: duplicate names, unknown endpoints, cycles, any node kind, guards, weights.
-fn arbitrary_graph() -> impl Strategy<Value = PipelineGraph> {
+pub(super) fn arbitrary_graph() -> impl Strategy<Value = PipelineGraph> {
     let names = "[a-f]";
     let node = (names, 0u8..6, deployment_options(), 0i32..3).prop_map(
         |(name, kind, deployment, join)| {
@@ -350,7 +350,7 @@ proptest! {
 
     #[test]
     fn encodings_round_trip(graph in prop_oneof![valid_dag(), arbitrary_graph()]) {
-        prop_assert_eq!(decode(&encode(&graph)).unwrap(), graph.clone());
+        prop_assert_eq!(decode(&encode(&graph).unwrap()).unwrap(), graph.clone());
         prop_assert_eq!(from_yaml(&to_yaml(&graph).unwrap()).unwrap(), graph.clone());
         let from_text = from_json(&to_json(&graph).unwrap()).unwrap();
         prop_assert!(same_up_to_float_parsing(&from_text, &graph), "{:?}", from_text);
@@ -412,7 +412,8 @@ proptest! {
 
 #[test]
 fn deeply_nested_values_are_refused_not_overflowed() {
-    // prost's recursion limit (100) turns a hostile nesting into a decode error.
+    // Refused by name: by `encode` before prost's recursive encoder runs, and by `decode` from
+    // the wire (prost's own recursion limit, 100, is never reached).
     let mut value = JsonValue::int(1);
     for _ in 0..200 {
         value = JsonValue::list(vec![value]);
@@ -425,6 +426,8 @@ fn deeply_nested_values_are_refused_not_overflowed() {
         }],
         ..Default::default()
     };
-    assert!(decode(&encode(&graph)).is_err());
+    assert!(matches!(encode(&graph), Err(GraphError::TooDeep { .. })));
+    let bytes = prost::Message::encode_to_vec(&graph);
+    assert!(matches!(decode(&bytes), Err(GraphError::TooDeep { .. })));
     let _ = proto::Node::default();
 }

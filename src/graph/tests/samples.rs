@@ -55,7 +55,7 @@ fn every_protobuf_sample_is_the_encoding_of_its_yaml() {
         let bytes =
             std::fs::read(&pb_path).unwrap_or_else(|e| panic!("{}: {e}", pb_path.display()));
         assert!(
-            bytes == encode(&graph),
+            bytes == encode(&graph).unwrap(),
             "{} is stale; regenerate it with `raypipe dag encode samples/graphs/{name} -o {}`",
             pb_path.display(),
             pb_path.display()

@@ -78,7 +78,7 @@ fn written_form_is_short_and_reads_back() {
     let json = to_json(&graph).unwrap();
     assert!(json.contains("\"op\": \"EQ\""), "{json}");
     assert_eq!(from_json(&json).unwrap(), graph);
-    assert_eq!(decode(&encode(&graph)).unwrap(), graph);
+    assert_eq!(decode(&encode(&graph).unwrap()).unwrap(), graph);
 }
 
 #[test]
@@ -139,7 +139,7 @@ fn formats_from_paths_and_content() {
     assert_eq!(Format::from_path(Path::new("g.json")), Some(Format::Json));
     assert_eq!(Format::from_path(Path::new("graph")), None);
     let graph = from_yaml(SMALL).unwrap();
-    assert_eq!(Format::sniff(&encode(&graph)), Format::Protobuf);
+    assert_eq!(Format::sniff(&encode(&graph).unwrap()), Format::Protobuf);
     assert_eq!(Format::sniff(SMALL.as_bytes()), Format::Yaml);
     assert_eq!(Format::sniff(b"  {\"ingress\": \"x\"}"), Format::Json);
     assert_eq!(load(SMALL.as_bytes(), Format::Yaml).unwrap(), graph);
