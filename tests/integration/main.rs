@@ -5,6 +5,7 @@ mod admin;
 mod crds;
 mod deploy;
 mod dev;
+mod faults;
 mod leader;
 mod pipeline;
 mod ray;
