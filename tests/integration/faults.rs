@@ -23,9 +23,9 @@ use crate::support::e2e::{self, Client, E2e, GRAPH_PATH, PIPELINE, WAIT, digest,
 use crate::support::{self, eventually, registry::Registry};
 
 /// Bounds asserted (generous: this machine's 2 cores are shared with other suites).
-const OPERATOR_RESTART_BOUND: Duration = Duration::from_secs(90);
-const APISERVER_RESTART_BOUND: Duration = Duration::from_secs(300);
-const SERVE_CONTROLLER_BOUND: Duration = Duration::from_secs(120);
+const OPERATOR_RESTART_BOUND: Duration = Duration::from_secs(30);
+const APISERVER_RESTART_BOUND: Duration = Duration::from_secs(60);
+const SERVE_CONTROLLER_BOUND: Duration = Duration::from_secs(15);
 
 /// How long the kube-apiserver stays down.
 const APISERVER_DOWN: Duration = Duration::from_secs(10);
