@@ -26,6 +26,7 @@ use crate::support::{self, eventually, registry::Registry};
 const OPERATOR_RESTART_BOUND: Duration = Duration::from_secs(30);
 const APISERVER_RESTART_BOUND: Duration = Duration::from_secs(60);
 const SERVE_CONTROLLER_BOUND: Duration = Duration::from_secs(15);
+const SERVE_LOST_BOUND: Duration = Duration::from_secs(90);
 
 /// How long the kube-apiserver stays down.
 const APISERVER_DOWN: Duration = Duration::from_secs(10);
@@ -75,7 +76,7 @@ async fn children(client: &kube::Client, ns: &str) -> (BTreeSet<String>, BTreeSe
     )
 }
 
-/// How many Events with `reason` the namespace holds for objects named `name`.
+/// How many times an Event with `reason` was recorded for objects named `name`.
 async fn events(client: &kube::Client, ns: &str, name: &str, reason: &str) -> usize {
     Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
@@ -86,7 +87,12 @@ async fn events(client: &kube::Client, ns: &str, name: &str, reason: &str) -> us
         .filter(|e| {
             e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(name)
         })
-        .count()
+        // kube's recorder folds repeats of an Event into one object with a series count.
+        .map(|e| {
+            let series = e.series.as_ref().and_then(|s| s.count);
+            usize::try_from(e.count.max(series).unwrap_or(1).max(1)).unwrap_or(1)
+        })
+        .sum()
 }
 
 /// The status of the pipeline's Serve application on the head (`None`: Serve has none, or the
@@ -517,6 +523,92 @@ async fn apiserver_restarted_under_the_operator_with_changes_in_flight_converges
     assert!(stopped.is_ok(), "{stopped:?}");
 }
 
+/// What was seen from a fault until the pipeline recovered.
+struct Recovery {
+    converged: Duration,
+    /// Each change of state: seconds since the fault, Serve's controller and application, and
+    /// the Ready conditions of the RayService and the ServePipeline.
+    seen: Vec<(f64, String)>,
+    serve_lost_apps: bool,
+    rayservice_not_ready_seen: bool,
+    /// Seconds during which the RayService said Ready while Serve did not report the
+    /// application RUNNING (sampled: from each such sample to the next).
+    ready_while_serve_not_running: f64,
+}
+
+/// Samples Serve (on the head's dashboard) and both statuses every 200 ms from `since` until
+/// the application runs a config Serve took after `deployed_after_s` (seconds since the epoch),
+/// `fault_over()` holds, both statuses are Ready, and the client got an answer after the fault.
+async fn watch_recovery(
+    fixture: &E2e,
+    dashboard: &raypipe::ray::RayDashboardClient,
+    traffic: &e2e::Traffic,
+    since: Instant,
+    deployed_after_s: f64,
+    fault_over: impl Fn() -> bool,
+) -> Recovery {
+    let answered_before = traffic.ok.load(std::sync::atomic::Ordering::SeqCst);
+    let mut recovery = Recovery {
+        converged: Duration::ZERO,
+        seen: Vec::new(),
+        serve_lost_apps: false,
+        rayservice_not_ready_seen: false,
+        ready_while_serve_not_running: 0.0,
+    };
+    let mut last_sample: Option<(Instant, bool)> = None;
+    loop {
+        let details = dashboard.get_serve_applications().await.ok();
+        recovery.serve_lost_apps |= details.as_ref().is_some_and(|d| d.applications.is_empty());
+        let app = details.and_then(|d| {
+            d.applications
+                .into_values()
+                .find(|a| a.route_prefix.as_deref() == Some(e2e::ROUTE))
+                .and_then(|a| Some((a.status?, a.last_deployed_time_s.unwrap_or_default())))
+        });
+        let p = fixture.pipeline().await;
+        let rs = fixture
+            .rayservices
+            .get(PIPELINE)
+            .await
+            .expect("the RayService");
+        recovery.rayservice_not_ready_seen |= !rayservice_ready(&rs);
+        let claims_ready_wrongly = rayservice_ready(&rs)
+            && !app
+                .as_ref()
+                .is_some_and(|(s, _)| *s == ApplicationStatus::Running);
+        if let Some((at, true)) = last_sample {
+            recovery.ready_while_serve_not_running += at.elapsed().as_secs_f64();
+        }
+        last_sample = Some((Instant::now(), claims_ready_wrongly));
+        let over = fault_over();
+        let state = format!(
+            "fault over {over}, serve {:?}, RayService Ready {}, ServePipeline Ready {}",
+            app.as_ref().map(|a| &a.0),
+            rayservice_ready(&rs),
+            e2e::is_true(&p, "Ready"),
+        );
+        if recovery.seen.last().is_none_or(|(_, last)| *last != state) {
+            recovery.seen.push((since.elapsed().as_secs_f64(), state));
+        }
+        let recovered =
+            over && app.is_some_and(|(s, deployed)| {
+                s == ApplicationStatus::Running && deployed >= deployed_after_s
+            }) && rayservice_ready(&rs)
+                && e2e::is_true(&p, "Ready")
+                && traffic.ok.load(std::sync::atomic::Ordering::SeqCst) > answered_before;
+        if recovered {
+            recovery.converged = since.elapsed();
+            return recovery;
+        }
+        assert!(
+            since.elapsed() < WAIT,
+            "no recovery after the fault: {:?}",
+            recovery.seen
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A pipeline serves under client traffic; the head's Serve controller actor is SIGKILLed. Ray
 /// restarts it and it recovers the applications from the GCS (replicas and proxies keep serving
 /// meanwhile); should Serve come back without the application, the operator pushes the config
@@ -542,54 +634,22 @@ async fn serve_controller_killed_the_pipeline_answers_again_and_the_status_tells
     let client = Client::start(fixture.url.clone());
     let traffic = client.traffic.clone();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let answered_before = traffic.ok.load(std::sync::atomic::Ordering::SeqCst);
     let killed_pid = head
         .kill_serve_controller()
         .expect("the head runs a Serve controller");
     let killed = Instant::now();
 
-    // Watch what everything says until the pipeline answers again through a recovered Serve.
-    let mut seen: Vec<(f64, String)> = Vec::new();
-    let mut serve_lost_apps = false;
-    let converged = loop {
-        let app = serve_application(&dashboard).await;
-        serve_lost_apps |= dashboard
-            .get_serve_applications()
-            .await
-            .is_ok_and(|d| d.applications.is_empty());
-        let p = fixture.pipeline().await;
-        let rs = fixture
-            .rayservices
-            .get(PIPELINE)
-            .await
-            .expect("the RayService");
-        let state = format!(
-            "controller {:?}, serve {:?}, RayService Ready {}, ServePipeline Ready {}",
-            head.serve_controller_pid(),
-            app.as_ref().map(|a| &a.0),
-            rayservice_ready(&rs),
-            e2e::is_true(&p, "Ready"),
-        );
-        if seen.last().is_none_or(|(_, last)| *last != state) {
-            seen.push((killed.elapsed().as_secs_f64(), state));
-        }
-        let restarted = head
-            .serve_controller_pid()
-            .is_some_and(|pid| pid != killed_pid);
-        let recovered = restarted
-            && app.is_some_and(|(s, _)| s == ApplicationStatus::Running)
-            && rayservice_ready(&rs)
-            && e2e::is_true(&p, "Ready")
-            && traffic.ok.load(std::sync::atomic::Ordering::SeqCst) > answered_before;
-        if recovered {
-            break killed.elapsed();
-        }
-        assert!(
-            killed.elapsed() < WAIT,
-            "no recovery after killing the Serve controller (pid {killed_pid}): {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let recovery = watch_recovery(&fixture, &dashboard, &traffic, killed, 0.0, || {
+        head.serve_controller_pid()
+            .is_some_and(|pid| pid != killed_pid)
+    })
+    .await;
+    eprintln!(
+        "serve controller killed: RayService Ready while Serve was not running: {:.1} s",
+        recovery.ready_while_serve_not_running
+    );
+    let (converged, seen, serve_lost_apps) =
+        (recovery.converged, recovery.seen, recovery.serve_lost_apps);
     // And it keeps answering.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (ok, failed) = client.stop().await;
@@ -622,5 +682,75 @@ async fn serve_controller_killed_the_pipeline_answers_again_and_the_status_tells
     assert!(
         converged < SERVE_CONTROLLER_BOUND,
         "recovered in {converged:?}, bound {SERVE_CONTROLLER_BOUND:?}"
+    );
+}
+
+/// A pipeline serves under client traffic; Serve loses its applications (the dashboard's
+/// DELETE, as when a head restarts without GCS fault tolerance). The operator notices on its
+/// next poll, says so in the status (not Ready), pushes the config again, and the pipeline
+/// answers again within the bound. Requests fail while nothing serves: counted and reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_lost_its_applications_the_operator_pushes_the_config_again() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let fixture = e2e::ready_pipeline(head, "fault-serve-lost").await;
+    let dashboard = head
+        .client(Duration::from_secs(10))
+        .expect("a dashboard client");
+    let (_, pods_before) = children(&fixture.client, &fixture.namespace).await;
+    let pushes = || {
+        events(
+            &fixture.client,
+            &fixture.namespace,
+            PIPELINE,
+            "UpdatedServeApplications",
+        )
+    };
+    let pushes_before = pushes().await;
+
+    let client = Client::start(fixture.url.clone());
+    let traffic = client.traffic.clone();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lost_at = now_s();
+    let lost = Instant::now();
+    dashboard
+        .delete_serve_applications()
+        .await
+        .expect("Serve deletes its applications");
+    let recovery = watch_recovery(&fixture, &dashboard, &traffic, lost, lost_at, || true).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (ok, failed) = client.stop().await;
+    let (code, graph, _) = e2e::post(&fixture.url).await;
+    let pushes_after = pushes().await;
+    let (_, pods_after) = children(&fixture.client, &fixture.namespace).await;
+    let duplicates = pods_after.difference(&pods_before).count();
+    let failures = traffic.failures();
+    eprintln!(
+        "serve lost its applications: states {:?}; RayService Ready while Serve was not running: {:.1} s; config pushes {pushes_before} → {pushes_after}; first failures {:?}",
+        recovery.seen,
+        recovery.ready_while_serve_not_running,
+        &failures[..failures.len().min(3)]
+    );
+    fault_bound(
+        "serve_lost_applications",
+        recovery.converged,
+        (ok, failed),
+        duplicates,
+    );
+    assert_eq!((code.as_u16(), graph.as_str()), (200, "ensemble@1"));
+    assert!(
+        pushes_after > pushes_before,
+        "the operator pushed the config again"
+    );
+    assert!(
+        recovery.rayservice_not_ready_seen,
+        "the RayService said Ready throughout while Serve had no application: {:?}",
+        recovery.seen
+    );
+    assert_eq!(pods_after, pods_before, "no Pod replaced or added");
+    assert!(
+        recovery.converged < SERVE_LOST_BOUND,
+        "recovered in {:?}, bound {SERVE_LOST_BOUND:?}",
+        recovery.converged
     );
 }
