@@ -1,7 +1,8 @@
 //! Faults in the middle of a change, on real parts (issue 14): the operator killed while Serve
 //! rolls out a new graph version and a fresh one started; the kube-apiserver stopped and
 //! restarted under a running operator while changes are in flight; the Ray head's Serve
-//! controller killed under client traffic. Each test asserts convergence within a bound (about
+//! controller killed under client traffic; Serve losing its applications under client traffic
+//! (the operator must push the config again). Each test asserts convergence within a bound (about
 //! 3× what was measured on the 2-core development machine), no lost or duplicate objects, and
 //! counts client requests; each prints one `FAULT-BOUND …` line with what it measured.
 
