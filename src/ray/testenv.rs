@@ -406,6 +406,36 @@ impl RayHead {
             .collect()
     }
 
+    /// The pid of the process running Serve's controller actor (its title is
+    /// `ray::ServeController…`), if Serve runs one.
+    pub fn serve_controller_pid(&self) -> Option<u32> {
+        self.serve_controller().map(|p| p.pid)
+    }
+
+    fn serve_controller(&self) -> Option<ProcessIdentity> {
+        own_processes(self.root_pid).into_iter().find(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .is_ok_and(|cmdline| cmdline.starts_with(b"ray::ServeController"))
+        })
+    }
+
+    /// Fault injection: SIGKILLs the Serve controller's process, as a crash would; Ray
+    /// restarts the actor, which recovers its applications from the GCS. A signal to a pid of
+    /// this head rather than `ray.kill` from a driver: no extra Ray client joins the cluster.
+    /// Returns the killed pid, `None` when Serve runs no controller.
+    pub fn kill_serve_controller(&self) -> Option<u32> {
+        let controller = self.serve_controller()?;
+        let pid = libc::pid_t::try_from(controller.pid).ok()?;
+        if !is_alive(&controller) {
+            return None;
+        }
+        // SAFETY: signalling a process of this head, checked by start time just above.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        Some(controller.pid)
+    }
+
     /// Every TCP address a process of this head listens on (to check that all are loopback).
     pub fn listening_addresses(&self) -> Vec<std::net::SocketAddr> {
         let mut socket_inodes: BTreeSet<u64> = BTreeSet::new();

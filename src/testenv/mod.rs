@@ -435,6 +435,64 @@ impl ControlPlane {
         }
     }
 
+    /// Fault injection: stops kube-apiserver (SIGTERM, SIGKILL after 5 s), keeps it down for
+    /// `down_for`, then starts it again with the same command line — so the same port, etcd,
+    /// certificates and tokens, and clients made before keep working — and waits until it is
+    /// ready. The old log is kept as `kube-apiserver-<n>.log`. Returns how long it was
+    /// unreachable, from the stop to `/readyz` answering again.
+    pub async fn restart_apiserver(
+        &mut self,
+        down_for: Duration,
+    ) -> Result<Duration, TestEnvError> {
+        const NAME: &str = "kube-apiserver";
+        let Some(index) = self.processes.iter().position(|p| p.name == NAME) else {
+            return Err(TestEnvError::Spawn(
+                NAME.into(),
+                "this control plane has no kube-apiserver".into(),
+            ));
+        };
+        // Its own command line is the one place that holds its flags (the etcd port among
+        // them), so they are read back rather than kept twice.
+        let pid = self.processes[index].pid();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map_err(|e| TestEnvError::Io(format!("read /proc/{pid}/cmdline"), e))?;
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|arg| !arg.is_empty())
+            .skip(1)
+            .map(|arg| String::from_utf8_lossy(arg).into_owned())
+            .collect();
+
+        let stopped = Instant::now();
+        // SAFETY: signalling our own child by its pid; it is not reaped before `stop` below.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        let grace = stopped + Duration::from_secs(5);
+        while self.processes[index].exited().is_none() && Instant::now() < grace {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Reaps it (SIGKILL first if the grace period ran out).
+        self.processes[index].stop(Duration::ZERO);
+
+        let mut generation = 1;
+        while self.dir.join(format!("{NAME}-{generation}.log")).exists() {
+            generation += 1;
+        }
+        let log = self.log_path(NAME);
+        std::fs::rename(&log, self.dir.join(format!("{NAME}-{generation}.log")))
+            .map_err(|e| TestEnvError::Io(format!("rename {}", log.display()), e))?;
+        tokio::time::sleep(down_for.saturating_sub(stopped.elapsed())).await;
+
+        self.processes[index] =
+            ManagedProcess::start(NAME, &self.binaries.kube_apiserver, &args, &log)?;
+        let client = self.client().await?;
+        let restarted = Instant::now();
+        self.wait_ready(&client, Duration::from_secs(120), restarted)
+            .await?;
+        Ok(stopped.elapsed())
+    }
+
     /// Stops every process (reverse start order) and removes the directory unless
     /// `RAYPIPE_TESTENV_KEEP` is set.
     pub fn stop(&mut self) {

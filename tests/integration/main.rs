@@ -5,6 +5,7 @@ mod admin;
 mod crds;
 mod deploy;
 mod dev;
+mod faults;
 mod hardening;
 mod leader;
 mod pipeline;

@@ -311,7 +311,7 @@ pub async fn run(
         labels::CLUSTER
     );
     let pod_events = watcher(pods, watcher::Config::default().labels(&pod_selector))
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .modify(trim_pod)
         .reflect(pod_writer)
         .touched_objects();
@@ -320,18 +320,18 @@ pub async fn run(
         services,
         watcher::Config::default().labels(&service_selector),
     )
-    .default_backoff()
+    .backoff(crate::k8s::watch_backoff())
     .modify(trim_service)
     .reflect(service_writer)
     .touched_objects();
     let job_selector = format!("{}={}", labels::NODE_TYPE, labels::REDIS_CLEANUP);
     let job_events = watcher(jobs, watcher::Config::default().labels(&job_selector))
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .touched_objects();
 
     let forget_ctx = ctx.clone();
     let cluster_events = watcher(clusters, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .modify(|cluster: &mut RayCluster| cluster.managed_fields_mut().clear())
         .map_ok(move |event| {
             // A deleted cluster is never reconciled again: drop what is remembered of it here.
@@ -376,6 +376,7 @@ pub async fn run(
     });
 
     Controller::for_stream(cluster_events, cluster_store)
+        .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(pod_events)
         .owns_stream(service_events)
         .owns_stream(job_events)

@@ -179,16 +179,17 @@ pub async fn run(
     });
     let (store, writer) = reflector::store();
     let cron_events = watcher(crons, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .modify(|c: &mut RayCronJob| c.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(reconcile_relevant, Default::default());
     // RayJobs finishing free a Forbid slot and feed the history: watch the ones we created.
     let job_events = watcher(jobs, watcher::Config::default().labels(CRONJOB_NAME_LABEL))
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .touched_objects();
     Controller::for_stream(cron_events, store)
+        .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(job_events)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)

@@ -208,20 +208,21 @@ pub async fn run(
         build::ORIGINATED_FROM_RAYJOB
     );
     let cluster_events = watcher(clusters, watcher::Config::default().labels(&origin))
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .touched_objects();
     let submitter_events = watcher(submitters, watcher::Config::default().labels(&origin))
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .touched_objects();
     let (store, writer) = reflector::store();
     let job_events = watcher(jobs, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .modify(|job: &mut RayJob| job.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
 
     Controller::for_stream(job_events, store)
+        .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(cluster_events)
         .owns_stream(submitter_events)
         .with_config(controller::Config::default().concurrency(concurrency))

@@ -256,12 +256,12 @@ pub async fn run(
     // Label-scoped: only what RayServices made (clusters, Services) and their head Pods.
     let owned = format!("{}={}", labels::ORIGINATED_FROM_CRD, build::CREATOR);
     let cluster_events = watcher(clusters_api, watcher::Config::default().labels(&owned))
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .modify(|c: &mut RayCluster| c.managed_fields_mut().clear())
         .reflect(cluster_writer)
         .touched_objects();
     let service_events = watcher(k8s_services, watcher::Config::default().labels(&owned))
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .modify(|s: &mut Service| {
             s.managed_fields_mut().clear();
             s.status = None;
@@ -270,7 +270,7 @@ pub async fn run(
         .touched_objects();
     let head_selector = format!("{}={},{}", labels::NODE_TYPE, labels::HEAD, labels::SERVE);
     let pod_events = watcher(pods, watcher::Config::default().labels(&head_selector))
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .modify(|p: &mut Pod| {
             // Only the name, labels and owner matter here.
             p.managed_fields_mut().clear();
@@ -284,7 +284,7 @@ pub async fn run(
 
     let forget_ctx = ctx.clone();
     let rayservice_events = watcher(services_api, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .modify(|s: &mut RayService| s.managed_fields_mut().clear())
         .map(move |event| {
             if let Ok(watcher::Event::Delete(service)) = &event {
@@ -315,6 +315,7 @@ pub async fn run(
         }
     });
     Controller::for_stream(rayservice_events, rayservice_store)
+        .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(cluster_events)
         .owns_stream(service_events)
         .with_config(controller::Config::default().concurrency(concurrency))

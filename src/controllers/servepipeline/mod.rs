@@ -162,14 +162,14 @@ pub async fn run(
     // Only the metadata of Secrets is watched: enough to see a rotation, without caching values.
     let (secret_store, secret_writer) = reflector::store();
     let secret_events = watcher(secrets, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .reflect(secret_writer)
         .touched_objects();
 
     // Our own status writes do not change the generation: filtering on it avoids a hot loop.
     let (pipeline_store, pipeline_writer) = reflector::store();
     let pipeline_stream = watcher(pipelines, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .reflect(pipeline_writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
@@ -188,7 +188,7 @@ pub async fn run(
             rayservices,
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
         )
-        .default_backoff()
+        .backoff(crate::k8s::watch_backoff())
         .touched_objects()
         .inspect(move |rs| {
             if let Ok(rs) = rs {
@@ -221,6 +221,7 @@ pub async fn run(
     });
 
     Controller::for_stream(pipeline_stream, pipeline_store)
+        .trigger_backoff(crate::k8s::watch_backoff())
         .with_config(controller_config)
         .owns_stream(rayservice_events)
         // A finished fetch brings its pipeline back.

@@ -9,6 +9,8 @@ use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
 
 pub use raypipe::testenv::registry;
 
+pub mod e2e;
+
 /// The control plane every test in this binary shares: etcd, kube-apiserver,
 /// kube-controller-manager, kube-scheduler and kwok, with raypipe's CRDs installed. Started by
 /// the first test that asks; its processes die with the test binary (parent-death signal).
