@@ -1605,6 +1605,54 @@ async fn two_big_fetches_with_a_budget_for_one_take_turns() {
 }
 
 #[tokio::test]
+async fn a_body_that_could_exceed_the_whole_budget_fails_at_once_without_retries() {
+    let registry = protected_http_registry().await;
+    // Chunked: no declared length, so the fetch must plan for maxBytes (16 MiB by default).
+    registry.route(
+        "/chunked.pb",
+        Route::Graph {
+            body: Bytes::from_static(GRAPH),
+            etag: None,
+            chunked: true,
+        },
+    );
+    let token = token();
+    let url = registry.url("/chunked.pb");
+    let request = FetchRequest {
+        bearer_token: Some(&token),
+        allow_insecure_http: true,
+        retry: fast_retries(3),
+        ..FetchRequest::new(&url)
+    };
+    let error = fetch_error(
+        &budgeted_fetcher(1024 * 1024, Duration::from_secs(20)),
+        &request,
+    )
+    .await;
+    assert_eq!(
+        error,
+        SourceError::LargerThanMemoryBudget {
+            url: url.clone(),
+            requested: 16 * 1024 * 1024,
+            budget: 1024 * 1024,
+        }
+    );
+    assert_eq!(error.reason(), "MemoryBudgetExhausted");
+    assert!(!error.is_transient());
+    assert_eq!(registry.requests("/chunked.pb").len(), 1, "not retried");
+    // With a maxBytes that fits, the same graph is fetched.
+    let fitting = FetchRequest {
+        max_bytes: 64 * 1024,
+        ..request.clone()
+    };
+    let fetcher = budgeted_fetcher(1024 * 1024, Duration::from_secs(20));
+    assert!(matches!(
+        fetcher.fetch(&fitting).await.expect("fits the budget"),
+        FetchOutcome::Fetched { .. }
+    ));
+}
+
+#[tokio::test]
 async fn one_fetch_with_all_its_retries_ends_at_the_fetch_ceiling() {
     let registry = protected_http_registry().await;
     registry.route(
