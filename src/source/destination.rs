@@ -726,4 +726,43 @@ mod tests {
             .is_ok()
         );
     }
+
+    proptest::proptest! {
+        /// Every IPv6 form that reaches an IPv4 address is judged like that address.
+        #[test]
+        fn embedded_ipv4_forms_are_judged_like_the_address(bits: u32) {
+            let v4 = Ipv4Addr::from(bits);
+            let public = is_public(IpAddr::V4(v4));
+            let mapped = IpAddr::V6(v4.to_ipv6_mapped());
+            let nat64 = IpAddr::V6(Ipv6Addr::from(
+                (0x0064_ff9b_u128 << 96) | u128::from(bits),
+            ));
+            let six_to_four = IpAddr::V6(Ipv6Addr::from(
+                (0x2002_u128 << 112) | (u128::from(bits) << 80) | 1,
+            ));
+            proptest::prop_assert_eq!(is_public(mapped), public);
+            proptest::prop_assert_eq!(is_public(nat64), public);
+            proptest::prop_assert_eq!(is_public(six_to_four), public);
+            // The IPv4-compatible form (::a.b.c.d) is never dialled as IPv4: always refused.
+            proptest::prop_assert!(!is_public(IpAddr::V6(v4.to_ipv6_compatible())));
+        }
+
+        /// A network contains exactly the addresses that share its first `prefix` bits.
+        #[test]
+        fn networks_contain_what_shares_their_prefix(network: u32, address: u32, prefix in 0u8..=32) {
+            let net = IpNetwork::new(IpAddr::V4(Ipv4Addr::from(network)), prefix)
+                .expect("valid prefix");
+            let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+            proptest::prop_assert_eq!(
+                net.contains(IpAddr::V4(Ipv4Addr::from(address))),
+                network & mask == address & mask
+            );
+        }
+
+        /// Whatever text an allow-list holds, parsing it never panics.
+        #[test]
+        fn allow_list_parsing_never_panics(text in ".{0,300}") {
+            let _ = DestinationPolicy::parse_list(&text);
+        }
+    }
 }

@@ -207,6 +207,18 @@ pub enum SourceError {
         requested: u64,
         budget: u64,
     },
+
+    /// Not retried: waiting cannot help.
+    #[error(
+        "the graph at {url} may need {requested} bytes, more than the operator's whole memory \
+         budget for graphs in flight ({budget} bytes): lower maxBytes, or ask the operator's \
+         administrator to raise --graph-memory-budget (Helm value source.graphMemoryBudget)"
+    )]
+    LargerThanMemoryBudget {
+        url: String,
+        requested: u64,
+        budget: u64,
+    },
 }
 
 fn attempts_note(attempts: u32) -> String {
@@ -267,7 +279,8 @@ impl SourceError {
             SourceError::TooLarge { .. } => reasons::TOO_LARGE,
             SourceError::DigestMismatch { .. } => reasons::DIGEST_MISMATCH,
             SourceError::DestinationNotAllowed { .. } => reasons::DESTINATION_NOT_ALLOWED,
-            SourceError::MemoryBudgetExhausted { .. } => reasons::MEMORY_BUDGET_EXHAUSTED,
+            SourceError::MemoryBudgetExhausted { .. }
+            | SourceError::LargerThanMemoryBudget { .. } => reasons::MEMORY_BUDGET_EXHAUSTED,
         }
     }
 
@@ -306,14 +319,21 @@ impl SourceError {
     /// The error for a reservation the memory budget could not grant (`url` redacted): also
     /// for the controller, which grows the fetch's reservation before decoding.
     pub fn memory_budget(url: String, error: BudgetError) -> Self {
-        let (BudgetError::LargerThanBudget { requested, budget }
-        | BudgetError::Exhausted {
-            requested, budget, ..
-        }) = error;
-        SourceError::MemoryBudgetExhausted {
-            url,
-            requested,
-            budget,
+        match error {
+            BudgetError::LargerThanBudget { requested, budget } => {
+                SourceError::LargerThanMemoryBudget {
+                    url,
+                    requested,
+                    budget,
+                }
+            }
+            BudgetError::Exhausted {
+                requested, budget, ..
+            } => SourceError::MemoryBudgetExhausted {
+                url,
+                requested,
+                budget,
+            },
         }
     }
 
@@ -525,6 +545,31 @@ mod tests {
         };
         assert!(too_large.to_string().contains("more than 10 bytes arrived"));
         assert!(too_large.to_string().contains("raise maxBytes"));
+    }
+
+    #[test]
+    fn budget_errors_are_transient_only_when_waiting_can_help() {
+        let full = SourceError::memory_budget(
+            URL.into(),
+            BudgetError::Exhausted {
+                requested: 2048,
+                budget: 4096,
+                waited: Duration::from_secs(1),
+            },
+        );
+        assert_eq!(full.reason(), "MemoryBudgetExhausted");
+        assert!(full.is_transient());
+        assert!(full.to_string().contains("2048 bytes"), "{full}");
+        let never = SourceError::memory_budget(
+            URL.into(),
+            BudgetError::LargerThanBudget {
+                requested: 8192,
+                budget: 4096,
+            },
+        );
+        assert_eq!(never.reason(), "MemoryBudgetExhausted");
+        assert!(!never.is_transient());
+        assert!(never.to_string().contains("lower maxBytes"), "{never}");
     }
 
     #[test]
