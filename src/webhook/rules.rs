@@ -974,12 +974,12 @@ pub fn rayservice(service: &RayService, feature_gates: &FeatureGates) -> Vec<Str
         MAX_RAYSERVICE_NAME,
         &mut problems,
     );
-    if let Some(timeout) = service.annotations().get(ANNOTATION_INITIALIZING_TIMEOUT) {
-        if let Err(e) = crate::validation::duration::parse_seconds_or_duration(timeout) {
-            problems.push(format!(
-                "metadata.annotations[{ANNOTATION_INITIALIZING_TIMEOUT}]: {e}; write a positive duration (like 30m) or number of seconds"
-            ));
-        }
+    if let Some(timeout) = service.annotations().get(ANNOTATION_INITIALIZING_TIMEOUT)
+        && let Err(e) = crate::validation::duration::parse_seconds_or_duration(timeout)
+    {
+        problems.push(format!(
+            "metadata.annotations[{ANNOTATION_INITIALIZING_TIMEOUT}]: {e}; write a positive duration (like 30m) or number of seconds"
+        ));
     }
     let cluster_path = "spec.rayClusterConfig";
     no_k8s_token_auth(&spec.ray_cluster_config, cluster_path, &mut problems);

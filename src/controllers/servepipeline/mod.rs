@@ -38,10 +38,6 @@ type FetchResult = Result<Option<GoodGraph>, (Problem, bool)>;
 /// conditions keep at most 2 KiB too.
 const MAX_LOGGED_MESSAGE: usize = 2048;
 
-/// Peak memory of decoding and validating a graph, per byte of its protobuf encoding
-/// (measured on the largest valid graph; see docs/hardening.md).
-const DECODED_BYTES_PER_WIRE_BYTE: u64 = 32;
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("reading {what}: {source}")]
@@ -763,36 +759,48 @@ async fn fetch_and_validate_inner(
                     false,
                 )
             };
-            // Decoding costs a multiple of the wire size: hold that much of the operator's
-            // graph memory budget until the graph is validated, so concurrent fetches of large
-            // graphs wait for each other instead of adding up past the memory limit.
-            let mut bytes = bytes;
+            // A linear scan of the wire format first: counts, nesting and what decoding will
+            // cost, before anything is allocated for it (off the async workers: up to 64 MiB).
+            let scanned = tokio::task::spawn_blocking(move || {
+                let summary = crate::graph::precheck(&bytes, &crate::graph::Limits::default());
+                (bytes, summary)
+            })
+            .await;
+            let (mut bytes, summary) = match scanned {
+                Ok((bytes, Ok(summary))) => (bytes, summary),
+                Ok((_, Err(e))) => {
+                    return Err(graph_problem(e.reason(), format!("graph {digest}: {e}")));
+                }
+                Err(_) => {
+                    return Err(graph_problem(
+                        "ValidationPanicked",
+                        format!("graph {digest}: scanning the graph failed (a raypipe bug)"),
+                    ));
+                }
+            };
+            // Hold what decoding will cost from the operator's graph memory budget until the
+            // graph is validated, so concurrent large graphs wait for each other instead of
+            // adding up past the operator's memory limit.
             if let Err(e) = bytes
                 .reserve_total(
-                    size.saturating_mul(DECODED_BYTES_PER_WIRE_BYTE),
+                    size.saturating_add(summary.decoded_bytes as u64),
                     crate::validation::servepipeline::source_timing(&pipeline.spec.source).timeout,
                 )
                 .await
             {
-                return Err((
-                    Problem {
-                        condition: condition_types::SOURCE_READY,
-                        reason: crate::source::reasons::MEMORY_BUDGET_EXHAUSTED.to_owned(),
-                        message: crate::validation::cut(
-                            &format!("decoding graph {digest}: {e}"),
-                            MAX_LOGGED_MESSAGE,
-                        ),
-                    },
-                    true,
-                ));
+                let url = reqwest::Url::parse(&pipeline.spec.source.url)
+                    .map(|u| crate::source::redact_url(&u))
+                    .unwrap_or_default();
+                let error = SourceError::memory_budget(url, e);
+                return Err((source_problem(&error), error.is_transient()));
             }
-            // Decoding and validating a large graph is CPU work of up to a few hundred ms:
+            // Decoding and validating a large graph is CPU work of up to a few seconds:
             // off the async workers, so the controllers' watches and other fetches keep going.
             let decode_digest = digest.clone();
             let checked = tokio::task::spawn_blocking(move || {
                 // `bytes` (and its reservation) lives until the graph is validated.
                 let decoded = crate::graph::decode(&bytes)
-                    .map_err(|e| ("DecodeError", format!("graph {decode_digest}: {e}")))?;
+                    .map_err(|e| (e.reason(), format!("graph {decode_digest}: {e}")))?;
                 crate::graph::validate(decoded).map_err(|errors| {
                     (
                         errors.reason(),
