@@ -403,3 +403,102 @@ async fn a_reconcile_that_panics_on_purpose_affects_only_its_object() {
     let _ = stop_tx.send(true);
     task.abort();
 }
+
+/// The sample graph with `extra` Model nodes `r0…` chained in a ring (a cycle through them all).
+fn ring_graph(extra: usize) -> Vec<u8> {
+    let mut graph = raypipe::graph::decode(&sample_graph()).expect("sample decodes");
+    let model = graph
+        .nodes
+        .iter()
+        .find(|n| matches!(n.kind, Some(raypipe::graph::proto::node::Kind::Model(_))))
+        .expect("the sample has a model node")
+        .clone();
+    let template_edge = graph.edges[0].clone();
+    for i in 0..extra {
+        let mut node = model.clone();
+        node.name = format!("r{i}");
+        graph.nodes.push(node);
+        let mut edge = template_edge.clone();
+        edge.source = format!("r{i}");
+        edge.target = format!("r{}", (i + 1) % extra);
+        graph.edges.push(edge);
+    }
+    // Reachable from the ingress, so the cycle is what is wrong.
+    let mut entry = template_edge;
+    entry.source = graph.ingress.clone();
+    entry.target = "r0".into();
+    graph.edges.push(entry);
+    prost::Message::encode_to_vec(&graph)
+}
+
+/// The sample graph with `depth` nested lists as one node's input template.
+fn deep_graph(depth: usize) -> Vec<u8> {
+    use raypipe::graph::proto::JsonValue;
+    let mut graph = raypipe::graph::decode(&sample_graph()).expect("sample decodes");
+    let mut value = JsonValue::int(1);
+    for _ in 0..depth {
+        value = JsonValue::list(vec![value]);
+    }
+    graph.nodes[1].input_template = Some(value);
+    prost::Message::encode_to_vec(&graph)
+}
+
+/// Classes 1, 3, 8 and 9 through a running operator: hostile graphs served by a registry are
+/// each refused with a named reason in the pipeline's conditions (message capped), while a
+/// pipeline of another tenant is served and the operator stays alive.
+#[tokio::test]
+async fn hostile_graphs_from_a_registry_are_named_in_conditions_and_harm_nobody_else() {
+    let admin = support::client().await;
+    let hostile = support::namespace(&admin, "hostile-graphs").await;
+    let healthy = support::namespace(&admin, "neighbour").await;
+    let registry = raypipe::testenv::registry::Registry::start(TOKEN).await;
+    registry.put("good.pb", sample_graph());
+    registry.put("ring.pb", ring_graph(99_000));
+    // 16 MiB of empty `nodes` entries (field 6, length 0): 2.3 GB once decoded, before.
+    registry.put("empty-nodes.pb", [0x32u8, 0x00].repeat(8 << 20));
+    registry.put("deep.pb", deep_graph(50));
+    put_token(&admin, &hostile).await;
+    put_token(&admin, &healthy).await;
+    let client = support::client().await;
+    let (_stop, health) = start_operator(client, &[&hostile, &healthy]);
+
+    let cases = [
+        ("ring", "ring.pb", "CycleDetected"),
+        ("empty-nodes", "empty-nodes.pb", "LimitExceeded"),
+        ("deep", "deep.pb", "NestingTooDeep"),
+    ];
+    for (name, path, _) in &cases {
+        create(
+            &admin,
+            &hostile,
+            &pipeline(name, &registry.url(path), json!({"maxBytes": 33554432})),
+        )
+        .await;
+    }
+    create(
+        &admin,
+        &healthy,
+        &pipeline("fine", &registry.url("good.pb"), json!({})),
+    )
+    .await;
+    for (name, _, reason) in &cases {
+        let message = condition_reason(&admin, &hostile, name, "GraphValid", reason).await;
+        assert!(
+            message.len() <= 2048,
+            "{name}: a {}-byte condition message",
+            message.len()
+        );
+    }
+    rayservice_appears(&admin, &healthy, "fine", WAIT).await;
+    assert!(
+        health.liveness_problems().is_empty(),
+        "{:?}",
+        health.liveness_problems()
+    );
+    // Nothing was applied for the hostile graphs.
+    let applied = Api::<RayService>::namespaced(admin.clone(), &hostile)
+        .list(&ListParams::default())
+        .await
+        .expect("list");
+    assert!(applied.items.is_empty());
+}

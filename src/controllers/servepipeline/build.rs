@@ -236,6 +236,17 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
                 p.message.clone(),
             ),
         );
+    } else if problem_for(condition_types::GRAPH_VALID).is_some() {
+        // The download worked; what it brought is refused, and GraphValid says why.
+        conditions::set_condition(
+            &mut conds,
+            cond(
+                condition_types::SOURCE_READY,
+                TRUE,
+                reasons::FETCHED,
+                "the registry served the latest graph; GraphValid says why it is refused".into(),
+            ),
+        );
     } else if let Some(g) = inputs.applied {
         conditions::set_condition(
             &mut conds,
