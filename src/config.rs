@@ -251,7 +251,7 @@ impl SourceArgs {
 
 /// A byte quantity in Kubernetes notation (`256Mi`, `1G`, `1048576`), at least 1 KiB.
 fn byte_quantity(text: &str) -> Result<u64, String> {
-    let amount = crate::controllers::raycluster::builders::quantity::Amount::parse(text)
+    let amount = crate::kuberay::quantity::Amount::parse(text)
         .ok_or_else(|| format!("{text:?} is not a byte quantity such as 256Mi or 1Gi"))?;
     let bytes = u64::try_from(amount.ceil_units())
         .map_err(|_| format!("{text:?} is not a positive byte quantity"))?;

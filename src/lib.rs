@@ -10,6 +10,7 @@ pub mod config;
 pub mod controllers;
 pub mod graph;
 pub mod k8s;
+pub mod kuberay;
 pub mod leader;
 pub mod pypackage;
 pub mod ray;

@@ -7,8 +7,9 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use crate::api::raycluster::RayCluster;
-use crate::controllers::raycluster::builders::{self, names, service};
-use crate::controllers::raycluster::keys::ports;
+use crate::controllers::raycluster::builders::service;
+use crate::kuberay::keys::ports;
+use crate::kuberay::names;
 use crate::ray::{
     BearerToken, DashboardClientOptions, DashboardError, DashboardLocator, DashboardUrl,
     HeadService, RayDashboardClient,
@@ -60,7 +61,7 @@ pub async fn client_for(
 ) -> Result<RayDashboardClient, Error> {
     let url = locate(locator, cluster)?;
     let mut options = options.clone();
-    if builders::auth_enabled(&cluster.spec) {
+    if crate::kuberay::spec::auth_enabled(&cluster.spec) {
         options.bearer_token = Some(read_token(client, cluster).await?);
     }
     Ok(RayDashboardClient::new(url, options)?)

@@ -18,9 +18,10 @@ use raypipe::api::RayCluster;
 use raypipe::api::conditions;
 use raypipe::api::raycluster::ClusterState;
 use raypipe::controllers::raycluster::builders::pod::{WorkerReplica, head_pod, worker_pod};
-use raypipe::controllers::raycluster::builders::{BuildOptions, names, service, spec_hash};
+use raypipe::controllers::raycluster::builders::{BuildOptions, service};
 use raypipe::controllers::raycluster::status::desired_workers;
 use raypipe::controllers::raycluster::{self, Config, validate};
+use raypipe::kuberay::{names, spec::spec_hash};
 use serde_json::{Value, json};
 
 use crate::support::{self, assert_contains, eventually};

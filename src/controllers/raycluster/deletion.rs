@@ -11,7 +11,7 @@ pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Acti
     let has_finalizer = cluster
         .finalizers()
         .iter()
-        .any(|f| f == keys::GCS_FT_REDIS_CLEANUP_FINALIZER);
+        .any(|f| f == crate::kuberay::keys::GCS_FT_REDIS_CLEANUP_FINALIZER);
     if !has_finalizer {
         // Garbage collection removes what the cluster owns.
         ctx.forget(&key_of(cluster));
@@ -22,12 +22,12 @@ pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Acti
         let rest: Vec<String> = cluster
             .finalizers()
             .iter()
-            .filter(|f| *f != keys::GCS_FT_REDIS_CLEANUP_FINALIZER)
+            .filter(|f| *f != crate::kuberay::keys::GCS_FT_REDIS_CLEANUP_FINALIZER)
             .cloned()
             .collect();
         set_finalizers(cluster, ctx, rest)
     };
-    if !builders::gcs_ft_redis(cluster) || !ctx.config.gcs_ft_redis_cleanup {
+    if !crate::kuberay::spec::gcs_ft_redis(cluster) || !ctx.config.gcs_ft_redis_cleanup {
         // No Redis to clean (any more): the finalizer is stale.
         remove_finalizer().await?;
         return Ok(Action::await_change());
@@ -135,7 +135,7 @@ pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Acti
             }
         }
         None => {
-            let spec_hash = builders::spec_hash(&cluster.spec);
+            let spec_hash = crate::kuberay::spec::spec_hash(&cluster.spec);
             let job =
                 builders::cleanup_job::redis_cleanup_job(cluster, &ctx.config.build, &spec_hash)?;
             match crate::k8s::create_owned(&jobs, &job, field_managers::RAYCLUSTER).await {

@@ -17,7 +17,6 @@ pub mod builders;
 mod children;
 mod deletion;
 pub mod expectations;
-pub mod keys;
 mod pods;
 pub mod scaling;
 pub mod status;
@@ -52,11 +51,11 @@ use crate::api::raycluster::{
     condition_types,
 };
 use crate::k8s::field_managers;
-use builders::names;
+use crate::kuberay::keys::{annotations, labels, reasons};
+use crate::kuberay::names;
 use builders::pod::WorkerReplica;
 use builders::{BuildError, BuildOptions};
 use expectations::{Action as ScaleAction, ClusterKey, Group, ScaleExpectations};
-use keys::{annotations, labels, reasons};
 use scaling::DeleteReason;
 use status::{Outcome, StatusInputs};
 
@@ -607,15 +606,15 @@ async fn reconcile_inner(cluster: &RayCluster, ctx: &Context) -> Result<Action, 
     warn_autoscaler_v1_restart_policy(cluster, ctx).await;
 
     if ctx.config.gcs_ft_redis_cleanup
-        && builders::gcs_ft_redis(cluster)
+        && crate::kuberay::spec::gcs_ft_redis(cluster)
         && !cluster
             .finalizers()
             .iter()
-            .any(|f| f == keys::GCS_FT_REDIS_CLEANUP_FINALIZER)
+            .any(|f| f == crate::kuberay::keys::GCS_FT_REDIS_CLEANUP_FINALIZER)
     {
         // The finalizer goes on before anything exists that Redis state could belong to.
         let mut finalizers = cluster.finalizers().to_vec();
-        finalizers.push(keys::GCS_FT_REDIS_CLEANUP_FINALIZER.to_owned());
+        finalizers.push(crate::kuberay::keys::GCS_FT_REDIS_CLEANUP_FINALIZER.to_owned());
         set_finalizers(cluster, ctx, finalizers).await?;
         info!("added the GCS fault tolerance cleanup finalizer");
         return Ok(Action::requeue(SHORT_REQUEUE));
@@ -741,8 +740,8 @@ async fn set_finalizers(
 
 /// KubeRay warns (and goes on) when autoscaler v1 meets worker Pods that restart containers.
 async fn warn_autoscaler_v1_restart_policy(cluster: &RayCluster, ctx: &Context) {
-    if !builders::autoscaling_enabled(&cluster.spec)
-        || builders::autoscaler_version(&cluster.spec) != Some(AutoscalerVersion::V1)
+    if !crate::kuberay::spec::autoscaling_enabled(&cluster.spec)
+        || crate::kuberay::spec::autoscaler_version(&cluster.spec) != Some(AutoscalerVersion::V1)
     {
         return;
     }
@@ -782,7 +781,7 @@ async fn apply_children(
     ctx: &Context,
     status: Option<&RayClusterStatus>,
 ) -> Result<Progress, Error> {
-    if builders::autoscaling_enabled(&cluster.spec) {
+    if crate::kuberay::spec::autoscaling_enabled(&cluster.spec) {
         children::ensure_autoscaler_rbac(cluster, ctx).await?;
     }
     if cluster.spec.head_group_spec.enable_ingress == Some(true) {
@@ -814,7 +813,9 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(crate::k8s::spec_or_metadata_changed(&cluster), before);
-        cluster.metadata.finalizers = Some(vec![keys::GCS_FT_REDIS_CLEANUP_FINALIZER.into()]);
+        cluster.metadata.finalizers = Some(vec![
+            crate::kuberay::keys::GCS_FT_REDIS_CLEANUP_FINALIZER.into(),
+        ]);
         assert_ne!(crate::k8s::spec_or_metadata_changed(&cluster), before);
     }
 

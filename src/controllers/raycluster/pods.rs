@@ -117,14 +117,14 @@ pub(super) async fn reconcile_pods(
     }
 
     let pods = ctx.cluster_pods(cluster);
-    let spec_hash = builders::spec_hash(&cluster.spec);
+    let spec_hash = crate::kuberay::spec::spec_hash(&cluster.spec);
     let heads: Vec<&Pod> = pods
         .iter()
         .map(|p| p.as_ref())
         .filter(|p| node_type_of(p) == Some(labels::HEAD))
         .collect();
 
-    if builders::recreate_on_change(&cluster.spec)
+    if crate::kuberay::spec::recreate_on_change(&cluster.spec)
         && let Some(head) = heads.first()
     {
         let pod_annotations = head.annotations();
@@ -136,12 +136,12 @@ pub(super) async fn reconcile_pods(
             .get(annotations::RECREATE_HASH)
             .map(String::as_str)
             .unwrap_or_default();
-        if !version.is_empty() && version != keys::OPERATOR_VERSION {
+        if !version.is_empty() && version != crate::kuberay::keys::OPERATOR_VERSION {
             // A new operator version hashes differently: adopt the Pods instead of recreating.
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
             let patch = serde_json::json!({"metadata": {"annotations": {
                 annotations::RECREATE_HASH: spec_hash,
-                annotations::KUBERAY_VERSION: keys::OPERATOR_VERSION,
+                annotations::KUBERAY_VERSION: crate::kuberay::keys::OPERATOR_VERSION,
             }}});
             if let Err(e) = api
                 .patch(
@@ -238,7 +238,7 @@ pub(super) async fn reconcile_pods(
 
     // The autoscaler alone removes Pods, unless random deletion is switched on.
     let scale_down_allowed =
-        !builders::autoscaling_enabled(&cluster.spec) || ctx.config.random_pod_delete;
+        !crate::kuberay::spec::autoscaling_enabled(&cluster.spec) || ctx.config.random_pod_delete;
     for group in cluster.spec.worker_group_specs.iter().flatten() {
         let group_key = Group::Worker(group.group_name.clone());
         if !ctx

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::builders::pod::{RAY_CONTAINER, WorkerReplica};
-use super::keys::labels;
 use super::status::{desired_workers, hosts, is_running_and_ready};
 use crate::api::raycluster::WorkerGroupSpec;
+use crate::kuberay::keys::labels;
 
 /// Why a Pod is deleted (the Event message says it).
 #[derive(Clone, Debug, PartialEq, Eq)]

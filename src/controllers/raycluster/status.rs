@@ -7,14 +7,14 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::builders::quantity::Amount;
 use super::builders::ray_start::is_gpu_resource;
-use super::keys::labels;
 use crate::api::conditions::{self, FALSE, TRUE, condition, set_condition};
 use crate::api::raycluster::{
     ClusterState, HeadInfo, RayCluster, RayClusterStatus, WorkerGroupSpec, condition_reasons,
     condition_types,
 };
+use crate::kuberay::keys::labels;
+use crate::kuberay::quantity::Amount;
 
 /// How the reconcile that precedes the status went.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,14 +6,15 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use kube::ResourceExt;
 
-use super::builders::{
-    Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_enabled, has_env,
-    k8s_auth_enabled, ray_version_at_least,
-};
-use super::keys::{annotations, env as env_names, reasons};
+use super::builders::has_env;
 use crate::api::conditions;
 use crate::api::raycluster::{
     AutoscalerVersion, GcsFaultToleranceBackend, RayCluster, condition_types,
+};
+use crate::kuberay::keys::{annotations, env as env_names, reasons};
+use crate::kuberay::spec::{
+    Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_enabled,
+    k8s_auth_enabled, ray_version_at_least,
 };
 
 /// KubeRay's limit: `<name>-serve-svc` must stay a valid Service name.

@@ -13,8 +13,8 @@ use kube::ResourceExt;
 use super::Error;
 use crate::api::RayCluster;
 use crate::api::rayjob::{JobSubmissionMode, RayJob};
-use crate::controllers::raycluster::builders::names;
-use crate::controllers::raycluster::keys::{annotations, labels, ports};
+use crate::kuberay::keys::{annotations, labels, ports};
+use crate::kuberay::names;
 use crate::ray::JobSubmitRequest;
 
 /// Label on the RayCluster made for a RayJob: the submission mode.

@@ -44,9 +44,10 @@ use crate::api::rayjob::{
     DeletionPolicyType, JobDeploymentStatus, JobFailedReason, JobStatus, JobSubmissionMode, RayJob,
     RayJobStatus, RayJobStatusInfo,
 };
-use crate::controllers::raycluster::builders::{auth_enabled, names};
-use crate::controllers::raycluster::keys::labels;
 use crate::k8s::field_managers;
+use crate::kuberay::keys::labels;
+use crate::kuberay::names;
+use crate::kuberay::spec::auth_enabled;
 use crate::ray::{
     DashboardClientOptions, DashboardError, DashboardLocator, HeadService, RayDashboardClient,
 };

@@ -6,8 +6,8 @@ use kube::ResourceExt;
 use super::build::{self, selected_cluster};
 use crate::api::RayCluster;
 use crate::api::rayjob::{DeletionPolicyType, JobDeploymentStatus, JobSubmissionMode, RayJob};
-use crate::controllers::raycluster::builders::autoscaling_enabled;
 use crate::controllers::raycluster::validate as cluster_validate;
+use crate::kuberay::spec::autoscaling_enabled;
 
 /// KubeRay's limit: the RayJob name plus a 5-character suffix must stay a valid cluster name.
 pub const MAX_NAME_LENGTH: usize = 47;

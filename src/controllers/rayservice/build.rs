@@ -11,9 +11,10 @@ use kube::{Resource, ResourceExt};
 use crate::api::raycluster::{RayCluster, RayClusterSpec};
 use crate::api::rayservice::{AppStatus, RayService, RayServiceUpgradeType, ServeDeploymentStatus};
 use crate::controllers::raycluster::builders::{
-    self, BuildError, BuildOptions, names, service as cluster_service,
+    BuildError, BuildOptions, service as cluster_service,
 };
-use crate::controllers::raycluster::keys::{OPERATOR_VERSION, annotations, labels};
+use crate::kuberay::keys::{OPERATOR_VERSION, annotations, labels};
+use crate::kuberay::names;
 use crate::ray::ServeInstanceDetails;
 
 /// `ray.io/hash-without-replicas-and-workers-to-delete`: the spec hash that decides between
@@ -39,7 +40,7 @@ pub fn goal_spec(service: &RayService) -> RayClusterSpec {
 pub fn replacement_hash(spec: &RayClusterSpec) -> String {
     let mut spec = spec.clone();
     spec.suspend = None;
-    builders::spec_hash(&spec)
+    crate::kuberay::spec::spec_hash(&spec)
 }
 
 /// The hash of the whole spec (replica counts included; `suspend` not).
@@ -101,7 +102,7 @@ pub fn classify(cluster: &RayCluster, goal: &RayClusterSpec, check_version: bool
     {
         return ClusterChange::InPlace;
     }
-    if !builders::autoscaling_enabled(goal)
+    if !crate::kuberay::spec::autoscaling_enabled(goal)
         && annotation(cluster, FULL_HASH_ANNOTATION).is_some_and(|h| h != full_hash(goal))
     {
         return ClusterChange::InPlace;

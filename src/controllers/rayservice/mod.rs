@@ -44,8 +44,8 @@ use crate::api::rayservice::{
     RayService, RayServiceClusterStatus, RayServiceStatus, condition_reasons, condition_types,
 };
 use crate::controllers::raycluster::builders::{BuildError, BuildOptions};
-use crate::controllers::raycluster::keys::labels;
 use crate::k8s::field_managers;
+use crate::kuberay::keys::labels;
 use crate::ray::{DashboardClient, DashboardClientOptions, DashboardLocator, DashboardUrl};
 use build::{ClusterChange, HttpBinding};
 

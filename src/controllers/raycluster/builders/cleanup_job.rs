@@ -7,9 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::pod::{RAY_CONTAINER, head_pod};
-use super::{BuildError, BuildOptions, env, has_env, names, shell_command};
+use super::{BuildError, BuildOptions, env, has_env, shell_command};
 use crate::api::raycluster::RayCluster;
-use crate::controllers::raycluster::keys::{env as env_names, labels};
+use crate::kuberay::keys::{env as env_names, labels};
+use crate::kuberay::names;
 
 /// Seconds the cleanup may run; it is best effort.
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 300;

@@ -13,10 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::BuildError;
-use super::names::{self, NodeType};
 use super::service::head_ports;
 use crate::api::raycluster::{IngressPathType, RayCluster};
-use crate::controllers::raycluster::keys::{annotations, labels, ports};
+use crate::kuberay::keys::{annotations, labels, ports};
+use crate::kuberay::names::{self, NodeType};
 
 /// `ray.io/cluster`, `app.kubernetes.io/name` and `created-by`, as on KubeRay's RBAC objects.
 fn rbac_labels(cluster: &str) -> BTreeMap<String, String> {
@@ -205,7 +205,7 @@ pub fn needs_auth_secret(cluster: &RayCluster) -> bool {
     let Some(auth) = &cluster.spec.auth_options else {
         return false;
     };
-    super::auth_enabled(&cluster.spec)
+    crate::kuberay::spec::auth_enabled(&cluster.spec)
         && auth.enable_k8s_token_auth != Some(true)
         && auth.secret_name.as_deref().unwrap_or_default().is_empty()
 }

@@ -14,17 +14,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::names::{self, NodeType};
 use super::ray_start;
-use super::{
-    BuildError, BuildOptions, Creator, auth_enabled, autoscaler_version, autoscaling_enabled, env,
-    field_env, gcs_ft_embedded, gcs_ft_enabled, has_env, overwrite_container_cmd,
-    ray_version_at_least, shell_command,
-};
+use super::{BuildError, BuildOptions, env, field_env, has_env, shell_command};
 use crate::api::raycluster::{
     AuthOptions, AutoscalerOptions, AutoscalerVersion, RayCluster, WorkerGroupSpec,
 };
-use crate::controllers::raycluster::keys::{self, annotations, env as env_names, labels, ports};
+use crate::kuberay::keys::{self, annotations, env as env_names, labels, ports};
+use crate::kuberay::names::{self, NodeType};
+use crate::kuberay::spec::{
+    Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_embedded,
+    gcs_ft_enabled, overwrite_container_cmd, ray_version_at_least,
+};
 
 /// The Ray container is always the first container of a Ray Pod.
 pub const RAY_CONTAINER: usize = 0;

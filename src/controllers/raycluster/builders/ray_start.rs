@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
-use super::names::NodeType;
-use super::quantity::Amount;
-use crate::controllers::raycluster::keys::ports;
+use crate::kuberay::keys::ports;
+use crate::kuberay::names::NodeType;
+use crate::kuberay::quantity::Amount;
 
 /// Flags that take an explicit `true`/`false` value instead of being bare switches.
 const EXPLICIT_BOOLEAN_FLAGS: [&str; 3] = ["log-color", "include-dashboard", "include-log-monitor"];

@@ -6,11 +6,11 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::names::{self, NodeType};
 use super::pod::RAY_CONTAINER;
 use super::{BuildError, BuildOptions};
 use crate::api::raycluster::RayCluster;
-use crate::controllers::raycluster::keys::{labels, ports};
+use crate::kuberay::keys::{labels, ports};
+use crate::kuberay::names::{self, NodeType};
 
 /// The head container's ports by name (an unnamed port is `<port>-port`); KubeRay's five
 /// defaults when the container declares none; `metrics` always.

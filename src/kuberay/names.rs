@@ -19,8 +19,8 @@ pub enum NodeType {
 impl NodeType {
     pub fn as_str(self) -> &'static str {
         match self {
-            NodeType::Head => super::super::keys::labels::HEAD,
-            NodeType::Worker => super::super::keys::labels::WORKER,
+            NodeType::Head => crate::kuberay::keys::labels::HEAD,
+            NodeType::Worker => crate::kuberay::keys::labels::WORKER,
         }
     }
 }
