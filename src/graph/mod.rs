@@ -23,7 +23,6 @@ pub mod proto {
 pub(crate) mod depth;
 pub mod dot;
 mod errors;
-pub mod fuzzing;
 pub mod options;
 pub mod pointer;
 pub mod predicate;
@@ -34,7 +33,7 @@ mod validate;
 pub mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::path::Path;
 

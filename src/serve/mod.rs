@@ -7,6 +7,7 @@
 //! numbers) is checked here or in graph validation, so a bad graph never reaches a cluster.
 
 mod config;
+pub mod fuzzing;
 mod render;
 
 #[cfg(test)]

@@ -1,9 +1,8 @@
 //! Tests of the graph module that span several of its files.
 
-mod fuzz;
 mod hardening;
-mod properties;
-mod samples;
+pub(crate) mod properties;
+pub(crate) mod samples;
 mod text;
 mod validation;
 mod vectors;

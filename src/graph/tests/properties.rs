@@ -1,6 +1,7 @@
 //! Property tests: random DAGs, random (often invalid) graphs, random predicates and random
-//! bytes. Validation, rendering, evaluation and decoding never panic; a valid graph's
-//! topological order respects every edge; every encoding round-trips.
+//! bytes. Validation, evaluation and decoding never panic; every encoding round-trips. The
+//! strategies are shared with `serve::tests::properties`, which renders the same random graphs
+//! (and checks their topological order) from above, since `graph` never imports `serve`.
 
 use std::collections::BTreeMap;
 
@@ -14,9 +15,8 @@ use crate::graph::proto::{
     SplitNode, SwitchNode, node, predicate,
 };
 use crate::graph::{GraphError, decode, encode, from_json, from_yaml, to_json, to_yaml, validate};
-use crate::serve::{NodeOverride, RenderOptions, render};
 
-pub(super) fn json_value() -> impl Strategy<Value = JsonValue> {
+pub(crate) fn json_value() -> impl Strategy<Value = JsonValue> {
     let leaf = prop_oneof![
         Just(JsonValue::null()),
         any::<bool>().prop_map(JsonValue::boolean),
@@ -45,7 +45,7 @@ fn pointer() -> impl Strategy<Value = String> {
     ]
 }
 
-pub(super) fn predicate_strategy() -> impl Strategy<Value = Predicate> {
+pub(crate) fn predicate_strategy() -> impl Strategy<Value = Predicate> {
     let compare =
         (pointer(), 0i32..15, proptest::option::of(json_value())).prop_map(|(path, op, value)| {
             Predicate {
@@ -127,7 +127,7 @@ fn model_node(name: String, deployment: Option<DeploymentOptions>) -> Node {
 /// A valid DAG: `n` models ranked 0..n, random forward edges, declared in a shuffled order;
 /// roots fed by the request, sinks feeding the response; each edge writes under its source's
 /// name so joins never conflict.
-pub(super) fn valid_dag() -> impl Strategy<Value = PipelineGraph> {
+pub(crate) fn valid_dag() -> impl Strategy<Value = PipelineGraph> {
     (1usize..40)
         .prop_flat_map(|n| {
             (
@@ -204,7 +204,7 @@ pub(super) fn valid_dag() -> impl Strategy<Value = PipelineGraph> {
 }
 
 /// Anything: duplicate names, unknown endpoints, cycles, any node kind, guards, weights.
-pub(super) fn arbitrary_graph() -> impl Strategy<Value = PipelineGraph> {
+pub(crate) fn arbitrary_graph() -> impl Strategy<Value = PipelineGraph> {
     let names = "[a-f]";
     let node = (names, 0u8..6, deployment_options(), 0i32..3).prop_map(
         |(name, kind, deployment, join)| {
@@ -253,7 +253,7 @@ pub(super) fn arbitrary_graph() -> impl Strategy<Value = PipelineGraph> {
     })
 }
 
-fn assert_topological(valid: &crate::graph::ValidatedGraph) {
+pub(crate) fn assert_topological(valid: &crate::graph::ValidatedGraph) {
     let graph = valid.graph();
     let mut position: BTreeMap<&str, usize> = BTreeMap::new();
     for (pos, node) in valid.topological_order().enumerate() {
@@ -313,42 +313,6 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_dags_validate_in_topological_order_and_render(graph in valid_dag()) {
-        let expect_valid_options = graph.nodes.iter().all(|n| match &n.kind {
-            Some(node::Kind::Model(m)) => m.deployment.is_none(),
-            _ => true,
-        });
-        match validate(graph.clone()) {
-            Ok(valid) => {
-                assert_topological(&valid);
-                let config = render(&valid, &RenderOptions::default()).expect("a valid graph renders with default options");
-                let yaml = config.to_yaml();
-                prop_assert_eq!(yaml.clone(), render(&valid, &RenderOptions::default()).unwrap().to_yaml());
-                let back = crate::serve::ServeConfig::from_yaml(&yaml).expect("rendered YAML reads back");
-                prop_assert_eq!(back, config);
-                // Overrides never panic either.
-                let mut opts = RenderOptions::default();
-                opts.node_overrides.insert("m0".into(), NodeOverride { num_replicas: Some(2), max_ongoing_requests: Some(1) });
-                let _ = render(&valid, &opts);
-            }
-            Err(errors) => {
-                // Only deployment options are random enough to be wrong.
-                prop_assert!(!expect_valid_options, "{}", errors);
-                prop_assert!(errors.errors().iter().all(|e| e.reason() == "InvalidOptions"), "{}", errors);
-            }
-        }
-    }
-
-    #[test]
-    fn arbitrary_graphs_never_panic(graph in arbitrary_graph()) {
-        if let Ok(valid) = validate(graph.clone()) {
-            assert_topological(&valid);
-            let _ = render(&valid, &RenderOptions::default());
-        }
-        let _ = crate::graph::dot::to_dot(&graph);
-    }
-
-    #[test]
     fn encodings_round_trip(graph in prop_oneof![valid_dag(), arbitrary_graph()]) {
         prop_assert_eq!(decode(&encode(&graph).unwrap()).unwrap(), graph.clone());
         prop_assert_eq!(from_yaml(&to_yaml(&graph).unwrap()).unwrap(), graph.clone());
@@ -395,19 +359,6 @@ proptest! {
         let _ = crate::graph::decode_and_validate(&bytes);
     }
 
-    #[test]
-    fn mutated_samples_never_panic_the_decoder(index in 0usize..3, flips in vec((any::<prop::sample::Index>(), any::<u8>()), 1..6)) {
-        let name = ["sequence.pb", "ensemble.pb", "switch-canary.pb"][index];
-        let mut bytes = std::fs::read(super::samples::dir().join(name)).unwrap();
-        for (at, value) in flips {
-            let i = at.index(bytes.len());
-            bytes[i] = value;
-        }
-        if let Ok(graph) = decode(&bytes)
-            && let Ok(valid) = validate(graph) {
-                let _ = render(&valid, &RenderOptions::default());
-            }
-    }
 }
 
 #[test]

@@ -1,10 +1,10 @@
-//! The sample graphs in samples/graphs: valid, renderable, and their .pb files are exactly the
+//! The sample graphs in samples/graphs: valid, and their .pb files are exactly the
 //! encoding of their YAML (regenerate with `raypipe dag encode X.yaml -o X.pb`).
+//! That each one renders is checked in `serve::tests::samples`.
 
 use std::path::PathBuf;
 
 use crate::graph::{decode, encode, from_yaml, validate};
-use crate::serve::{RenderOptions, render};
 
 pub(crate) fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("samples/graphs")
@@ -15,7 +15,7 @@ pub(crate) fn read(name: &str) -> String {
         .unwrap_or_else(|e| panic!("cannot read sample {name}: {e}"))
 }
 
-fn yaml_samples() -> Vec<String> {
+pub(crate) fn yaml_samples() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir())
         .unwrap()
         .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
@@ -33,17 +33,6 @@ fn the_required_samples_exist() {
             names.iter().any(|n| n == required),
             "{required} missing from {names:?}"
         );
-    }
-}
-
-#[test]
-fn every_sample_is_valid_and_renders() {
-    for name in yaml_samples() {
-        let graph = from_yaml(&read(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let valid = validate(graph).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let config =
-            render(&valid, &RenderOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(config.applications.len(), 1, "{name}");
     }
 }
 

@@ -2,17 +2,20 @@
 //! (`fuzz/fuzz_targets/decode_validate.rs`, nightly) and the stable proptest harness that runs
 //! a bounded number of cases in `cargo test --lib` (`tests/fuzz.rs` in this module).
 //!
+//! It lives in `serve`, not `graph`, because it follows a graph all the way to a rendered
+//! Serve config, and `graph` sits below `serve` (it must never import it).
+//!
 //! Any bytes go through protobuf decode, validation, DOT and rendering; UTF-8 input also
 //! through the YAML and JSON readers. Asserts what must hold for every input: no panic, what
 //! decodes re-encodes to bytes that decode the same, and every message built from the input
 //! stays within the caps.
 
-use super::proto::PipelineGraph;
-use super::{
+use super::{RenderOptions, render};
+use crate::graph::proto::PipelineGraph;
+use crate::graph::{
     GraphError, MAX_MESSAGE_BYTES, decode, dot, encode, from_json, from_yaml, to_json, to_yaml,
     validate,
 };
-use crate::serve::{RenderOptions, render};
 
 /// Runs one input through every reader and what follows; panics if an invariant breaks.
 pub fn exercise(data: &[u8]) {

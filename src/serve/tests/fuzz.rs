@@ -1,5 +1,5 @@
 //! The stable fuzz harness: a bounded number of generated inputs through
-//! `graph::fuzzing::exercise` (what the cargo-fuzz target runs), each within a time bound.
+//! `serve::fuzzing::exercise` (what the cargo-fuzz target runs), each within a time bound.
 //! Inputs: arbitrary bytes, mutated encodings of the samples, structured hostile shapes (deep
 //! nesting, huge counts), and the same as YAML/JSON text.
 
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
-use crate::graph::fuzzing::exercise;
+use crate::serve::fuzzing::exercise;
 
 /// Time one input may take: generous for a debug build on a shared 2-core machine, and still
 /// far below what a quadratic or exponential path takes on these inputs (minutes).

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeSet;
 
-use super::*;
 use crate::graph::{ValidatedGraph, from_yaml, validate};
+use crate::serve::*;
 
 fn sample(name: &str) -> ValidatedGraph {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

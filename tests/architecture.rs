@@ -1,0 +1,401 @@
+//! The import graph between the library's top-level modules, checked from the source text:
+//! every `crate::<module>` reference in `src/**/*.rs` (in `use` items and in paths, test modules
+//! included) is an arrow from the module that holds the file to `<module>`. The arrows must form
+//! no cycle and must follow [`LAYERS`]: they point down, never at `cli`, and within one layer only
+//! where [`SAME_LAYER`] says so.
+//!
+//! Pure and fast: it reads files, nothing else. Comments and string literals are blanked out
+//! before the scan (a doc comment that names `crate::serve::render` is not an import); `super::`
+//! paths stay inside their own top-level module and are not followed. `src/lib.rs` and
+//! `src/main.rs` are the roots and sit above every layer.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The layer of every top-level module of `src/`, highest first. An arrow may point only to a
+/// higher layer number; a module missing here fails the test, so a new module gets a line.
+const LAYERS: &[(&str, u8)] = &[
+    ("cli", 1),         // argument parsing and subcommands; nothing imports it
+    ("startup", 2),     // tracing and the rustls crypto provider, set up once by the binary
+    ("devenv", 2),      // the dev environment behind the `dev` feature (`raypipe dev`)
+    ("testenv", 2),     // the dev/test harness until it becomes `devenv`; delete this line then
+    ("config", 3),      // every setting; builds each controller's `Config`
+    ("controllers", 4), // the five reconcilers and their shared frame
+    ("webhook", 4),     // admission: turns validation problems into an answer
+    ("admin", 4),       // metrics, health and readiness server
+    ("leader", 4),      // leader election
+    ("source", 5),      // downloads a graph from a registry
+    ("ray", 5),         // the Ray dashboard client
+    ("serve", 5),       // renders a validated graph into a Serve config
+    ("graph", 5),       // the model graph: decode, validate
+    ("pypackage", 5),   // the Python graph runtime package
+    ("validation", 5),  // pure, collect-every-problem validation of every kind
+    ("k8s", 5),         // Kubernetes helpers (apply, events, conditions)
+    ("kuberay", 6),     // the shared Ray vocabulary: keys, names, quantities, spec predicates
+    ("api", 6),         // the custom resource types (lowest)
+];
+
+/// The arrows allowed between two modules of the same layer (all others within a layer fail).
+const SAME_LAYER: &[(&str, &str)] = &[
+    ("controllers", "admin"), // reconcile metrics and readiness are recorded in the admin server
+    ("webhook", "admin"),     // admission metrics
+    ("leader", "admin"),      // leadership is reported by the readiness endpoint
+    ("serve", "graph"),       // renders a validated graph
+    ("source", "graph"),      // bounds a download by the graph size limit
+    ("validation", "source"), // validates a ServePipeline's source settings with its own rules
+    ("kuberay", "api"),       // spec predicates read the API types
+];
+
+/// One `crate::<to>` reference found in `file` at `line`.
+struct Arrow {
+    from: String,
+    to: String,
+    file: PathBuf,
+    line: usize,
+}
+
+#[test]
+fn the_module_graph_follows_the_layers_and_has_no_cycles() {
+    let arrows = arrows();
+    assert!(
+        arrows.len() > 100,
+        "only {} arrows found: is the scan broken?",
+        arrows.len()
+    );
+    let layers: BTreeMap<&str, u8> = LAYERS.iter().copied().collect();
+    let mut problems = String::new();
+    for arrow in &arrows {
+        let (Some(&from), Some(&to)) = (
+            layers.get(arrow.from.as_str()),
+            layers.get(arrow.to.as_str()),
+        ) else {
+            let _ = writeln!(
+                problems,
+                "src/{}:{}: {} -> {}: module missing from LAYERS",
+                arrow.file.display(),
+                arrow.line,
+                arrow.from,
+                arrow.to
+            );
+            continue;
+        };
+        let why = if arrow.to == "cli" {
+            Some("nothing may import cli".to_string())
+        } else if to < from {
+            Some(format!("points up, from layer {from} to layer {to}"))
+        } else if to == from && !SAME_LAYER.contains(&(arrow.from.as_str(), arrow.to.as_str())) {
+            Some(format!("within layer {from}, not in SAME_LAYER"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let _ = writeln!(
+                problems,
+                "src/{}:{}: {} -> {}: {why}",
+                arrow.file.display(),
+                arrow.line,
+                arrow.from,
+                arrow.to
+            );
+        }
+    }
+    for cycle in cycles(&arrows) {
+        let _ = writeln!(problems, "cycle: {cycle}");
+    }
+    assert!(problems.is_empty(), "import graph violations:\n{problems}");
+}
+
+#[test]
+fn the_scan_sees_paths_and_groups_but_not_comments_or_strings() {
+    let text = "use crate::{graph::{self, X}, serve};\n\
+                // crate::cli in a comment\n\
+                /* crate::cli /* nested */ crate::cli */\n\
+                let s = \"crate::cli\"; let r = r#\"crate::cli\"#; let c = '\"';\n\
+                fn f<'a>(x: &'a str) { crate::k8s::apply(x) }\n";
+    let found: Vec<(String, usize)> = references(&blank(text));
+    assert_eq!(
+        found,
+        [("graph".into(), 1), ("serve".into(), 1), ("k8s".into(), 5)]
+    );
+}
+
+/// Every arrow between two different top-level modules.
+fn arrows() -> Vec<Arrow> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut arrows = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).expect("under src");
+        let first = relative
+            .components()
+            .next()
+            .expect("a file name")
+            .as_os_str()
+            .to_string_lossy();
+        let from = first.trim_end_matches(".rs").to_string();
+        if from == "lib" || from == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|error| panic!("{}: {error}", file.display()));
+        for (to, line) in references(&blank(&text)) {
+            if to != from {
+                arrows.push(Arrow {
+                    from: from.clone(),
+                    to,
+                    file: relative.to_path_buf(),
+                    line,
+                });
+            }
+        }
+    }
+    arrows
+}
+
+fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut paths: Vec<PathBuf> = entries.map(|entry| entry.expect("entry").path()).collect();
+    paths.sort();
+    for path in paths {
+        if path.is_dir() {
+            rust_files(&path, into);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            into.push(path);
+        }
+    }
+}
+
+/// The text with comments, string and character literals replaced by spaces (newlines kept, so
+/// line numbers stay true).
+fn blank(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let blank_to = |out: &mut String, from: usize, to: usize| {
+        for &c in &chars[from..to.min(chars.len())] {
+            out.push(if c == '\n' { '\n' } else { ' ' });
+        }
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let end = if c == '/' && next == Some('/') {
+            chars[i..]
+                .iter()
+                .position(|&c| c == '\n')
+                .map_or(chars.len(), |n| i + n)
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            let mut j = i;
+            while j < chars.len() {
+                if chars[j] == '/' && chars.get(j + 1) == Some(&'*') {
+                    depth += 1;
+                    j += 2;
+                } else if chars[j] == '*' && chars.get(j + 1) == Some(&'/') {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            j
+        } else if c == 'r'
+            && matches!(next, Some('"' | '#'))
+            && !ident_char(chars.get(i.wrapping_sub(1)))
+        {
+            let hashes = chars[i + 1..].iter().take_while(|&&c| c == '#').count();
+            if chars.get(i + 1 + hashes) == Some(&'"') {
+                let closing: Vec<char> = std::iter::once('"')
+                    .chain(std::iter::repeat_n('#', hashes))
+                    .collect();
+                let body = i + 2 + hashes;
+                (body..chars.len())
+                    .find(|&j| chars[j..].starts_with(&closing))
+                    .map_or(chars.len(), |j| j + closing.len())
+            } else {
+                i
+            }
+        } else if c == '"' {
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] != '"' {
+                j += if chars[j] == '\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '\u{..}'), or else a lifetime, left alone.
+            if next == Some('\\') {
+                // The escaped character itself may be a quote ('\'').
+                chars
+                    .get(i + 3..)
+                    .and_then(|rest| rest.iter().position(|&c| c == '\''))
+                    .map_or(chars.len(), |n| i + 3 + n + 1)
+            } else if chars.get(i + 2) == Some(&'\'') {
+                i + 3
+            } else {
+                i
+            }
+        } else {
+            i
+        };
+        if end > i {
+            blank_to(&mut out, i, end);
+            i = end;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn ident_char(c: Option<&char>) -> bool {
+    c.is_some_and(|c| c.is_alphanumeric() || *c == '_')
+}
+
+/// The top-level module of every `crate::<module>` path and `crate::{<module>, ...}` group in
+/// a blanked text, with its line.
+fn references(text: &str) -> Vec<(String, usize)> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while let Some(at) = find(&chars, i, "crate") {
+        i = at + "crate".len();
+        if ident_char(at.checked_sub(1).and_then(|p| chars.get(p))) || ident_char(chars.get(i)) {
+            continue;
+        }
+        let j = skip_space(&chars, i);
+        if !(chars.get(j) == Some(&':') && chars.get(j + 1) == Some(&':')) {
+            continue;
+        }
+        let j = skip_space(&chars, j + 2);
+        if chars.get(j) == Some(&'{') {
+            // A group: the first name of each top-level item.
+            let mut depth = 0;
+            let mut item_start = true;
+            let mut k = j;
+            while k < chars.len() {
+                match chars[k] {
+                    '{' => {
+                        depth += 1;
+                        if depth == 1 {
+                            item_start = true;
+                        }
+                    }
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => item_start = true,
+                    c if item_start && depth == 1 && ident_char(Some(&c)) => {
+                        let name = ident(&chars, k);
+                        k += name.chars().count() - 1;
+                        if name != "self" {
+                            found.push((name, line_of(&chars, k)));
+                        }
+                        item_start = false;
+                    }
+                    _ => {}
+                }
+                k += 1;
+            }
+            i = k;
+        } else if ident_char(chars.get(j)) {
+            found.push((ident(&chars, j), line_of(&chars, j)));
+        }
+    }
+    found
+}
+
+fn find(chars: &[char], from: usize, word: &str) -> Option<usize> {
+    let word: Vec<char> = word.chars().collect();
+    (from..chars.len()).find(|&i| chars[i..].starts_with(&word))
+}
+
+fn skip_space(chars: &[char], mut i: usize) -> usize {
+    while chars.get(i).is_some_and(|c| c.is_whitespace()) {
+        i += 1;
+    }
+    i
+}
+
+fn ident(chars: &[char], from: usize) -> String {
+    chars[from..]
+        .iter()
+        .take_while(|c| ident_char(Some(c)))
+        .collect()
+}
+
+fn line_of(chars: &[char], at: usize) -> usize {
+    chars[..at].iter().filter(|&&c| c == '\n').count() + 1
+}
+
+/// Every group of modules that reach each other (a strongly connected group of two or more),
+/// each with the arrows inside it and where the first of each is written.
+fn cycles(arrows: &[Arrow]) -> Vec<String> {
+    let mut first: BTreeMap<(&str, &str), &Arrow> = BTreeMap::new();
+    for arrow in arrows {
+        first
+            .entry((arrow.from.as_str(), arrow.to.as_str()))
+            .or_insert(arrow);
+    }
+    let modules: BTreeSet<&str> = first.keys().flat_map(|&(a, b)| [a, b]).collect();
+    // Reachability by repeated widening: a few dozen modules, so the simple way is fast.
+    let mut reach: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for &(from, to) in first.keys() {
+        reach.entry(from).or_default().insert(to);
+    }
+    loop {
+        let mut grew = false;
+        for &module in &modules {
+            let direct: Vec<&str> = reach.get(module).into_iter().flatten().copied().collect();
+            let further: BTreeSet<&str> = direct
+                .iter()
+                .flat_map(|to| reach.get(to).into_iter().flatten().copied())
+                .collect();
+            let set = reach.entry(module).or_default();
+            let before = set.len();
+            set.extend(further);
+            grew |= set.len() > before;
+        }
+        if !grew {
+            break;
+        }
+    }
+    let mut groups: Vec<String> = Vec::new();
+    let mut placed: BTreeSet<&str> = BTreeSet::new();
+    for &module in &modules {
+        if placed.contains(module) || !reach[module].contains(module) {
+            continue;
+        }
+        let group: BTreeSet<&str> = modules
+            .iter()
+            .copied()
+            .filter(|other| reach[module].contains(other) && reach[other].contains(module))
+            .collect();
+        placed.extend(&group);
+        let inside: Vec<String> = first
+            .iter()
+            .filter(|((from, to), _)| group.contains(from) && group.contains(to))
+            .map(|((from, to), arrow)| {
+                format!(
+                    "{from} -> {to} (src/{}:{})",
+                    arrow.file.display(),
+                    arrow.line
+                )
+            })
+            .collect();
+        groups.push(format!(
+            "{} reach each other: {}",
+            group.into_iter().collect::<Vec<_>>().join(", "),
+            inside.join("; ")
+        ));
+    }
+    groups
+}
