@@ -2,19 +2,12 @@
 //! mode against the kinds of node it joins, and the routing nodes (switch, split) against their
 //! outgoing edges.
 
-use crate::graph::errors::EdgeEnd;
-use crate::graph::errors::Location;
-use crate::graph::errors::ValidationError;
-use crate::graph::pointer;
-use crate::graph::predicate;
-use crate::graph::proto::EdgeMode;
-use crate::graph::proto::NoMatch;
-use crate::graph::proto::node;
-use super::Checker;
-use super::Link;
-use super::NONE;
-use super::json_value_is_finite;
+use crate::graph::errors::{EdgeEnd, Location, ValidationError};
+use crate::graph::proto::{EdgeMode, NoMatch, node};
+use crate::graph::{pointer, predicate};
+
 use super::structure::Adjacency;
+use super::{Checker, Link, NONE, json_value_is_finite};
 
 impl<'g, 'e> Checker<'g, 'e> {
     // -- edges -----------------------------------------------------------------------------------
@@ -244,5 +237,4 @@ impl<'g, 'e> Checker<'g, 'e> {
             }
         }
     }
-
 }

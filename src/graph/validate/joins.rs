@@ -3,21 +3,14 @@
 //! exclusive branches, and how a node's inputs are assembled. The ancestor search here keeps
 //! these checks near linear on crafted graphs.
 
-use crate::graph::errors::Location;
-use crate::graph::errors::ValidationError;
-use crate::graph::options;
-use crate::graph::pointer;
-use crate::graph::predicate;
-use crate::graph::proto::CallStyle;
-use crate::graph::proto::EdgeMode;
-use crate::graph::proto::JoinMode;
-use crate::graph::proto::node;
 use std::collections::HashMap;
-use super::Checker;
-use super::JOIN_CHECK_STEPS_PER_ITEM;
-use super::Link;
-use super::NONE;
+
+use crate::graph::errors::{Location, ValidationError};
+use crate::graph::proto::{CallStyle, EdgeMode, JoinMode, node};
+use crate::graph::{options, pointer, predicate};
+
 use super::structure::Adjacency;
+use super::{Checker, JOIN_CHECK_STEPS_PER_ITEM, Link, NONE};
 
 impl<'g, 'e> Checker<'g, 'e> {
     /// Predicate paths and sticky keys may only read the ingress and finished ancestors.

@@ -16,21 +16,14 @@ mod joins;
 mod nodes;
 mod structure;
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::graph::DiGraph;
 
 use self::structure::Adjacency;
-use super::errors::{EdgeEnd, EdgeRef, Location, ValidationError, ValidationErrors};
-use super::options;
-use super::pointer;
-use super::predicate;
-use super::proto::{
-    CallStyle, EdgeMode, JoinMode, JsonValue, NoMatch, Node, OnError, PipelineGraph, RetryOn,
-    json_value, node,
-};
+use super::errors::{EdgeRef, ValidationError, ValidationErrors};
+use super::proto::{JsonValue, Node, PipelineGraph, json_value, node};
 
 /// Default end-to-end deadline when `deadline_ms` is 0.
 pub const DEFAULT_DEADLINE_MS: u32 = 30_000;

@@ -2,31 +2,17 @@
 //! headers, labels), each node by kind with its deployment options and retry policy, and
 //! finding the one ingress and the one output.
 
-use crate::graph::errors::Location;
-use crate::graph::errors::ValidationError;
-use crate::graph::options;
-use crate::graph::pointer;
-use crate::graph::proto::CallStyle;
-use crate::graph::proto::JoinMode;
-use crate::graph::proto::JsonValue;
-use crate::graph::proto::NoMatch;
-use crate::graph::proto::Node;
-use crate::graph::proto::OnError;
-use crate::graph::proto::RetryOn;
-use crate::graph::proto::json_value;
-use crate::graph::proto::node;
-use super::Checker;
-use super::MAX_DEADLINE_MS;
-use super::MAX_HEADERS;
-use super::MAX_RETRY_ATTEMPTS;
-use super::MAX_VERSION_LEN;
-use super::NONE;
-use super::check_node_name;
-use super::check_route_prefix;
-use super::effective_deadline;
-use super::is_dns_label;
-use super::json_value_is_finite;
-use super::kind_article;
+use crate::graph::errors::{Location, ValidationError};
+use crate::graph::proto::{
+    CallStyle, JoinMode, JsonValue, NoMatch, Node, OnError, RetryOn, json_value, node,
+};
+use crate::graph::{options, pointer};
+
+use super::{
+    Checker, MAX_DEADLINE_MS, MAX_HEADERS, MAX_RETRY_ATTEMPTS, MAX_VERSION_LEN, NONE,
+    check_node_name, check_route_prefix, effective_deadline, is_dns_label, is_http_token_byte,
+    json_value_is_finite, kind_article,
+};
 
 impl<'g, 'e> Checker<'g, 'e> {
     // -- graph-level fields --------------------------------------------------------------------
@@ -236,7 +222,12 @@ impl<'g, 'e> Checker<'g, 'e> {
         }
     }
 
-    pub(super) fn check_model(&mut self, name: &str, node: &Node, model: &crate::graph::proto::ModelNode) {
+    pub(super) fn check_model(
+        &mut self,
+        name: &str,
+        node: &Node,
+        model: &crate::graph::proto::ModelNode,
+    ) {
         if let Err(problem) = options::check_import_path(&model.import_path) {
             self.push(ValidationError::InvalidImportPath {
                 node: name.to_string(),
@@ -430,7 +421,6 @@ impl<'g, 'e> Checker<'g, 'e> {
             self.push(ValidationError::MissingOutput);
         }
     }
-
 }
 
 pub(super) fn option_error(location: Location, field: String, problem: String) -> ValidationError {

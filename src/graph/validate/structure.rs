@@ -2,16 +2,15 @@
 //! reported with a path through it), reachability from the ingress and to the output, and the
 //! compressed per-node edge lists every structure check walks.
 
-use crate::graph::errors::ValidationError;
-use crate::graph::predicate;
-use crate::graph::proto::node;
-use petgraph::graph::DiGraph;
-use petgraph::graph::NodeIndex;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::collections::HashMap;
-use super::Checker;
-use super::NONE;
+use std::collections::{BinaryHeap, HashMap};
+
+use petgraph::graph::{DiGraph, NodeIndex};
+
+use crate::graph::errors::ValidationError;
+use crate::graph::proto::node;
+
+use super::{Checker, NONE};
 
 impl<'g, 'e> Checker<'g, 'e> {
     // -- structure -------------------------------------------------------------------------------
@@ -74,10 +73,10 @@ impl<'g, 'e> Checker<'g, 'e> {
     }
 
     /// One error per strongly connected component, naming one concrete cycle through its first
-    /// declared node. Iterative ([`super::scc`]): a long cycle must not exhaust the stack.
+    /// declared node. Iterative ([`crate::graph::scc`]): a long cycle must not exhaust the stack.
     pub(super) fn report_cycles(&mut self) {
         let components =
-            super::scc::strongly_connected_components(self.graph.nodes.len(), |v, i| {
+            crate::graph::scc::strongly_connected_components(self.graph.nodes.len(), |v, i| {
                 self.out_edges.of(v).get(i).map(|&e| self.target_of(e))
             });
         // One component id per node (not a mark array per component: that would cost
@@ -113,7 +112,12 @@ impl<'g, 'e> Checker<'g, 'e> {
     }
 
     /// Shortest cycle from `start` back to itself inside one component (breadth-first).
-    pub(super) fn cycle_through(&self, start: u32, component: u32, component_of: &[u32]) -> Vec<u32> {
+    pub(super) fn cycle_through(
+        &self,
+        start: u32,
+        component: u32,
+        component_of: &[u32],
+    ) -> Vec<u32> {
         let mut parent: HashMap<u32, u32> = HashMap::new();
         let mut queue = std::collections::VecDeque::from([start]);
         while let Some(node) = queue.pop_front() {
@@ -236,7 +240,6 @@ impl<'g, 'e> Checker<'g, 'e> {
         self.check_scopes(order);
         self.check_exclusive_joins(order, reachable);
     }
-
 }
 
 /// Edges per node in compressed form (one offsets array, one list): no allocation per node.
