@@ -5,7 +5,10 @@ pub mod raycluster;
 pub mod raycronjob;
 pub mod rayjob;
 pub mod rayservice;
+pub(crate) mod schema;
 pub mod servepipeline;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod yaml;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

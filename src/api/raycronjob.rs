@@ -44,7 +44,7 @@ pub struct RayCronJobSpec {
     /// earlier RayJob is still active. `Allow` (default, KubeRay's behaviour) starts another,
     /// `Forbid` skips the tick, `Replace` deletes the active RayJobs first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "super::raycluster::enum_schema::<ConcurrencyPolicy>")]
+    #[schemars(schema_with = "super::schema::enum_schema::<ConcurrencyPolicy>")]
     pub concurrency_policy: Option<ConcurrencyPolicy>,
     /// raypipe extension: finished RayJobs that completed to keep (default: all, as KubeRay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,8 +86,8 @@ mod tests {
     use kube::CustomResourceExt;
     use serde_json::json;
 
-    use super::super::raycluster::test_support::*;
     use super::*;
+    use crate::api::test_support::*;
 
     #[test]
     fn every_raycronjob_sample_round_trips_exactly() {

@@ -9,9 +9,8 @@ use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-use super::raycluster::{
-    RayClusterSpec, RayClusterStatus, enum_schema, k8s_object_schema, managed_by_schema,
-};
+use super::raycluster::{RayClusterSpec, RayClusterStatus};
+use super::schema::{enum_schema, k8s_object_schema, managed_by_schema};
 
 /// A Ray job and the RayCluster it runs on.
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
@@ -355,8 +354,8 @@ mod tests {
     use kube::CustomResourceExt;
     use serde_json::json;
 
-    use super::super::raycluster::test_support::*;
     use super::*;
+    use crate::api::test_support::*;
 
     #[test]
     fn every_rayjob_sample_round_trips_exactly() {

@@ -9,10 +9,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::raycluster::{
-    RayClusterSpec, RayClusterStatus, embedded_service, enum_schema, k8s_object_schema,
-    managed_by_schema,
-};
+use super::raycluster::{RayClusterSpec, RayClusterStatus};
+use super::schema::{embedded_service, enum_schema, k8s_object_schema, managed_by_schema};
 
 /// Ray Serve applications and the RayCluster that serves them.
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
@@ -240,8 +238,8 @@ mod tests {
     use kube::CustomResourceExt;
     use serde_json::json;
 
-    use super::super::raycluster::test_support::*;
     use super::*;
+    use crate::api::test_support::*;
 
     #[test]
     fn every_rayservice_sample_round_trips_exactly() {
