@@ -3,8 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::client::RayDashboardClient;
+use super::error::{DashboardError, JOB_EXISTS_MARKER};
 use super::lenient::{self, ray_enum};
 
 ray_enum! {
@@ -139,6 +142,96 @@ pub(crate) struct JobDeleteResponse {
 pub(crate) struct JobLogsResponse {
     #[serde(deserialize_with = "lenient::option")]
     pub logs: Option<String>,
+}
+
+/// The Jobs API calls (`/api/jobs/`).
+impl RayDashboardClient {
+    pub async fn submit_job(&self, request: &JobSubmitRequest) -> Result<String, DashboardError> {
+        if request.entrypoint.trim().is_empty() {
+            return Err(DashboardError::InvalidRequest {
+                problem: "a job needs a non-empty entrypoint".to_owned(),
+            });
+        }
+        if let Some(id) = &request.submission_id {
+            check_job_id(id)?;
+        }
+        let body = serde_json::to_vec(request).map_err(|e| DashboardError::InvalidRequest {
+            problem: e.to_string(),
+        })?;
+        let answer = self
+            .call(Method::POST, &["api", "jobs", ""], None, Some(body))
+            .await?;
+        // Ray reports a taken submission id as a 500 with a traceback; recognise it so a
+        // controller retrying its own submission can treat it as done.
+        if answer.status == StatusCode::INTERNAL_SERVER_ERROR
+            && String::from_utf8_lossy(&answer.body).contains(JOB_EXISTS_MARKER)
+        {
+            return Err(DashboardError::JobAlreadyExists {
+                endpoint: answer.endpoint,
+                submission_id: request.submission_id.clone().unwrap_or_default(),
+            });
+        }
+        answer
+            .into_success()?
+            .decode_field("submission_id", |response: JobSubmitResponse| {
+                response.submission_id.or(response.job_id)
+            })
+    }
+
+    pub async fn get_job(&self, job_id: &str) -> Result<JobDetails, DashboardError> {
+        check_job_id(job_id)?;
+        self.call(Method::GET, &["api", "jobs", job_id], None, None)
+            .await?
+            .into_success()?
+            .decode()
+    }
+
+    pub async fn list_jobs(&self) -> Result<Vec<JobDetails>, DashboardError> {
+        let answer = self
+            .call(Method::GET, &["api", "jobs", ""], None, None)
+            .await?
+            .into_success()?;
+        let items: Vec<serde_json::Value> = answer.decode()?;
+        // One odd entry (a driver job of another shape) must not hide the others.
+        Ok(items
+            .into_iter()
+            .filter_map(|item| serde_json::from_value(item).ok())
+            .collect())
+    }
+
+    pub async fn get_job_logs(&self, job_id: &str) -> Result<String, DashboardError> {
+        check_job_id(job_id)?;
+        self.call(Method::GET, &["api", "jobs", job_id, "logs"], None, None)
+            .await?
+            .into_success()?
+            .decode_field("logs", |response: JobLogsResponse| response.logs)
+    }
+
+    pub async fn stop_job(&self, job_id: &str) -> Result<bool, DashboardError> {
+        check_job_id(job_id)?;
+        self.call(Method::POST, &["api", "jobs", job_id, "stop"], None, None)
+            .await?
+            .into_success()?
+            .decode_field("stopped", |response: JobStopResponse| response.stopped)
+    }
+
+    pub async fn delete_job(&self, job_id: &str) -> Result<bool, DashboardError> {
+        check_job_id(job_id)?;
+        self.call(Method::DELETE, &["api", "jobs", job_id], None, None)
+            .await?
+            .into_success()?
+            .decode_field("deleted", |response: JobDeleteResponse| response.deleted)
+    }
+}
+
+/// An empty id would turn `GET /api/jobs/{id}` into the list endpoint.
+fn check_job_id(job_id: &str) -> Result<(), DashboardError> {
+    if job_id.trim().is_empty() {
+        return Err(DashboardError::InvalidRequest {
+            problem: "the job id is empty".to_owned(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

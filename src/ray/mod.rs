@@ -15,6 +15,7 @@ mod lenient;
 mod locate;
 mod serve;
 pub mod testenv;
+mod transport;
 
 pub use client::{
     BearerToken, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DashboardClient,

@@ -7,8 +7,10 @@
 
 use std::collections::BTreeMap;
 
+use reqwest::Method;
 use serde::{Deserialize, Serialize};
 
+use super::client::RayDashboardClient;
 use super::error::DashboardError;
 use super::lenient::{self, ray_enum};
 
@@ -245,6 +247,57 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
         serde_json::Value::String(_) => "a string",
         serde_json::Value::Array(_) => "a list",
         serde_json::Value::Object(_) => "a mapping",
+    }
+}
+
+/// The Serve API calls (`/api/serve/applications/`).
+impl RayDashboardClient {
+    pub async fn get_serve_applications(&self) -> Result<ServeInstanceDetails, DashboardError> {
+        // The trailing slash matters: without it Ray answers 404.
+        self.call(
+            Method::GET,
+            &["api", "serve", "applications", ""],
+            Some(("api_type", "declarative")),
+            None,
+        )
+        .await?
+        .into_success()?
+        .decode()
+    }
+
+    pub async fn put_serve_applications(
+        &self,
+        config: &serde_json::Value,
+    ) -> Result<(), DashboardError> {
+        if !config.is_object() {
+            return Err(DashboardError::InvalidServeConfig {
+                problem: "the config must be a JSON object with `applications`".to_owned(),
+            });
+        }
+        let body = serde_json::to_vec(config).map_err(|e| DashboardError::InvalidServeConfig {
+            problem: e.to_string(),
+        })?;
+        self.call(
+            Method::PUT,
+            &["api", "serve", "applications", ""],
+            None,
+            Some(body),
+        )
+        .await?
+        .into_success()?;
+        Ok(())
+    }
+
+    pub async fn delete_serve_applications(&self) -> Result<(), DashboardError> {
+        self.call(
+            Method::DELETE,
+            &["api", "serve", "applications", ""],
+            None,
+            None,
+        )
+        .await?
+        .into_success()?;
+        Ok(())
     }
 }
 
