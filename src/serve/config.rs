@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::graph::proto::{JsonObject, PipelineGraph};
-use crate::graph::serde_support::{WiringText, into_wiring, same_wiring};
+use crate::graph::serde_support::wiring::{WiringText, into_wiring, same_wiring};
 
 /// The whole Serve config: the body of `PUT /api/serve/applications/` and, as YAML, a
 /// RayService's `spec.serveConfigV2`.
