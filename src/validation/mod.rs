@@ -3,6 +3,7 @@
 //! with a value or a named error, never a panic.
 
 pub mod duration;
+pub mod feature_gates;
 pub mod servepipeline;
 
 pub use duration::{DurationError, parse_bounded, parse_duration, parse_go_duration};

@@ -29,7 +29,7 @@ use tokio_rustls::server::TlsStream;
 
 use crate::admin::Metrics;
 use crate::api::{RayCluster, RayCronJob, RayJob, RayService, ServePipeline};
-use crate::config::FeatureGates;
+use crate::validation::feature_gates::FeatureGates;
 use review::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 
 #[derive(Debug, thiserror::Error)]

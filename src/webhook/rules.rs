@@ -15,7 +15,7 @@ use crate::api::raycluster::{
 use crate::api::rayjob::{DeletionPolicyType, JobSubmissionMode, RayJobSpec};
 use crate::api::rayservice::{RayServiceUpgradeStrategy, RayServiceUpgradeType};
 use crate::api::{RayCluster, RayCronJob, RayJob, RayService, ServePipeline};
-use crate::config::{FeatureGates, gates};
+use crate::validation::feature_gates::{FeatureGates, gates};
 
 /// Longest names KubeRay accepts (it derives child names by appending suffixes).
 pub const MAX_RAYCLUSTER_NAME: usize = 53;

@@ -142,6 +142,8 @@ pub struct Config {
     pub build: BuildOptions,
     /// Where reconciles and upgrade durations are recorded.
     pub metrics: crate::admin::Metrics,
+    /// The operator's feature gates, which the validation rules consult.
+    pub feature_gates: crate::validation::feature_gates::FeatureGates,
 }
 
 impl Default for Config {
@@ -157,6 +159,7 @@ impl Default for Config {
             steady_poll: Duration::from_secs(10),
             build: BuildOptions::default(),
             metrics: crate::admin::Metrics::new(),
+            feature_gates: crate::validation::feature_gates::FeatureGates::default(),
         }
     }
 }
@@ -476,8 +479,7 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     let clusters = ctx.owned_clusters(service);
 
     // Validate.
-    let problems =
-        crate::webhook::rules::rayservice(service, &crate::config::FeatureGates::default());
+    let problems = crate::webhook::rules::rayservice(service, &ctx.config.feature_gates);
     if !problems.is_empty() {
         let message = problems.join("; ");
         warn!(%message, "RayService refused");
