@@ -55,7 +55,7 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Result<(), Vec<String>> {
     if name.len() > MAX_RAYSERVICE_NAME {
         problems.push(format!(
             "the pipeline name {:?} has {} characters; the RayService it owns takes its name and may have at most {MAX_RAYSERVICE_NAME}",
-            crate::validation::cut(&name, 80),
+            crate::k8s::truncate(&name, 80),
             name.len()
         ));
     }
