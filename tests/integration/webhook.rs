@@ -168,7 +168,7 @@ async fn the_webhook_refuses_invalid_objects_with_our_messages_and_admits_every_
                 "RayService",
                 "too-big",
                 json!({"rayClusterConfig": cluster_spec(),
-                       "serveConfigV2": "#".repeat(raypipe::webhook::rules::MAX_SERVE_CONFIG_BYTES + 1)}),
+                       "serveConfigV2": "#".repeat(raypipe::validation::rayservice::MAX_SERVE_CONFIG_BYTES + 1)}),
             ),
             "fit in one object",
         ),

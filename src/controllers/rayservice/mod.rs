@@ -479,9 +479,9 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     let clusters = ctx.owned_clusters(service);
 
     // Validate.
-    let problems = crate::webhook::rules::rayservice(service, &ctx.config.feature_gates);
+    let problems = crate::validation::rayservice::validate(service, &ctx.config.feature_gates);
     if !problems.is_empty() {
-        let message = problems.join("; ");
+        let message = crate::validation::problem::join(&problems);
         warn!(%message, "RayService refused");
         ctx.event(
             service,
@@ -730,7 +730,7 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
         });
     let initializing_timeout = service
         .annotations()
-        .get(crate::webhook::rules::ANNOTATION_INITIALIZING_TIMEOUT)
+        .get(crate::kuberay::keys::annotations::INITIALIZING_TIMEOUT)
         .and_then(|t| crate::validation::duration::parse_seconds_or_duration(t).ok());
     let timed_out = status::set_conditions(
         &mut status,

@@ -400,11 +400,15 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     // validate
     let mut problem: Option<Problem> = None;
     let mut transient = false;
-    if let Err(problems) = crate::validation::servepipeline::validate_spec(&pipeline) {
+    let problems = crate::validation::servepipeline::validate_spec(&pipeline);
+    if !problems.is_empty() {
         problem = Some(Problem {
             condition: condition_types::READY,
             reason: reasons::INVALID_SPEC.to_owned(),
-            message: crate::k8s::truncate(&problems.join("; "), MAX_LOGGED_MESSAGE),
+            message: crate::k8s::truncate(
+                &crate::validation::problem::join(&problems),
+                MAX_LOGGED_MESSAGE,
+            ),
         });
     }
 
