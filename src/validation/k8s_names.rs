@@ -58,3 +58,24 @@ pub(crate) fn check_name(kind: &str, name: &str, max: usize, problems: &mut Prob
         ));
     }
 }
+
+/// The name check of KubeRay's controllers, first problem only: too long, else not a DNS-1035
+/// label (`dns_hint` follows that message; KubeRay words it per kind).
+pub(crate) fn first_name_problem(
+    kind: &str,
+    name: &str,
+    max: usize,
+    dns_hint: &str,
+) -> Option<String> {
+    if name.len() > max {
+        Some(format!(
+            "the {kind} name {name:?} is longer than {max} characters"
+        ))
+    } else if !is_dns1035_label(name) {
+        Some(format!(
+            "the {kind} name {name:?} is not a DNS-1035 label{dns_hint}"
+        ))
+    } else {
+        None
+    }
+}

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 
 use super::cron::{self, Schedule, ScheduleError};
 use super::feature_gates::FeatureGates;
-use super::k8s_names::{check_name, is_dns1035_label};
+use super::k8s_names::{check_name, first_name_problem};
 use super::problem::{Problem, Problems};
 use super::rayjob::rayjob_spec;
 use crate::api::{RayCronJob, RayJob};
@@ -85,17 +85,8 @@ pub fn validate(cron: &RayCronJob, feature_gates: &FeatureGates) -> Vec<Problem>
 pub fn controller_checks(cron: &RayCronJob) -> Result<(Schedule, TimeZone), Problem> {
     let refuse = |field: &str, message: String| Problem::new(field, INVALID_SPEC, message);
     let name = cron.name_any();
-    if name.len() > MAX_RAYCRONJOB_NAME {
-        return Err(refuse(
-            "metadata.name",
-            format!("the RayCronJob name {name:?} is longer than {MAX_RAYCRONJOB_NAME} characters"),
-        ));
-    }
-    if !is_dns1035_label(&name) {
-        return Err(refuse(
-            "metadata.name",
-            format!("the RayCronJob name {name:?} is not a DNS-1035 label"),
-        ));
+    if let Some(message) = first_name_problem("RayCronJob", &name, MAX_RAYCRONJOB_NAME, "") {
+        return Err(refuse("metadata.name", message));
     }
     if cron.spec.schedule.contains("TZ") {
         return Err(refuse(

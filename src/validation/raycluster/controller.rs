@@ -17,7 +17,7 @@ use crate::kuberay::spec::{
     Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_enabled,
     k8s_auth_enabled, ray_version_at_least,
 };
-use crate::validation::k8s_names::{is_dns1035_label, is_label_key, is_label_value};
+use crate::validation::k8s_names::{first_name_problem, is_label_key, is_label_value};
 use crate::validation::pod::{env_value, has_env};
 use crate::validation::problem::Problem;
 
@@ -37,18 +37,12 @@ pub fn validate(cluster: &RayCluster) -> Result<(), Problem> {
 
 /// Name length and DNS-1035 syntax.
 fn validate_metadata(cluster: &RayCluster) -> Result<(), Problem> {
-    let name = cluster.name_any();
-    let problem = if name.len() > MAX_NAME_LENGTH {
-        Some(format!(
-            "the RayCluster name {name:?} is longer than {MAX_NAME_LENGTH} characters"
-        ))
-    } else if !is_dns1035_label(&name) {
-        Some(format!(
-            "the RayCluster name {name:?} is not a DNS-1035 label (lower-case letters, digits and '-', starting with a letter)"
-        ))
-    } else {
-        None
-    };
+    let problem = first_name_problem(
+        "RayCluster",
+        &cluster.name_any(),
+        MAX_NAME_LENGTH,
+        " (lower-case letters, digits and '-', starting with a letter)",
+    );
     match problem {
         Some(message) => Err(Problem::new(
             "metadata.name",

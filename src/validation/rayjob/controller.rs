@@ -10,7 +10,7 @@ use crate::api::RayCluster;
 use crate::api::rayjob::{DeletionPolicyType, JobDeploymentStatus, JobSubmissionMode, RayJob};
 use crate::kuberay::keys::labels;
 use crate::kuberay::spec::autoscaling_enabled;
-use crate::validation::k8s_names::is_dns1035_label;
+use crate::validation::k8s_names::first_name_problem;
 use crate::validation::problem::Problem;
 use crate::validation::raycluster::controller as cluster_validate;
 
@@ -70,17 +70,7 @@ pub fn validate(job: &RayJob, deletion_gate: bool) -> Result<(), Problem> {
 }
 
 fn validate_metadata(job: &RayJob) -> Result<(), Problem> {
-    let name = job.name_any();
-    let problem = if name.len() > MAX_NAME_LENGTH {
-        Some(format!(
-            "the RayJob name {name:?} is longer than {MAX_NAME_LENGTH} characters"
-        ))
-    } else if !is_dns1035_label(&name) {
-        Some(format!("the RayJob name {name:?} is not a DNS-1035 label"))
-    } else {
-        None
-    };
-    match problem {
+    match first_name_problem("RayJob", &job.name_any(), MAX_NAME_LENGTH, "") {
         Some(message) => Err(Problem::new(
             "metadata.name",
             reasons::INVALID_METADATA,
