@@ -12,8 +12,9 @@ use tokio::sync::watch;
 
 use crate::admin::{self, Metrics, Readiness};
 use crate::cli::RunArgs;
-use crate::config::{ControllerSettings, FeatureGates, WebhookArgs};
+use crate::config::{ControllerSettings, WebhookArgs};
 use crate::leader::LeaderElector;
+use crate::validation::feature_gates::FeatureGates;
 use crate::webhook::{self, registration, tls};
 
 /// How often a generated webhook certificate is checked for renewal.

@@ -35,7 +35,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-text panic payload".to_owned());
-    crate::validation::cut(&text, MAX_PANIC_MESSAGE)
+    crate::k8s::truncate(&text, MAX_PANIC_MESSAGE)
 }
 
 /// How a controller tells the owner of an object that its reconcile panicked (an Event, and a

@@ -123,7 +123,7 @@ pub async fn run_with_settings(
                                     locator: locator.clone(),
                                     deletion_policy: settings
                                         .feature_gates
-                                        .enabled(crate::config::gates::RAY_JOB_DELETION_POLICY),
+                                        .enabled(crate::validation::feature_gates::gates::RAY_JOB_DELETION_POLICY),
                                     ..rayjob::Config::from_env()
                                 },
                                 stopped(),
@@ -176,6 +176,7 @@ fn rayservice_config(settings: &ControllerSettings) -> anyhow::Result<rayservice
     Ok(rayservice::Config {
         dashboard: settings.dashboard_locator()?,
         runtime_env_mirrors: settings.runtime_env_mirrors.clone(),
+        feature_gates: settings.feature_gates.clone(),
         ..rayservice::Config::from_env()?
     })
 }

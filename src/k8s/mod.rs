@@ -369,9 +369,17 @@ pub fn whole_seconds(
     )
 }
 
-/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.
-pub fn truncate(s: &str, max: usize) -> String {
-    crate::validation::cut(s, max)
+/// Untrusted text cut to at most `max` bytes on a char boundary, marked with `…` when cut: for
+/// quoting input back in errors, logs, events and conditions without letting it grow them.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// An API for `K` in `namespace`, or across all namespaces.
@@ -472,6 +480,15 @@ pub fn random_suffix() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn truncate_keeps_short_text_and_bounds_long_text_on_char_boundaries() {
+        assert_eq!(super::truncate("short", 10), "short");
+        for max in 0..20 {
+            let out = super::truncate("ééééééééééééééé", max);
+            assert!(out.len() <= max.max('…'.len_utf8()), "{max}: {out}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -39,6 +39,8 @@ pub mod annotations {
     pub const RECREATE_HASH: &str = "ray.io/upgrade-strategy-recreate-hash";
     pub const KUBERAY_VERSION: &str = "ray.io/kuberay-version";
     pub const INGRESS_CLASS: &str = "kubernetes.io/ingress.class";
+    /// On a RayService: how long a new cluster may take to serve before it is replaced.
+    pub const INITIALIZING_TIMEOUT: &str = "ray.io/initializing-timeout";
 }
 
 /// Finalizer that holds a GCS-FT RayCluster until its Redis storage namespace is cleaned up.

@@ -50,7 +50,7 @@ const NANOS_PER: [(&str, u64); 8] = [
 pub fn parse_go_duration(text: &str) -> Result<i64, DurationError> {
     let original = text;
     if text.len() > MAX_DURATION_TEXT {
-        return Err(DurationError::TooLong(crate::validation::cut(
+        return Err(DurationError::TooLong(crate::k8s::truncate(
             text,
             MAX_DURATION_TEXT,
         )));
@@ -116,7 +116,7 @@ pub fn parse_go_duration(text: &str) -> Result<i64, DurationError> {
             .find(|(name, _)| *name == unit)
             .map(|(_, n)| *n)
             .ok_or_else(|| DurationError::UnknownUnit {
-                text: crate::validation::cut(original, MAX_DURATION_TEXT),
+                text: crate::k8s::truncate(original, MAX_DURATION_TEXT),
                 unit: unit.to_owned(),
             })?;
         rest = &rest[unit_len..];

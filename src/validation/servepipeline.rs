@@ -7,12 +7,19 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
+use super::duration::{format_duration, parse_bounded};
+use super::feature_gates::FeatureGates;
+use super::k8s_names::is_dns1035_label;
+use super::problem::{Problem, Problems};
+use super::raycluster::{ClusterContext, raycluster_spec};
+use super::rayservice::{no_head_service_name, no_k8s_token_auth, upgrade_strategy};
 use crate::api::servepipeline::{GraphSource, ServePipeline};
-use crate::validation::duration::{format_duration, parse_bounded};
 
 /// KubeRay's limit for RayService names (it appends suffixes to derive child names); a
 /// pipeline's RayService takes the pipeline's name.
-pub const MAX_RAYSERVICE_NAME: usize = 47;
+pub const MAX_RAYSERVICE_NAME: usize = super::rayservice::MAX_RAYSERVICE_NAME;
+/// The Event and condition reason of a refused ServePipeline spec.
+pub const INVALID_SPEC: &str = "InvalidSpec";
 /// `source.refreshInterval`: polling faster than once a second is a load on the registry, not
 /// a feature; slower than daily is better served by a change to the pipeline.
 pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
@@ -49,19 +56,26 @@ pub fn source_timing(source: &GraphSource) -> SourceTiming {
 }
 
 /// Every problem of the spec, each naming its field; empty when it is valid.
-pub fn validate_spec(pipeline: &ServePipeline) -> Result<(), Vec<String>> {
+pub fn validate_spec(pipeline: &ServePipeline) -> Vec<Problem> {
     let mut problems = Vec::new();
+    let mut refuse = |field: &str, message: String| {
+        problems.push(Problem::new(field, INVALID_SPEC, message));
+    };
     let name = pipeline.name_any();
     if name.len() > MAX_RAYSERVICE_NAME {
-        problems.push(format!(
-            "the pipeline name {:?} has {} characters; the RayService it owns takes its name and may have at most {MAX_RAYSERVICE_NAME}",
-            crate::validation::cut(&name, 80),
-            name.len()
-        ));
+        refuse(
+            "metadata.name",
+            format!(
+                "the pipeline name {:?} has {} characters; the RayService it owns takes its name and may have at most {MAX_RAYSERVICE_NAME}",
+                crate::k8s::truncate(&name, 80),
+                name.len()
+            ),
+        );
     }
     let source = &pipeline.spec.source;
     if source.url.starts_with("http://") && !source.allow_insecure_http.unwrap_or(false) {
-        problems.push(
+        refuse(
+            "spec.source.url",
             "source.url uses plain http://; use https://, or set source.allowInsecureHttp: true"
                 .to_owned(),
         );
@@ -83,31 +97,77 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Result<(), Vec<String>> {
         if let Some(v) = value
             && let Err(e) = parse_bounded(v, min, max)
         {
-            problems.push(format!(
-                "{field}: {e} (allowed: {} to {})",
-                format_duration(min),
-                format_duration(max)
-            ));
+            refuse(
+                &format!("spec.{field}"),
+                format!(
+                    "{field}: {e} (allowed: {} to {})",
+                    format_duration(min),
+                    format_duration(max)
+                ),
+            );
         }
     }
     if let Some(max_bytes) = source.max_bytes
         && !(1..=MAX_GRAPH_BYTES).contains(&max_bytes)
     {
+        refuse(
+            "spec.source.maxBytes",
+            format!("source.maxBytes: {max_bytes} is outside 1 to {MAX_GRAPH_BYTES} (64 MiB)"),
+        );
+    }
+    problems
+}
+
+/// Our own rules (the controller's `validate_spec`: name length, plain http, durations) plus
+/// the RayService rules its RayService would face, so a pipeline that could never run is
+/// refused when it is written rather than after its graph was downloaded.
+pub fn validate(pipeline: &ServePipeline, feature_gates: &FeatureGates) -> Vec<Problem> {
+    let mut problems = Problems::new(INVALID_SPEC, INVALID_SPEC);
+    let name = pipeline.name_any();
+    if !is_dns1035_label(&name) {
         problems.push(format!(
-            "source.maxBytes: {max_bytes} is outside 1 to {MAX_GRAPH_BYTES} (64 MiB)"
+            "metadata.name: {name:?} is not a DNS-1035 label; the RayService it owns takes this name"
         ));
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems)
-    }
+    let cluster = &pipeline.spec.ray_cluster_config;
+    let cluster_path = "spec.rayClusterConfig";
+    no_k8s_token_auth(cluster, cluster_path, &mut problems);
+    no_head_service_name(cluster, cluster_path, &mut problems);
+    raycluster_spec(
+        cluster,
+        &ClusterContext {
+            path: cluster_path,
+            created_by: Some("RayService"),
+            annotations: pipeline.annotations(),
+        },
+        feature_gates,
+        &mut problems,
+    );
+    upgrade_strategy(
+        pipeline.spec.upgrade_strategy.as_ref(),
+        cluster,
+        "spec",
+        feature_gates,
+        &mut problems,
+    );
+    let mut found = validate_spec(pipeline);
+    found.extend(problems.into_vec());
+    found
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::servepipeline::ServePipelineSpec;
+
+    /// The messages of [`validate_spec`], `Ok` when there are none.
+    fn spec_messages(p: &ServePipeline) -> Result<(), Vec<String>> {
+        let problems = validate_spec(p);
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(problems.into_iter().map(|p| p.message).collect())
+    }
 
     fn pipeline(name: &str, source: GraphSource) -> ServePipeline {
         let mut p = ServePipeline::new(
@@ -139,7 +199,7 @@ mod tests {
             "2562048h",
         ] {
             let p = pipeline("p", source(Some(huge), Some(huge)));
-            let problems = validate_spec(&p).unwrap_err();
+            let problems = spec_messages(&p).unwrap_err();
             assert_eq!(problems.len(), 2, "{problems:?}");
             assert!(
                 problems[0].starts_with("source.refreshInterval:"),
@@ -152,7 +212,7 @@ mod tests {
         }
         // Zero polls in a hot loop: refused, and never used.
         let p = pipeline("p", source(Some("0s"), Some("0s")));
-        let problems = validate_spec(&p).unwrap_err();
+        let problems = spec_messages(&p).unwrap_err();
         assert!(
             problems[0].contains("shorter than the minimum of 1s"),
             "{problems:?}"
@@ -160,13 +220,13 @@ mod tests {
         assert_eq!(source_timing(&p.spec.source).refresh_interval, None);
         // A timeout past the ceiling.
         let p = pipeline("p", source(None, Some("10m")));
-        assert!(validate_spec(&p).unwrap_err()[0].contains("longer than the maximum of 2m"));
+        assert!(spec_messages(&p).unwrap_err()[0].contains("longer than the maximum of 2m"));
     }
 
     #[test]
     fn valid_timing_is_used_as_written() {
         let p = pipeline("p", source(Some("1h30m"), Some("45s")));
-        assert_eq!(validate_spec(&p), Ok(()));
+        assert_eq!(spec_messages(&p), Ok(()));
         assert_eq!(
             source_timing(&p.spec.source),
             SourceTiming {
@@ -181,7 +241,7 @@ mod tests {
         let mut s = source(Some("100ms"), Some("soon"));
         s.url = "http://127.0.0.1/g.pb".into();
         s.max_bytes = Some(1 << 40);
-        let problems = validate_spec(&pipeline(&"x".repeat(48), s)).unwrap_err();
+        let problems = spec_messages(&pipeline(&"x".repeat(48), s)).unwrap_err();
         assert_eq!(problems.len(), 5, "{problems:?}");
         assert!(problems[0].contains("48 characters"));
         assert!(problems[1].contains("allowInsecureHttp"));
@@ -191,7 +251,7 @@ mod tests {
         let mut s = source(None, None);
         s.url = "http://127.0.0.1/g.pb".into();
         s.allow_insecure_http = Some(true);
-        assert_eq!(validate_spec(&pipeline("ok", s)), Ok(()));
+        assert_eq!(spec_messages(&pipeline("ok", s)), Ok(()));
     }
 
     mod properties {
@@ -230,7 +290,7 @@ mod tests {
                     allow_insecure_http: insecure,
                     ..Default::default()
                 });
-                let verdict = validate_spec(&p);
+                let verdict = spec_messages(&p);
                 let timing = source_timing(&p.spec.source);
                 if let Some(r) = timing.refresh_interval {
                     prop_assert!((MIN_REFRESH_INTERVAL..=MAX_REFRESH_INTERVAL).contains(&r));

@@ -1,14 +1,13 @@
 //! The validating admission webhook for ServePipeline and the four Ray kinds, over HTTPS.
 //!
 //! Each kind has its own path (KubeRay's for the Ray kinds, so existing configurations keep
-//! working). A request is checked with KubeRay's rules (`rules`) and ours (the ServePipeline
-//! controller's own `validate_spec`), and denied as `Invalid` with every problem listed.
+//! working). A request is checked with the rules in `crate::validation` (KubeRay's, and ours for
+//! ServePipeline), and denied as `Invalid` with every problem's message listed.
 //! Objects being deleted, and updates that leave the spec alone, are always admitted: a rule
 //! added in a later release must never keep a finalizer from being removed.
 
 pub mod registration;
 pub mod review;
-pub mod rules;
 pub mod tls;
 
 use std::future::Future;
@@ -29,7 +28,7 @@ use tokio_rustls::server::TlsStream;
 
 use crate::admin::Metrics;
 use crate::api::{RayCluster, RayCronJob, RayJob, RayService, ServePipeline};
-use crate::config::FeatureGates;
+use crate::validation::{self, feature_gates::FeatureGates, problem::Problem};
 use review::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 
 #[derive(Debug, thiserror::Error)]
@@ -165,13 +164,19 @@ pub fn review(
         return AdmissionResponse::allow(uid);
     }
     let problems = match kind {
-        WebhookKind::ServePipeline => {
-            typed(object, |p: ServePipeline| rules::servepipeline(&p, gates))
-        }
-        WebhookKind::RayCluster => typed(object, |c: RayCluster| rules::raycluster(&c, gates)),
-        WebhookKind::RayJob => typed(object, |j: RayJob| rules::rayjob(&j, gates)),
-        WebhookKind::RayService => typed(object, |s: RayService| rules::rayservice(&s, gates)),
-        WebhookKind::RayCronJob => typed(object, |c: RayCronJob| rules::raycronjob(&c, gates)),
+        WebhookKind::ServePipeline => typed(object, |p: ServePipeline| {
+            validation::servepipeline::validate(&p, gates)
+        }),
+        WebhookKind::RayCluster => typed(object, |c: RayCluster| {
+            validation::raycluster::validate(&c, gates)
+        }),
+        WebhookKind::RayJob => typed(object, |j: RayJob| validation::rayjob::validate(&j, gates)),
+        WebhookKind::RayService => typed(object, |s: RayService| {
+            validation::rayservice::validate(&s, gates)
+        }),
+        WebhookKind::RayCronJob => typed(object, |c: RayCronJob| {
+            validation::raycronjob::validate(&c, gates)
+        }),
     };
     if problems.is_empty() {
         return AdmissionResponse::allow(uid);
@@ -193,9 +198,13 @@ pub fn review(
     )
 }
 
-fn typed<K: DeserializeOwned>(object: &Value, check: impl FnOnce(K) -> Vec<String>) -> Vec<String> {
+/// The problems' messages, or why the object could not be read as a `K`.
+fn typed<K: DeserializeOwned>(
+    object: &Value,
+    check: impl FnOnce(K) -> Vec<Problem>,
+) -> Vec<String> {
     match serde_json::from_value::<K>(object.clone()) {
-        Ok(k) => check(k),
+        Ok(k) => check(k).into_iter().map(|p| p.message).collect(),
         Err(e) => vec![format!("the object cannot be read: {e}")],
     }
 }

@@ -20,8 +20,9 @@ use raypipe::api::raycluster::ClusterState;
 use raypipe::controllers::raycluster::builders::pod::{WorkerReplica, head_pod, worker_pod};
 use raypipe::controllers::raycluster::builders::{BuildOptions, service};
 use raypipe::controllers::raycluster::status::desired_workers;
-use raypipe::controllers::raycluster::{self, Config, validate};
+use raypipe::controllers::raycluster::{self, Config};
 use raypipe::kuberay::{names, spec::spec_hash};
+use raypipe::validation::raycluster::controller as validate;
 use serde_json::{Value, json};
 
 use crate::support::{self, assert_contains, eventually};

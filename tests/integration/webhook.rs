@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use raypipe::admin::Metrics;
-use raypipe::config::FeatureGates;
+use raypipe::validation::feature_gates::FeatureGates;
 use raypipe::webhook::registration::{self, Endpoint, FailurePolicy, Selectors};
 use raypipe::webhook::{self, WebhookKind, tls};
 use serde_json::{Value, json};
@@ -168,7 +168,7 @@ async fn the_webhook_refuses_invalid_objects_with_our_messages_and_admits_every_
                 "RayService",
                 "too-big",
                 json!({"rayClusterConfig": cluster_spec(),
-                       "serveConfigV2": "#".repeat(raypipe::webhook::rules::MAX_SERVE_CONFIG_BYTES + 1)}),
+                       "serveConfigV2": "#".repeat(raypipe::validation::rayservice::MAX_SERVE_CONFIG_BYTES + 1)}),
             ),
             "fit in one object",
         ),

@@ -20,7 +20,6 @@ pub mod expectations;
 mod pods;
 pub mod scaling;
 pub mod status;
-pub mod validate;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -587,7 +586,7 @@ async fn reconcile_inner(cluster: &RayCluster, ctx: &Context) -> Result<Action, 
     }
 
     // validate
-    if let Err(invalid) = validate::validate(cluster) {
+    if let Err(invalid) = crate::validation::raycluster::controller::validate(cluster) {
         warn!(reason = invalid.reason, message = %invalid.message, "RayCluster refused");
         ctx.event(
             cluster,

@@ -33,13 +33,14 @@ use tracing::{Instrument, debug, info, warn};
 use crate::api::raycronjob::{ConcurrencyPolicy, RayCronJob, RayCronJobStatus};
 use crate::api::rayjob::{JobDeploymentStatus, RayJob};
 use crate::k8s::field_managers;
+use crate::validation::cron::Schedule;
 
 /// Label naming the RayCronJob a RayJob was created by.
 pub const CRONJOB_NAME_LABEL: &str = "ray.io/cronjob-name";
 /// Annotation with the tick a RayJob was created for (RFC 3339, UTC).
 pub const SCHEDULED_TIMESTAMP_ANNOTATION: &str = "ray.io/cronjob-scheduled-timestamp";
 /// KubeRay's limit on RayCronJob names (the RayJob name adds a suffix).
-pub const MAX_NAME_LENGTH: usize = 36;
+pub const MAX_NAME_LENGTH: usize = crate::validation::raycronjob::MAX_RAYCRONJOB_NAME;
 
 pub mod reasons {
     pub const INVALID_SPEC: &str = "InvalidRayCronJobSpec";
@@ -227,47 +228,8 @@ fn error_policy(cron: Arc<RayCronJob>, error: &Error, _ctx: Arc<Context>) -> Act
 }
 
 /// The problem KubeRay would report (§6.2), if any.
-pub fn validate(cron: &RayCronJob) -> Result<(schedule::Schedule, TimeZone), String> {
-    let name = cron.name_any();
-    if name.len() > MAX_NAME_LENGTH {
-        return Err(format!(
-            "the RayCronJob name {name:?} is longer than {MAX_NAME_LENGTH} characters"
-        ));
-    }
-    if !crate::controllers::rayjob::validate::is_dns1035_label(&name) {
-        return Err(format!(
-            "the RayCronJob name {name:?} is not a DNS-1035 label"
-        ));
-    }
-    if cron.spec.schedule.contains("TZ") {
-        return Err(
-            "CRON_TZ or TZ in the schedule is not supported; use spec.timeZone instead".into(),
-        );
-    }
-    let parsed = schedule::parse(&cron.spec.schedule).map_err(|e| e.to_string())?;
-    let zone = match cron.spec.time_zone.as_deref() {
-        None => None,
-        Some(zone) => Some(schedule::load_time_zone(zone.trim()).map_err(|e| e.to_string())?),
-    };
-    for (field, limit) in [
-        (
-            "successfulJobsHistoryLimit",
-            cron.spec.successful_jobs_history_limit,
-        ),
-        (
-            "failedJobsHistoryLimit",
-            cron.spec.failed_jobs_history_limit,
-        ),
-    ] {
-        if limit.is_some_and(|l| l < 0) {
-            return Err(format!("{field} must be >= 0"));
-        }
-    }
-    // The template must be a valid RayJob (checked under the name the first RayJob gets).
-    let mut probe = RayJob::new(&format!("{name}-00000000"), cron.spec.job_template.clone());
-    probe.metadata.namespace = cron.namespace();
-    crate::controllers::rayjob::validate::validate(&probe, true).map_err(|i| i.message)?;
-    Ok((parsed, zone.unwrap_or(TimeZone::UTC)))
+pub fn validate(cron: &RayCronJob) -> Result<(Schedule, TimeZone), String> {
+    crate::validation::raycronjob::controller_checks(cron).map_err(|p| p.message)
 }
 
 /// The RayJob name for a tick: `<cronjob>-<minutes since the epoch>` (KubeRay's and batch/v1's).
@@ -309,7 +271,7 @@ pub struct Plan {
 /// what the history limits prune.
 pub fn plan(
     cron: &RayCronJob,
-    schedule: &schedule::Schedule,
+    schedule: &Schedule,
     zone: &TimeZone,
     jobs: &[Observed],
     now: Timestamp,

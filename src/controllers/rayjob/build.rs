@@ -28,9 +28,7 @@ pub const ORIGINATED_FROM_RAYJOB: &str = "RayJob";
 
 /// The submission mode, defaulted as the API server does.
 pub fn mode(job: &RayJob) -> JobSubmissionMode {
-    job.spec
-        .submission_mode
-        .unwrap_or(JobSubmissionMode::K8sJobMode)
+    crate::validation::rayjob::controller::mode(job)
 }
 
 /// The mode as written in the API (`HTTPMode`, …).
@@ -45,12 +43,7 @@ pub fn mode_str(mode: JobSubmissionMode) -> &'static str {
 
 /// The cluster named by `clusterSelector` (`ray.io/cluster`), if the RayJob uses one.
 pub fn selected_cluster(job: &RayJob) -> Option<&str> {
-    job.spec
-        .cluster_selector
-        .as_ref()
-        .and_then(|s| s.get(labels::CLUSTER))
-        .map(String::as_str)
-        .filter(|s| !s.is_empty())
+    crate::validation::rayjob::controller::selected_cluster(job)
 }
 
 /// `<rayjob>-<5 random>` through checkName, as KubeRay names generated clusters and job ids.
@@ -121,26 +114,12 @@ pub fn dashboard_url(service: &str, namespace: &str, domain: &str, port: u16) ->
 
 /// `runtimeEnvYAML` as a JSON value (`None` when unset or empty).
 pub fn runtime_env(job: &RayJob) -> Result<Option<serde_json::Value>, Error> {
-    match job.spec.runtime_env_yaml.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(yaml) => {
-            let value: serde_json::Value = serde_yaml::from_str(yaml)
-                .map_err(|e| Error::Invalid(format!("runtimeEnvYAML is not valid YAML: {e}")))?;
-            Ok((!value.is_null()).then_some(value))
-        }
-    }
+    crate::validation::rayjob::controller::runtime_env(job).map_err(Error::Invalid)
 }
 
 /// `entrypointResources` as a map of resource name to amount.
 pub fn entrypoint_resources(job: &RayJob) -> Result<Option<BTreeMap<String, f64>>, Error> {
-    match job.spec.entrypoint_resources.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(json) => serde_json::from_str(json).map(Some).map_err(|e| {
-            Error::Invalid(format!(
-                "entrypointResources is not a JSON object of numbers: {e}"
-            ))
-        }),
-    }
+    crate::validation::rayjob::controller::entrypoint_resources(job).map_err(Error::Invalid)
 }
 
 /// The HTTPMode submission (§8): zero or empty fields are left out.

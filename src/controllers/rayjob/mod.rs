@@ -20,7 +20,6 @@
 
 pub mod build;
 pub mod transitions;
-pub mod validate;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -58,7 +57,7 @@ pub const FINALIZER: &str = "ray.io/rayjob-finalizer";
 
 /// KubeRay's Event reasons for RayJobs.
 pub mod reasons {
-    pub use super::validate::reasons::*;
+    pub use crate::validation::rayjob::reasons::*;
     pub const CREATED_RAY_CLUSTER: &str = "CreatedRayCluster";
     pub const DELETED_RAY_CLUSTER: &str = "DeletedRayCluster";
     pub const UPDATED_RAY_CLUSTER: &str = "UpdatedRayCluster";
@@ -354,7 +353,9 @@ async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action, Error> {
     status.succeeded.get_or_insert(0);
     status.failed.get_or_insert(0);
 
-    if let Err(invalid) = validate::validate(job, ctx.config.deletion_policy) {
+    if let Err(invalid) =
+        crate::validation::rayjob::controller::validate(job, ctx.config.deletion_policy)
+    {
         warn!(reason = invalid.reason, message = %invalid.message, "RayJob refused");
         ctx.event(
             job,

@@ -142,6 +142,8 @@ pub struct Config {
     pub build: BuildOptions,
     /// Where reconciles and upgrade durations are recorded.
     pub metrics: crate::admin::Metrics,
+    /// The operator's feature gates, which the validation rules consult.
+    pub feature_gates: crate::validation::feature_gates::FeatureGates,
 }
 
 impl Default for Config {
@@ -157,6 +159,7 @@ impl Default for Config {
             steady_poll: Duration::from_secs(10),
             build: BuildOptions::default(),
             metrics: crate::admin::Metrics::new(),
+            feature_gates: crate::validation::feature_gates::FeatureGates::default(),
         }
     }
 }
@@ -476,10 +479,9 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     let clusters = ctx.owned_clusters(service);
 
     // Validate.
-    let problems =
-        crate::webhook::rules::rayservice(service, &crate::config::FeatureGates::default());
+    let problems = crate::validation::rayservice::validate(service, &ctx.config.feature_gates);
     if !problems.is_empty() {
-        let message = problems.join("; ");
+        let message = crate::validation::problem::join(&problems);
         warn!(%message, "RayService refused");
         ctx.event(
             service,
@@ -728,7 +730,7 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
         });
     let initializing_timeout = service
         .annotations()
-        .get(crate::webhook::rules::ANNOTATION_INITIALIZING_TIMEOUT)
+        .get(crate::kuberay::keys::annotations::INITIALIZING_TIMEOUT)
         .and_then(|t| crate::validation::duration::parse_seconds_or_duration(t).ok());
     let timed_out = status::set_conditions(
         &mut status,

@@ -210,7 +210,7 @@ pub fn host_of(url: &str) -> String {
             let host = u.host_str()?.to_owned();
             Some(format!("{host}:{}", u.port_or_known_default().unwrap_or(0)))
         })
-        .unwrap_or_else(|| crate::validation::cut(url, 256))
+        .unwrap_or_else(|| crate::k8s::truncate(url, 256))
 }
 
 #[cfg(test)]

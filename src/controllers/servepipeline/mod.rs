@@ -358,7 +358,7 @@ fn source_problem(e: &SourceError) -> Problem {
     Problem {
         condition: condition_types::SOURCE_READY,
         reason: e.reason().to_owned(),
-        message: crate::validation::cut(&e.to_string(), MAX_LOGGED_MESSAGE),
+        message: crate::k8s::truncate(&e.to_string(), MAX_LOGGED_MESSAGE),
     }
 }
 
@@ -400,11 +400,15 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     // validate
     let mut problem: Option<Problem> = None;
     let mut transient = false;
-    if let Err(problems) = crate::validation::servepipeline::validate_spec(&pipeline) {
+    let problems = crate::validation::servepipeline::validate_spec(&pipeline);
+    if !problems.is_empty() {
         problem = Some(Problem {
             condition: condition_types::READY,
             reason: reasons::INVALID_SPEC.to_owned(),
-            message: crate::validation::cut(&problems.join("; "), MAX_LOGGED_MESSAGE),
+            message: crate::k8s::truncate(
+                &crate::validation::problem::join(&problems),
+                MAX_LOGGED_MESSAGE,
+            ),
         });
     }
 
@@ -574,7 +578,7 @@ async fn reconcile_inner(pipeline: Arc<ServePipeline>, ctx: Arc<Context>) -> Res
     if current != announced
         && let Some(p) = &problem
     {
-        let message = crate::validation::cut(&p.message, MAX_LOGGED_MESSAGE);
+        let message = crate::k8s::truncate(&p.message, MAX_LOGGED_MESSAGE);
         warn!(reason = %p.reason, %message, "pipeline problem");
         crate::k8s::publish_event(
             &ctx.recorder,
@@ -754,7 +758,7 @@ async fn fetch_and_validate_inner(
                     Problem {
                         condition: condition_types::GRAPH_VALID,
                         reason: reason.to_owned(),
-                        message: crate::validation::cut(&message, MAX_LOGGED_MESSAGE),
+                        message: crate::k8s::truncate(&message, MAX_LOGGED_MESSAGE),
                     },
                     false,
                 )

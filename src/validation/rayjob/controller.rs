@@ -1,79 +1,89 @@
-//! What KubeRay refuses to run (§6.2, RayJob part): a refused RayJob gets a Warning Event and
-//! the `ValidationFailed` deployment status, and is not requeued.
+//! What KubeRay's RayJob controller refuses to run (§6.2, RayJob part): KubeRay's first problem
+//! in KubeRay's order and words. A refused RayJob gets a Warning Event and the
+//! `ValidationFailed` deployment status, and is not requeued. The full admission rule set,
+//! which collects every problem, is the parent module.
 
 use kube::ResourceExt;
 
-use super::build::{self, selected_cluster};
+use super::reasons;
 use crate::api::RayCluster;
 use crate::api::rayjob::{DeletionPolicyType, JobDeploymentStatus, JobSubmissionMode, RayJob};
-use crate::controllers::raycluster::validate as cluster_validate;
+use crate::kuberay::keys::labels;
 use crate::kuberay::spec::autoscaling_enabled;
+use crate::validation::k8s_names::first_name_problem;
+use crate::validation::problem::Problem;
+use crate::validation::raycluster::controller as cluster_validate;
 
 /// KubeRay's limit: the RayJob name plus a 5-character suffix must stay a valid cluster name.
-pub const MAX_NAME_LENGTH: usize = 47;
+pub const MAX_NAME_LENGTH: usize = super::MAX_RAYJOB_NAME;
 
-pub mod reasons {
-    pub const INVALID_SPEC: &str = "InvalidRayJobSpec";
-    pub const INVALID_METADATA: &str = "InvalidRayJobMetadata";
-    pub const INVALID_STATUS: &str = "InvalidRayJobStatus";
+fn spec(message: impl Into<String>) -> Problem {
+    Problem::new("spec", reasons::INVALID_SPEC, message)
 }
 
-/// Why a RayJob is refused: the Event reason and a message a person can act on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: &'static str,
-    pub message: String,
+/// `spec.submissionMode`, K8sJobMode when unset.
+pub fn mode(job: &RayJob) -> JobSubmissionMode {
+    job.spec
+        .submission_mode
+        .unwrap_or(JobSubmissionMode::K8sJobMode)
 }
 
-fn spec(message: impl Into<String>) -> Invalid {
-    Invalid {
-        reason: reasons::INVALID_SPEC,
-        message: message.into(),
+/// The cluster named by `clusterSelector` (`ray.io/cluster`), if the RayJob uses one.
+pub fn selected_cluster(job: &RayJob) -> Option<&str> {
+    job.spec
+        .cluster_selector
+        .as_ref()
+        .and_then(|s| s.get(labels::CLUSTER))
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// `runtimeEnvYAML` as JSON (`None` when unset, empty or null).
+pub fn runtime_env(job: &RayJob) -> Result<Option<serde_json::Value>, String> {
+    match job.spec.runtime_env_yaml.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(yaml) => {
+            let value: serde_json::Value = serde_yaml::from_str(yaml)
+                .map_err(|e| format!("runtimeEnvYAML is not valid YAML: {e}"))?;
+            Ok((!value.is_null()).then_some(value))
+        }
+    }
+}
+
+/// `entrypointResources` as a map of resource name to amount.
+pub fn entrypoint_resources(
+    job: &RayJob,
+) -> Result<Option<std::collections::BTreeMap<String, f64>>, String> {
+    match job.spec.entrypoint_resources.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(json) => serde_json::from_str(json)
+            .map(Some)
+            .map_err(|e| format!("entrypointResources is not a JSON object of numbers: {e}")),
     }
 }
 
 /// The first problem KubeRay would report. `deletion_gate`: feature gate RayJobDeletionPolicy.
-pub fn validate(job: &RayJob, deletion_gate: bool) -> Result<(), Invalid> {
+pub fn validate(job: &RayJob, deletion_gate: bool) -> Result<(), Problem> {
     validate_metadata(job)?;
     validate_spec(job, deletion_gate)?;
     validate_status(job)
 }
 
-fn validate_metadata(job: &RayJob) -> Result<(), Invalid> {
-    let name = job.name_any();
-    let problem = if name.len() > MAX_NAME_LENGTH {
-        Some(format!(
-            "the RayJob name {name:?} is longer than {MAX_NAME_LENGTH} characters"
-        ))
-    } else if !is_dns1035_label(&name) {
-        Some(format!("the RayJob name {name:?} is not a DNS-1035 label"))
-    } else {
-        None
-    };
-    match problem {
-        Some(message) => Err(Invalid {
-            reason: reasons::INVALID_METADATA,
+fn validate_metadata(job: &RayJob) -> Result<(), Problem> {
+    match first_name_problem("RayJob", &job.name_any(), MAX_NAME_LENGTH, "") {
+        Some(message) => Err(Problem::new(
+            "metadata.name",
+            reasons::INVALID_METADATA,
             message,
-        }),
+        )),
         None => Ok(()),
     }
 }
 
-pub(crate) fn is_dns1035_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes[0].is_ascii_lowercase()
-        && bytes[bytes.len() - 1] != b'-'
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-}
-
-fn validate_spec(job: &RayJob, deletion_gate: bool) -> Result<(), Invalid> {
+fn validate_spec(job: &RayJob, deletion_gate: bool) -> Result<(), Problem> {
     let s = &job.spec;
     let shutdown = s.shutdown_after_job_finishes == Some(true);
-    let mode = build::mode(job);
+    let mode = mode(job);
     if s.suspend == Some(true) && !shutdown {
         return Err(spec(
             "a RayJob with suspend=true must also set shutdownAfterJobFinishes=true",
@@ -142,8 +152,8 @@ fn validate_spec(job: &RayJob, deletion_gate: bool) -> Result<(), Invalid> {
     {
         return Err(spec("entrypoint must be set"));
     }
-    build::runtime_env(job).map_err(|e| spec(e.to_string()))?;
-    build::entrypoint_resources(job).map_err(|e| spec(e.to_string()))?;
+    runtime_env(job).map_err(spec)?;
+    entrypoint_resources(job).map_err(spec)?;
     if let Some(cluster_spec) = &s.ray_cluster_spec {
         if cluster_spec
             .auth_options
@@ -161,7 +171,7 @@ fn validate_spec(job: &RayJob, deletion_gate: bool) -> Result<(), Invalid> {
     validate_deletion_strategy(job, deletion_gate)
 }
 
-fn validate_deletion_strategy(job: &RayJob, gate: bool) -> Result<(), Invalid> {
+fn validate_deletion_strategy(job: &RayJob, gate: bool) -> Result<(), Problem> {
     let s = &job.spec;
     let Some(strategy) = &s.deletion_strategy else {
         return Ok(());
@@ -174,7 +184,7 @@ fn validate_deletion_strategy(job: &RayJob, gate: bool) -> Result<(), Invalid> {
     let shutdown = s.shutdown_after_job_finishes == Some(true);
     let selector = s.cluster_selector.is_some();
     let autoscaling = s.ray_cluster_spec.as_ref().is_some_and(autoscaling_enabled);
-    let check_policy = |policy: DeletionPolicyType| -> Result<(), Invalid> {
+    let check_policy = |policy: DeletionPolicyType| -> Result<(), Problem> {
         if selector
             && matches!(
                 policy,
@@ -262,24 +272,50 @@ fn validate_deletion_strategy(job: &RayJob, gate: bool) -> Result<(), Invalid> {
     Ok(())
 }
 
-fn validate_status(job: &RayJob) -> Result<(), Invalid> {
+fn validate_status(job: &RayJob) -> Result<(), Problem> {
     let status = job.status.as_ref().and_then(|s| s.job_deployment_status);
     if status == Some(JobDeploymentStatus::Waiting)
-        && build::mode(job) != JobSubmissionMode::InteractiveMode
+        && mode(job) != JobSubmissionMode::InteractiveMode
     {
-        return Err(Invalid {
-            reason: reasons::INVALID_STATUS,
-            message: "the Waiting deployment status is only valid in InteractiveMode".into(),
-        });
+        return Err(Problem::new(
+            "status.jobDeploymentStatus",
+            reasons::INVALID_STATUS,
+            "the Waiting deployment status is only valid in InteractiveMode",
+        ));
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::build::tests::job;
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    /// A small valid RayJob with `extra` merged in (objects merge, anything else replaces).
+    fn job(extra: Value) -> RayJob {
+        fn merge(doc: &mut Value, patch: Value) {
+            match (doc, patch) {
+                (Value::Object(doc), Value::Object(patch)) => {
+                    for (k, v) in patch {
+                        merge(doc.entry(k).or_insert(Value::Null), v);
+                    }
+                }
+                (doc, patch) => *doc = patch,
+            }
+        }
+        let mut doc = json!({
+            "apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": "rj", "namespace": "ns", "uid": "u-1", "labels": {"team": "a"}},
+            "spec": {
+                "entrypoint": " python -c 'print(1)' ",
+                "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                    {"name": "ray-head", "image": "rayproject/ray:2.52.0",
+                     "ports": [{"name": "dashboard", "containerPort": 8266}]}]}}}}
+            }
+        });
+        merge(&mut doc, extra);
+        serde_json::from_value(doc).expect("a RayJob")
+    }
 
     #[test]
     fn accepts_a_plain_job_and_refuses_kuberays_mistakes() {

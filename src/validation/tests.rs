@@ -1,6 +1,22 @@
+//! The admission rules of every kind, against the samples and against KubeRay's cases.
+
 use serde_json::{Value, json};
 
-use super::*;
+use super::feature_gates::FeatureGates;
+use super::k8s_names::is_label_key;
+use super::raycronjob::{is_time_zone_name, schedule_problem};
+use super::rayservice::MAX_SERVE_CONFIG_BYTES;
+use super::{raycluster, raycronjob, rayjob, rayservice, servepipeline};
+
+/// The messages only: the rules' text is what these tests pin.
+fn messages(problems: Vec<super::problem::Problem>) -> Vec<String> {
+    problems.into_iter().map(|p| p.message).collect()
+}
+
+/// `Ok` when the cron parser and the admission extras accept `schedule`.
+fn check_cron_schedule(schedule: &str) -> Result<(), String> {
+    schedule_problem(schedule).map_or(Ok(()), Err)
+}
 
 fn gates() -> FeatureGates {
     FeatureGates::default()
@@ -43,26 +59,26 @@ fn problems_with(doc: &Value, gates: &FeatureGates) -> Option<Vec<String>> {
     let gates = gates.clone();
     let kind = doc["kind"].as_str()?;
     let parse = |d: &Value| d.clone();
-    Some(match kind {
-        "RayCluster" => raycluster(
+    Some(messages(match kind {
+        "RayCluster" => raycluster::validate(
             &serde_json::from_value(parse(doc)).expect("RayCluster"),
             &gates,
         ),
-        "RayJob" => rayjob(&serde_json::from_value(parse(doc)).expect("RayJob"), &gates),
-        "RayService" => rayservice(
+        "RayJob" => rayjob::validate(&serde_json::from_value(parse(doc)).expect("RayJob"), &gates),
+        "RayService" => rayservice::validate(
             &serde_json::from_value(parse(doc)).expect("RayService"),
             &gates,
         ),
-        "RayCronJob" => raycronjob(
+        "RayCronJob" => raycronjob::validate(
             &serde_json::from_value(parse(doc)).expect("RayCronJob"),
             &gates,
         ),
-        "ServePipeline" => servepipeline(
+        "ServePipeline" => servepipeline::validate(
             &serde_json::from_value(parse(doc)).expect("ServePipeline"),
             &gates,
         ),
         _ => return None,
-    })
+    }))
 }
 
 #[test]

@@ -1,12 +1,13 @@
-//! What KubeRay refuses to reconcile (its in-controller validation and admission webhook),
-//! checked before anything is built. A refused cluster gets a Warning Event and no writes.
+//! What KubeRay's RayCluster controller refuses to reconcile, checked before anything is built:
+//! KubeRay's first problem in KubeRay's order and words (it reports one, so this does too). A
+//! refused cluster gets a Warning Event and no writes. The full admission rule set, which
+//! collects every problem, is the parent module.
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar};
+use k8s_openapi::api::core::v1::Container;
 use kube::ResourceExt;
 
-use super::builders::has_env;
 use crate::api::conditions;
 use crate::api::raycluster::{
     AutoscalerVersion, GcsFaultToleranceBackend, RayCluster, condition_types,
@@ -16,67 +17,44 @@ use crate::kuberay::spec::{
     Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_enabled,
     k8s_auth_enabled, ray_version_at_least,
 };
+use crate::validation::k8s_names::{first_name_problem, is_label_key, is_label_value};
+use crate::validation::pod::{env_value, has_env};
+use crate::validation::problem::Problem;
 
 /// KubeRay's limit: `<name>-serve-svc` must stay a valid Service name.
-pub const MAX_NAME_LENGTH: usize = 53;
+pub const MAX_NAME_LENGTH: usize = super::MAX_RAYCLUSTER_NAME;
 
-/// Why a cluster is not reconciled: the Event reason and a message a person can act on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-fn spec_error(message: impl Into<String>) -> Invalid {
-    Invalid {
-        reason: reasons::INVALID_SPEC,
-        message: message.into(),
-    }
+fn spec_error(message: String) -> Problem {
+    Problem::new("spec", reasons::INVALID_SPEC, message)
 }
 
 /// The first problem KubeRay would report, in KubeRay's order.
-pub fn validate(cluster: &RayCluster) -> Result<(), Invalid> {
+pub fn validate(cluster: &RayCluster) -> Result<(), Problem> {
     validate_metadata(cluster)?;
     validate_spec(cluster).map_err(spec_error)?;
     validate_status(cluster)
 }
 
 /// Name length and DNS-1035 syntax.
-fn validate_metadata(cluster: &RayCluster) -> Result<(), Invalid> {
-    let name = cluster.name_any();
-    let problem = if name.len() > MAX_NAME_LENGTH {
-        Some(format!(
-            "the RayCluster name {name:?} is longer than {MAX_NAME_LENGTH} characters"
-        ))
-    } else if !is_dns1035_label(&name) {
-        Some(format!(
-            "the RayCluster name {name:?} is not a DNS-1035 label (lower-case letters, digits and '-', starting with a letter)"
-        ))
-    } else {
-        None
-    };
+fn validate_metadata(cluster: &RayCluster) -> Result<(), Problem> {
+    let problem = first_name_problem(
+        "RayCluster",
+        &cluster.name_any(),
+        MAX_NAME_LENGTH,
+        " (lower-case letters, digits and '-', starting with a letter)",
+    );
     match problem {
-        Some(message) => Err(Invalid {
-            reason: reasons::INVALID_METADATA,
+        Some(message) => Err(Problem::new(
+            "metadata.name",
+            reasons::INVALID_METADATA,
             message,
-        }),
+        )),
         None => Ok(()),
     }
 }
 
-fn is_dns1035_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes[0].is_ascii_lowercase()
-        && bytes[bytes.len() - 1] != b'-'
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-}
-
 /// Suspending and Suspended never hold together; if they do, the status was edited by hand.
-fn validate_status(cluster: &RayCluster) -> Result<(), Invalid> {
+fn validate_status(cluster: &RayCluster) -> Result<(), Problem> {
     let status = cluster
         .status
         .as_ref()
@@ -87,57 +65,18 @@ fn validate_status(cluster: &RayCluster) -> Result<(), Invalid> {
     if is_true(condition_types::RAY_CLUSTER_SUSPENDING)
         && is_true(condition_types::RAY_CLUSTER_SUSPENDED)
     {
-        return Err(Invalid {
-            reason: reasons::INVALID_STATUS,
-            message: "the RayClusterSuspending and RayClusterSuspended conditions are both True"
-                .into(),
-        });
+        return Err(Problem::new(
+            "status.conditions",
+            reasons::INVALID_STATUS,
+            "the RayClusterSuspending and RayClusterSuspended conditions are both True",
+        ));
     }
     Ok(())
 }
 
-fn env_value<'a>(container: &'a Container, name: &str) -> Option<&'a EnvVar> {
-    container.env.iter().flatten().find(|e| e.name == name)
-}
-
 fn enables_autoscaler_v2(container: &Container) -> bool {
-    env_value(container, env_names::RAY_ENABLE_AUTOSCALER_V2)
-        .and_then(|e| e.value.as_deref())
+    env_value(Some(container), env_names::RAY_ENABLE_AUTOSCALER_V2)
         .is_some_and(|v| v == "1" || v == "true")
-}
-
-/// A label key (optional DNS prefix, then a name of at most 63 characters) or value.
-fn is_label_key(key: &str) -> bool {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                !part.is_empty()
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            })
-    });
-    prefix_ok && !name.is_empty() && is_label_value(name)
-}
-
-fn is_label_value(value: &str) -> bool {
-    if value.is_empty() {
-        return true;
-    }
-    let bytes = value.as_bytes();
-    bytes.len() <= 63
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 fn validate_group(
@@ -268,8 +207,7 @@ fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
             annotations::FT_ENABLED
         ));
     }
-    let head_env = head.env.as_deref().unwrap_or_default();
-    if !gcs_ft_enabled(cluster) && has_env(head_env, env_names::RAY_REDIS_ADDRESS) {
+    if !gcs_ft_enabled(cluster) && has_env(Some(head), env_names::RAY_REDIS_ADDRESS) {
         return Err(format!(
             "{} is set on the head, which needs GCS fault tolerance: set gcsFaultToleranceOptions",
             env_names::RAY_REDIS_ADDRESS
@@ -283,7 +221,7 @@ fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
             return Err("rayStartParams 'redis-password' cannot be used with gcsFaultToleranceOptions; use redisPassword".into());
         }
         for name in [env_names::REDIS_PASSWORD, env_names::RAY_REDIS_ADDRESS] {
-            if has_env(head_env, name) {
+            if has_env(Some(head), name) {
                 return Err(format!(
                     "the head cannot set {name} with gcsFaultToleranceOptions; use redisPassword / redisAddress"
                 ));
@@ -313,7 +251,7 @@ fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
     if head_params
         .and_then(|p| p.get("redis-username"))
         .is_some_and(|v| !v.is_empty())
-        || has_env(head_env, env_names::REDIS_USERNAME)
+        || has_env(Some(head), env_names::REDIS_USERNAME)
     {
         return Err("a Redis username cannot come from rayStartParams or REDIS_USERNAME; use gcsFaultToleranceOptions.redisUsername".into());
     }
@@ -337,7 +275,7 @@ fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
             ));
         }
         if autoscaler_version(spec).is_some()
-            && has_env(head_env, env_names::RAY_ENABLE_AUTOSCALER_V2)
+            && has_env(Some(head), env_names::RAY_ENABLE_AUTOSCALER_V2)
         {
             return Err(format!(
                 "both autoscalerOptions.version and the head env {} are set; use only the former",
@@ -376,10 +314,12 @@ fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
         if options.idle_timeout_seconds.is_some_and(|s| s < 0) {
             return Err("autoscalerOptions.idleTimeoutSeconds must not be negative".into());
         }
-        if has_env(
-            options.env.as_deref().unwrap_or_default(),
-            env_names::KUBERAY_GEN_AUTOSCALER_START_CMD,
-        ) {
+        if options
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name == env_names::KUBERAY_GEN_AUTOSCALER_START_CMD)
+        {
             return Err(format!(
                 "autoscalerOptions.env must not set {}: the operator sets it",
                 env_names::KUBERAY_GEN_AUTOSCALER_START_CMD
@@ -442,8 +382,11 @@ fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::raycluster::builders::test_cluster;
     use serde_json::{Value, json};
+
+    fn test_cluster(value: Value) -> RayCluster {
+        serde_json::from_value(value).expect("a RayCluster")
+    }
 
     fn base(spec_extra: Value) -> Value {
         let mut value = json!({
