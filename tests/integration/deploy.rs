@@ -154,7 +154,7 @@ async fn apply(client: &kube::Client, doc: &Value, dry_run: bool) -> Result<(), 
 
 #[tokio::test]
 async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let release_ns = support::namespace(&client, "chart").await;
     let watched = support::namespace(&client, "chart-watched").await;
@@ -385,7 +385,7 @@ async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
 
 #[tokio::test]
 async fn the_namespace_scoped_rbac_is_enough_for_the_operator_and_no_more() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let operator_ns = support::namespace(&client, "rbac-op").await;
     let watched = support::namespace(&client, "rbac-watched").await;
@@ -635,7 +635,7 @@ async fn raypipes_crds_replace_kuberays_where_v1alpha1_objects_were_stored() {
     use raypipe::api::RayCluster;
     use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
 
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let plane = ControlPlane::start(ControlPlaneOptions {
         install_crds: false,
         ..ControlPlaneOptions::default()
@@ -745,7 +745,7 @@ async fn raypipes_crds_replace_kuberays_where_v1alpha1_objects_were_stored() {
 #[tokio::test]
 async fn under_the_charts_rbac_the_raycluster_controller_sets_up_an_autoscaled_cluster() {
     use k8s_openapi::api::rbac::v1::Role;
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let operator_ns = support::namespace(&client, "rbac-rc-op").await;
     let watched = support::namespace(&client, "rbac-rc-watched").await;
