@@ -102,13 +102,18 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
-/// `raypipe` followed by the arguments of the chart's operator container.
-fn operator_command(docs: &[Value]) -> Vec<String> {
+/// The chart's operator container.
+fn operator_container(docs: &[Value]) -> &Value {
     let deployment = of_kind(docs, "Deployment")
         .into_iter()
         .next()
         .expect("the chart renders a Deployment");
-    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    &deployment["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// `raypipe` followed by the arguments of the chart's operator container.
+fn operator_command(docs: &[Value]) -> Vec<String> {
+    let args = operator_container(docs)["args"]
         .as_array()
         .expect("the container has args");
     std::iter::once("raypipe".to_owned())
@@ -122,11 +127,7 @@ fn operator_env_as_flags(docs: &[Value]) -> Vec<String> {
     use clap::CommandFactory;
     let cli = raypipe::cli::Cli::command();
     let run = cli.find_subcommand("run").expect("a run subcommand");
-    let deployment = of_kind(docs, "Deployment")
-        .into_iter()
-        .next()
-        .expect("the chart renders a Deployment");
-    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    let env = operator_container(docs)["env"]
         .as_array()
         .expect("the container has env");
     env.iter()
@@ -539,7 +540,6 @@ async fn the_namespace_scoped_rbac_is_enough_for_the_operator_and_no_more() {
 /// and a value set in the chart is the value the operator parses.
 #[test]
 fn every_kuberay_switch_is_a_chart_value_under_its_environment_name() {
-    use clap::CommandFactory;
     let parse = |docs: &[Value]| {
         let argv = operator_command(docs)
             .into_iter()
@@ -551,23 +551,15 @@ fn every_kuberay_switch_is_a_chart_value_under_its_environment_name() {
             other => panic!("the chart's arguments and env do not parse: {other:?}"),
         }
     };
-    let cli = raypipe::cli::Cli::command();
-    let run = cli.find_subcommand("run").expect("a run subcommand");
-    let switches: Vec<&str> = run
-        .get_arguments()
-        .filter(|a| a.get_help_heading() == Some("KubeRay compatibility switches"))
-        .filter_map(|a| a.get_env()?.to_str())
-        .collect();
     let defaults = render("rp", "raypipe-system", &[]);
-    let container =
-        &of_kind(&defaults, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0];
-    for name in &switches {
+    let container = operator_container(&defaults);
+    for name in raypipe::config::kuberay::environment_names() {
         assert!(
             container["env"]
                 .as_array()
                 .expect("env")
                 .iter()
-                .any(|e| e["name"] == *name),
+                .any(|e| e["name"] == name),
             "the chart does not set {name}"
         );
     }
