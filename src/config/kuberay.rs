@@ -69,7 +69,7 @@ pub struct KubeRayArgs {
     /// A finished RayJob's shutdown deletes the RayJob itself instead of its cluster.
     #[arg(long, env = "DELETE_RAYJOB_CR_AFTER_JOB_FINISHES", action = ArgAction::Set, default_value = "false", value_parser = only_true)]
     pub delete_rayjob_cr_after_job_finishes: bool,
-    /// Seconds a RayJob's dashboard may stay unreachable before the job is failed.
+    /// Seconds a Ray job's status may stay unreadable from the dashboard before the RayJob fails.
     #[arg(
         long,
         env = "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS",
@@ -77,7 +77,8 @@ pub struct KubeRayArgs {
         value_parser = timeout_seconds
     )]
     pub rayjob_status_check_timeout_seconds: Duration,
-    /// Seconds a RayJob's deployment status may disagree with its Ray job before it moves on.
+    /// Seconds a RayJob may stay Running after its Ray job ended before it is marked Complete or
+    /// Failed.
     #[arg(
         long,
         env = "RAYJOB_DEPLOYMENT_STATUS_TRANSITION_GRACE_PERIOD_SECONDS",
