@@ -257,7 +257,7 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

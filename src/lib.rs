@@ -16,6 +16,8 @@ pub mod pypackage;
 pub mod ray;
 pub mod serve;
 pub mod source;
+pub mod startup;
 pub mod testenv;
+pub mod tls;
 pub mod validation;
 pub mod webhook;

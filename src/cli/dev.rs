@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::ControllerKind;
+use crate::config::ControllerKind;
 use crate::testenv::{ControlPlane, ControlPlaneOptions};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -36,7 +36,7 @@ pub struct DevArgs {
     #[arg(long, env = "RAYPIPE_DEV_REGISTRY_PORT", default_value_t = SAMPLE_REGISTRY_PORT)]
     pub registry_port: u16,
     #[command(flatten)]
-    pub log_level: crate::cli::LogLevelArgs,
+    pub log_level: crate::config::flags::LogLevelArgs,
 }
 
 /// The sample user models the sample graphs import (`samples.models`), delivered to Ray as a
@@ -95,7 +95,7 @@ pub fn local_rayservice_config(
                 port,
             })
         })),
-        ..Config::from_env()?
+        ..Config::default()
     })
 }
 
@@ -298,7 +298,7 @@ async fn serve(
         Some(head)
     };
     controllers_running.store(true, std::sync::atomic::Ordering::SeqCst);
-    let result = crate::controllers::run_with_settings(client, &settings, shutdown).await;
+    let result = crate::controllers::run(client, settings.plan()?, shutdown).await;
     eprintln!("raypipe dev: stopping the control plane …");
     drop(plane);
     result

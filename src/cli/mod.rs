@@ -1,4 +1,6 @@
-//! The `raypipe` command line: `run`, `crds`, `dev`, `dag`.
+//! The `raypipe` command line: `run`, `crds`, `dev`, `dag`. It composes the flags `config`
+//! defines into subcommands and calls `startup` (crypto provider, tracing) before anything
+//! else runs.
 
 pub mod dag;
 pub mod dev;
@@ -7,6 +9,10 @@ pub mod run;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::config::ControllerKind;
+use crate::config::flags::{LogFormat, LogLevelArgs, OperatorArgs};
+use crate::startup;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,30 +42,6 @@ pub enum Command {
     Dag(dag::DagCommand),
 }
 
-/// Which controllers to run; each can be switched off, e.g. to run only the ServePipeline
-/// controller beside an existing KubeRay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum ControllerKind {
-    Servepipeline,
-    Raycluster,
-    Rayservice,
-    Rayjob,
-    Raycronjob,
-}
-
-impl ControllerKind {
-    /// The CRDs this controller reads or writes.
-    pub fn crd_names(self) -> &'static [&'static str] {
-        match self {
-            ControllerKind::Servepipeline => &["servepipelines.raypipe.dev", "rayservices.ray.io"],
-            ControllerKind::Raycluster => &["rayclusters.ray.io"],
-            ControllerKind::Rayservice => &["rayservices.ray.io", "rayclusters.ray.io"],
-            ControllerKind::Rayjob => &["rayjobs.ray.io", "rayclusters.ray.io"],
-            ControllerKind::Raycronjob => &["raycronjobs.ray.io", "rayjobs.ray.io"],
-        }
-    }
-}
-
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Controllers to run (comma separated).
@@ -76,60 +58,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub log_level: LogLevelArgs,
     #[command(flatten)]
-    pub operator: crate::config::OperatorArgs,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// `--log-level`, shared by `run` and `dev`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct LogLevelArgs {
-    /// What to log: a level (error, warn, info, debug, trace) or filter directives such as
-    /// `info,raypipe=debug`. `RUST_LOG`, when set, takes precedence (for debugging a deployment
-    /// without changing its flags).
-    #[arg(long, env = "RAYPIPE_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
-    pub log_level: String,
-}
-
-fn parse_log_level(value: &str) -> Result<String, String> {
-    tracing_subscriber::EnvFilter::try_new(value)
-        .map(|_| value.to_owned())
-        .map_err(|e| format!("not a log level or filter: {e}"))
-}
-
-/// The filter in effect: a non-empty, valid `RUST_LOG` overrides `--log-level`.
-fn log_filter(log_level: &str, rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
-    use tracing_subscriber::EnvFilter;
-    rust_log
-        .filter(|v| !v.trim().is_empty())
-        .and_then(|v| EnvFilter::try_new(v).ok())
-        .or_else(|| EnvFilter::try_new(log_level).ok())
-        .unwrap_or_else(|| EnvFilter::new("info"))
-}
-
-/// Installs the tracing subscriber once, filtered by `log_level` (or `RUST_LOG` when set).
-pub fn init_tracing(format: LogFormat, log_level: &str) {
-    use tracing_subscriber::fmt;
-    let rust_log = std::env::var("RUST_LOG").ok();
-    let filter = log_filter(log_level, rust_log.as_deref());
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-}
-
-/// Installs ring as rustls' process-wide crypto provider (kube, reqwest and rcgen share it).
-pub fn init_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    pub operator: OperatorArgs,
 }
 
 pub fn main() -> ExitCode {
-    init_crypto();
+    startup::init_crypto();
     let cli = Cli::parse();
     match cli.command {
         Command::Crds { out_dir: None } => {
@@ -145,11 +78,11 @@ pub fn main() -> ExitCode {
         },
         Command::Dag(cmd) => dag::run(cmd),
         Command::Run(args) => {
-            init_tracing(args.log_format, &args.log_level.log_level);
+            startup::init_tracing(args.log_format, &args.log_level.log_level);
             runtime_block_on(run::run(*args))
         }
         Command::Dev(args) => {
-            init_tracing(LogFormat::Text, &args.log_level.log_level);
+            startup::init_tracing(LogFormat::Text, &args.log_level.log_level);
             runtime_block_on(dev::run(args))
         }
     }
@@ -186,22 +119,6 @@ mod tests {
     }
 
     #[test]
-    fn every_crd_a_controller_needs_is_one_raypipe_serves() {
-        let served: Vec<String> = crate::api::crds()
-            .iter()
-            .filter_map(|c| c.metadata.name.clone())
-            .collect();
-        for kind in <ControllerKind as clap::ValueEnum>::value_variants() {
-            for name in kind.crd_names() {
-                assert!(
-                    served.iter().any(|s| s == name),
-                    "{kind:?} needs {name}, which raypipe does not serve"
-                );
-            }
-        }
-    }
-
-    #[test]
     fn log_level_is_a_flag_for_run_and_dev_and_rust_log_overrides_it() {
         let cli = Cli::try_parse_from(["raypipe", "run", "--log-level", "debug"]).unwrap();
         let Command::Run(args) = cli.command else {
@@ -215,12 +132,41 @@ mod tests {
         };
         assert_eq!(args.log_level.log_level, "warn,raypipe=trace");
         assert!(Cli::try_parse_from(["raypipe", "run", "--log-level", "loud=["]).is_err());
+    }
 
-        assert_eq!(log_filter("warn", None).to_string(), "warn");
-        assert_eq!(log_filter("warn", Some("debug")).to_string(), "debug");
-        // An empty or broken RUST_LOG does not silence the operator: the flag applies.
-        assert_eq!(log_filter("warn", Some(" ")).to_string(), "warn");
-        assert_eq!(log_filter("warn", Some("x=[")).to_string(), "warn");
+    #[test]
+    fn every_run_flag_has_an_environment_twin() {
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").expect("a run subcommand");
+        let missing: Vec<String> = run
+            .get_arguments()
+            .filter(|a| a.get_long().is_some_and(|l| l != "help" && l != "version"))
+            .filter(|a| a.get_env().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "flags without an env twin: {missing:?}");
+    }
+
+    #[test]
+    fn kuberay_switches_are_one_help_group_of_run() {
+        use crate::config::kuberay;
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").expect("a run subcommand");
+        let mut group: Vec<String> = run
+            .get_arguments()
+            .filter(|a| a.get_help_heading() == Some(kuberay::HELP_HEADING))
+            .filter_map(|a| Some(a.get_env()?.to_string_lossy().into_owned()))
+            .collect();
+        let mut switches = kuberay::environment_names();
+        group.sort();
+        switches.sort();
+        assert_eq!(group, switches);
+        // The operator's own flags keep the default group.
+        let admin = run
+            .get_arguments()
+            .find(|a| a.get_long() == Some("admin-address"))
+            .expect("--admin-address");
+        assert_eq!(admin.get_help_heading(), None);
     }
 
     #[test]

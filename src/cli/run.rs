@@ -12,7 +12,8 @@ use tokio::sync::watch;
 
 use crate::admin::{self, Metrics, Readiness};
 use crate::cli::RunArgs;
-use crate::config::{ControllerSettings, WebhookArgs};
+use crate::config::flags::WebhookArgs;
+use crate::config::{ControllerKind, ControllerSettings};
 use crate::leader::LeaderElector;
 use crate::validation::feature_gates::FeatureGates;
 use crate::webhook::{self, registration, tls};
@@ -94,7 +95,11 @@ pub async fn run_with_client(
     };
 
     // Every replica checks the CRDs, so a standby is ready (and serves the webhook) too.
-    crate::controllers::check_crds(&client, &args.controllers).await?;
+    crate::api::check_named_crds_installed(
+        &client,
+        &ControllerKind::needed_crds(&args.controllers),
+    )
+    .await?;
     readiness.set_crds_present();
 
     let settings = ControllerSettings::from_args(
@@ -103,6 +108,9 @@ pub async fn run_with_client(
         metrics.clone(),
         readiness.clone(),
     );
+    // A bad dashboard template fails the controllers' start, below, as it always did (the
+    // servers are then stopped in order).
+    let plan = settings.plan();
     tracing::info!(
         allowed_destinations = ?operator.source.source_allowed_destinations.allowed(),
         graph_memory_budget_bytes = operator.source.graph_memory_budget,
@@ -113,13 +121,16 @@ pub async fn run_with_client(
         let elector = LeaderElector::new(client.clone(), lease)?.with_metrics(metrics.clone());
         elector
             .run(stopped(), |stop| async move {
-                crate::controllers::run_with_settings(client, &settings, stop.stopped()).await
+                crate::controllers::run(client, plan?, stop.stopped()).await
             })
             .await
             .map_err(anyhow::Error::from)
     } else {
         metrics.set_leader(true);
-        crate::controllers::run_with_settings(client, &settings, stopped()).await
+        match plan {
+            Ok(plan) => crate::controllers::run(client, plan, stopped()).await,
+            Err(e) => Err(e.into()),
+        }
     };
 
     let _ = stop_tx.send(true);

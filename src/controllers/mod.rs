@@ -1,4 +1,5 @@
-//! One reconciler per kind; `run` starts the enabled ones.
+//! One reconciler per kind; `run` starts the instances `config` planned (controllers read
+//! their settings from their `Config`, never from the environment or the command line).
 
 pub mod dashboard;
 pub mod frame;
@@ -8,36 +9,70 @@ pub mod rayjob;
 pub mod rayservice;
 pub mod servepipeline;
 
-use crate::cli::ControllerKind;
-use crate::config::ControllerSettings;
-
-/// Runs the given controllers on `client`, on all namespaces, until `shutdown` completes
-/// (`raypipe dev`; `raypipe run` adds leader election, admin and webhook servers around
-/// [`run_with_settings`]).
-pub async fn run_with_client(
-    client: kube::Client,
-    controllers: &[crate::cli::ControllerKind],
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    run_with_settings(client, &ControllerSettings::new(controllers), shutdown).await
+/// One controller instance to start, with its complete settings (built by `config`).
+pub enum Instance {
+    Servepipeline(servepipeline::Config),
+    Raycluster(raycluster::Config),
+    Rayservice(rayservice::Config),
+    Rayjob(rayjob::Config),
+    Raycronjob(raycronjob::Config),
 }
 
-/// Runs the controllers of `settings` until `shutdown` completes: one instance per watched
-/// namespace (or one for all). Dropping the returned future aborts every controller task (a
-/// leader that lost its lease must stop at once).
-pub async fn run_with_settings(
+impl Instance {
+    /// The controller's name in logs and health reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Instance::Servepipeline(_) => "servepipeline",
+            Instance::Raycluster(_) => "raycluster",
+            Instance::Rayservice(_) => "rayservice",
+            Instance::Rayjob(_) => "rayjob",
+            Instance::Raycronjob(_) => "raycronjob",
+        }
+    }
+
+    /// The namespace it watches (`None`: all).
+    fn namespace(&self) -> Option<&str> {
+        match self {
+            Instance::Servepipeline(c) => c.namespace.as_deref(),
+            Instance::Raycluster(c) => c.namespace.as_deref(),
+            Instance::Rayservice(c) => c.namespace.as_deref(),
+            Instance::Rayjob(c) => c.namespace.as_deref(),
+            Instance::Raycronjob(c) => c.namespace.as_deref(),
+        }
+    }
+}
+
+/// Everything [`run`] starts: the instances, the CRDs they need, and where health is reported.
+pub struct Plan {
+    pub instances: Vec<Instance>,
+    /// Names of the CRDs the instances read or write (checked before any starts).
+    pub crds: Vec<String>,
+    pub readiness: crate::admin::Readiness,
+}
+
+/// Runs every instance of `plan` until `shutdown` completes. Dropping the returned future
+/// aborts every controller task (a leader that lost its lease must stop at once).
+pub async fn run(
     client: kube::Client,
-    settings: &ControllerSettings,
+    plan: Plan,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let controllers = &settings.controllers;
-    check_crds(&client, controllers).await?;
-    settings.readiness.set_crds_present();
-    tracing::info!(?controllers, namespaces = ?settings.namespaces, "raypipe controllers started");
+    crate::api::check_named_crds_installed(&client, &plan.crds).await?;
+    plan.readiness.set_crds_present();
+    let mut controllers: Vec<&str> = plan.instances.iter().map(Instance::name).collect();
+    controllers.dedup();
+    let mut namespaces: Vec<&str> = plan
+        .instances
+        .iter()
+        .filter_map(Instance::namespace)
+        .collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    tracing::info!(?controllers, ?namespaces, "raypipe controllers started");
     // Every controller stops on the same shutdown signal.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // A controller task that ends before `stop_tx` fires fails `/healthz`.
-    let supervisor = frame::Supervisor::new(settings.readiness.clone(), stop_rx.clone());
+    let supervisor = frame::Supervisor::new(plan.readiness.clone(), stop_rx.clone());
     let stopped = move || {
         let mut rx = stop_rx.clone();
         async move {
@@ -45,110 +80,27 @@ pub async fn run_with_settings(
         }
     };
     let mut tasks = Vec::new();
-    for kind in controllers {
-        match kind {
-            ControllerKind::Servepipeline => {
-                for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(supervisor.watch(
-                        "servepipeline",
-                        servepipeline::run(
-                            client.clone(),
-                            servepipeline::Config {
-                                namespace,
-                                runtime_import_path: settings.runtime_import_path.clone(),
-                                runtime_py_modules: settings.runtime_py_modules.clone(),
-                                concurrency: settings.concurrency,
-                                metrics: settings.metrics.clone(),
-                                readiness: settings.readiness.clone(),
-                                fetcher: settings.fetcher.clone(),
-                            },
-                            stopped(),
-                        ),
-                    )))
-                }
+    for instance in plan.instances {
+        let name = instance.name();
+        let client = client.clone();
+        let task = match instance {
+            Instance::Servepipeline(config) => {
+                tokio::spawn(supervisor.watch(name, servepipeline::run(client, config, stopped())))
             }
-            ControllerKind::Raycluster => {
-                for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(supervisor.watch(
-                        "raycluster",
-                        raycluster::run(
-                            client.clone(),
-                            {
-                                let mut config = raycluster::Config {
-                                    namespace,
-                                    concurrency: settings.concurrency,
-                                    metrics: settings.metrics.clone(),
-                                    ..raycluster::Config::from_env()
-                                };
-                                settings.configuration.apply_to(&mut config.build);
-                                config
-                            },
-                            stopped(),
-                        ),
-                    )))
-                }
+            Instance::Raycluster(config) => {
+                tokio::spawn(supervisor.watch(name, raycluster::run(client, config, stopped())))
             }
-            ControllerKind::Rayservice => {
-                let base = match &settings.rayservice {
-                    Some(config) => config.clone(),
-                    None => rayservice_config(settings)?,
-                };
-                for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(supervisor.watch(
-                        "rayservice",
-                        rayservice::run(
-                            client.clone(),
-                            rayservice::Config {
-                                namespace,
-                                concurrency: settings.concurrency,
-                                metrics: settings.metrics.clone(),
-                                ..base.clone()
-                            },
-                            stopped(),
-                        ),
-                    )))
-                }
+            Instance::Rayservice(config) => {
+                tokio::spawn(supervisor.watch(name, rayservice::run(client, config, stopped())))
             }
-            ControllerKind::Rayjob => {
-                let locator = settings.dashboard_locator()?;
-                for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(
-                        supervisor.watch(
-                            "rayjob",
-                            rayjob::run(
-                                client.clone(),
-                                rayjob::Config {
-                                    namespace,
-                                    concurrency: settings.concurrency,
-                                    locator: locator.clone(),
-                                    deletion_policy: settings
-                                        .feature_gates
-                                        .enabled(crate::validation::feature_gates::gates::RAY_JOB_DELETION_POLICY),
-                                    ..rayjob::Config::from_env()
-                                },
-                                stopped(),
-                            ),
-                        ),
-                    ))
-                }
+            Instance::Rayjob(config) => {
+                tokio::spawn(supervisor.watch(name, rayjob::run(client, config, stopped())))
             }
-            ControllerKind::Raycronjob => {
-                for namespace in settings.scopes() {
-                    tasks.push(tokio::spawn(supervisor.watch(
-                        "raycronjob",
-                        raycronjob::run(
-                            client.clone(),
-                            raycronjob::Config {
-                                namespace,
-                                concurrency: settings.concurrency,
-                                ..raycronjob::Config::default()
-                            },
-                            stopped(),
-                        ),
-                    )))
-                }
+            Instance::Raycronjob(config) => {
+                tokio::spawn(supervisor.watch(name, raycronjob::run(client, config, stopped())))
             }
-        }
+        };
+        tasks.push(task);
     }
     let _abort_on_drop = AbortOnDrop(tasks.iter().map(|t| t.abort_handle()).collect());
     shutdown.await;
@@ -169,31 +121,6 @@ pub async fn run_with_settings(
         );
     }
     Ok(())
-}
-
-/// The RayService controller's settings from the operator's flags and environment.
-fn rayservice_config(settings: &ControllerSettings) -> anyhow::Result<rayservice::Config> {
-    Ok(rayservice::Config {
-        dashboard: settings.dashboard_locator()?,
-        runtime_env_mirrors: settings.runtime_env_mirrors.clone(),
-        feature_gates: settings.feature_gates.clone(),
-        ..rayservice::Config::from_env()?
-    })
-}
-
-/// Fails with a clear message when a CRD that one of `controllers` needs is missing.
-pub async fn check_crds(
-    client: &kube::Client,
-    controllers: &[ControllerKind],
-) -> anyhow::Result<()> {
-    let mut needed: Vec<String> = controllers
-        .iter()
-        .flat_map(|c| c.crd_names())
-        .map(|n| (*n).to_owned())
-        .collect();
-    needed.sort();
-    needed.dedup();
-    crate::api::check_named_crds_installed(client, &needed).await
 }
 
 /// How long a stop waits for in-flight reconciles before aborting them.

@@ -19,11 +19,8 @@ use super::error::DashboardError;
 pub const DASHBOARD_PORT_NAME: &str = "dashboard";
 /// Ray's default dashboard port, used when the head Service has no port named `dashboard`.
 pub const DEFAULT_DASHBOARD_PORT: u16 = 8265;
-/// The cluster DNS domain unless `CLUSTER_DOMAIN` says otherwise (KubeRay reads the same variable).
+/// The cluster DNS domain unless `--cluster-domain` (KubeRay's `CLUSTER_DOMAIN`) says otherwise.
 pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
-/// Environment variable holding a dashboard URL template for running outside the cluster
-/// (see [`DashboardLocator::template`]).
-pub const DASHBOARD_URL_TEMPLATE_ENV: &str = "RAYPIPE_RAY_DASHBOARD_URL";
 
 /// The base URL of one Ray dashboard: `http(s)://host:port` plus an optional path prefix (for
 /// instance the API server's Service proxy path). Never holds credentials, a query or a fragment.
@@ -168,14 +165,10 @@ enum Strategy {
 const TEMPLATE_PLACEHOLDERS: [&str; 4] = ["namespace", "service", "port", "domain"];
 
 impl DashboardLocator {
-    /// The head Service's DNS name in the cluster domain from `CLUSTER_DOMAIN`, else
-    /// `cluster.local`.
+    /// The head Service's DNS name in `cluster.local` (the operator's settings pass the
+    /// configured domain to [`DashboardLocator::in_cluster_with_domain`]).
     pub fn in_cluster() -> DashboardLocator {
-        let domain = std::env::var("CLUSTER_DOMAIN")
-            .ok()
-            .filter(|d| !d.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_owned());
-        DashboardLocator::in_cluster_with_domain(domain)
+        DashboardLocator::in_cluster_with_domain(DEFAULT_CLUSTER_DOMAIN)
     }
 
     pub fn in_cluster_with_domain(cluster_domain: impl Into<String>) -> DashboardLocator {
@@ -210,16 +203,6 @@ impl DashboardLocator {
         resolve: impl Fn(&HeadService) -> Option<String> + Send + Sync + 'static,
     ) -> DashboardLocator {
         DashboardLocator(Strategy::Resolver(Arc::new(resolve)))
-    }
-
-    /// A template from `RAYPIPE_RAY_DASHBOARD_URL` when set, else [`DashboardLocator::in_cluster`].
-    pub fn from_env() -> Result<DashboardLocator, DashboardError> {
-        match std::env::var(DASHBOARD_URL_TEMPLATE_ENV) {
-            Ok(template) if !template.trim().is_empty() => {
-                DashboardLocator::template(template.trim())
-            }
-            _ => Ok(DashboardLocator::in_cluster()),
-        }
     }
 
     pub fn locate(&self, head: &HeadService) -> Result<DashboardUrl, DashboardError> {

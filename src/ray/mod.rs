@@ -24,8 +24,8 @@ pub use client::{
 pub use error::DashboardError;
 pub use jobs::{JobDetails, JobStatus, JobSubmitRequest};
 pub use locate::{
-    DASHBOARD_PORT_NAME, DASHBOARD_URL_TEMPLATE_ENV, DEFAULT_CLUSTER_DOMAIN,
-    DEFAULT_DASHBOARD_PORT, DashboardLocator, DashboardUrl, HeadService,
+    DASHBOARD_PORT_NAME, DEFAULT_CLUSTER_DOMAIN, DEFAULT_DASHBOARD_PORT, DashboardLocator,
+    DashboardUrl, HeadService,
 };
 pub use serve::{
     ApplicationDetails, ApplicationStatus, DeploymentDetails, DeploymentStatus, HttpOptions,

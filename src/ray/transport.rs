@@ -160,7 +160,7 @@ pub(super) fn shared_http_client(
         return Ok(client.clone());
     }
     // reqwest is built without a crypto provider of its own (https dashboards need one).
-    crate::cli::init_crypto();
+    crate::tls::install_crypto_provider();
     let client = reqwest::Client::builder()
         // Not a browser: Ray refuses non-GET calls from browsers (405) and redacts answers.
         .user_agent(concat!("raypipe/", env!("CARGO_PKG_VERSION")))

@@ -83,7 +83,7 @@ impl ClientCache {
     ) -> Result<Client, SourceError> {
         // reqwest is built without a crypto provider of its own; it panics if none is
         // installed, so make sure ring is (a no-op when the process already did it).
-        crate::cli::init_crypto();
+        crate::tls::install_crypto_provider();
         let mut builder = Client::builder()
             .user_agent(concat!("raypipe/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(connect_timeout)

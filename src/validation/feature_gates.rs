@@ -92,3 +92,23 @@ impl std::str::FromStr for FeatureGates {
         FeatureGates::parse(s)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_gates_start_at_kuberays_defaults_and_refuse_unknown_names() {
+        let defaults = FeatureGates::default();
+        assert!(defaults.enabled(gates::RAY_JOB_DELETION_POLICY));
+        assert!(!defaults.enabled(gates::RAY_CLUSTER_NETWORK_POLICY));
+        let parsed =
+            FeatureGates::parse("RayClusterNetworkPolicy=true, RayJobDeletionPolicy=false")
+                .expect("parses");
+        assert!(parsed.enabled(gates::RAY_CLUSTER_NETWORK_POLICY));
+        assert!(!parsed.enabled(gates::RAY_JOB_DELETION_POLICY));
+        assert_eq!(FeatureGates::parse("").expect("empty is fine"), defaults);
+        assert!(FeatureGates::parse("RayClusterNetworkPolcy=true").is_err());
+        assert!(FeatureGates::parse("RayCronJob=yes").is_err());
+    }
+}

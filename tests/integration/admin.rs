@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use raypipe::admin::{self, Metrics, Readiness};
 use raypipe::api::servepipeline::ServePipeline;
-use raypipe::cli::ControllerKind;
+use raypipe::config::ControllerKind;
 use raypipe::config::ControllerSettings;
 use serde_json::json;
 
@@ -70,7 +70,7 @@ async fn put_token(client: &kube::Client, ns: &str, token: &str) {
 
 #[tokio::test]
 async fn health_readiness_and_metrics_follow_the_work_and_other_namespaces_are_ignored() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let watched = support::namespace(&client, "admin").await;
     let other = support::namespace(&client, "admin-other").await;
@@ -130,7 +130,7 @@ async fn health_readiness_and_metrics_follow_the_work_and_other_namespaces_are_i
     };
     let controller_client = client.clone();
     let controllers = tokio::spawn(async move {
-        raypipe::controllers::run_with_settings(controller_client, &settings, stopped()).await
+        raypipe::controllers::run(controller_client, settings.plan()?, stopped()).await
     });
 
     let last_readyz = std::sync::Mutex::new(String::new());

@@ -102,17 +102,44 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
-/// `raypipe` followed by the arguments of the chart's operator container.
-fn operator_command(docs: &[Value]) -> Vec<String> {
+/// The chart's operator container.
+fn operator_container(docs: &[Value]) -> &Value {
     let deployment = of_kind(docs, "Deployment")
         .into_iter()
         .next()
         .expect("the chart renders a Deployment");
-    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    &deployment["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// `raypipe` followed by the arguments of the chart's operator container.
+fn operator_command(docs: &[Value]) -> Vec<String> {
+    let args = operator_container(docs)["args"]
         .as_array()
         .expect("the container has args");
     std::iter::once("raypipe".to_owned())
         .chain(args.iter().filter_map(|a| a.as_str().map(str::to_owned)))
+        .collect()
+}
+
+/// The chart's operator container env entries with a literal value, as `--flag=value` for the
+/// `raypipe run` flag whose environment twin has that name (how `raypipe run` reads them).
+fn operator_env_as_flags(docs: &[Value]) -> Vec<String> {
+    use clap::CommandFactory;
+    let cli = raypipe::cli::Cli::command();
+    let run = cli.find_subcommand("run").expect("a run subcommand");
+    let env = operator_container(docs)["env"]
+        .as_array()
+        .expect("the container has env");
+    env.iter()
+        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+        .map(|(name, value)| {
+            let flag = run
+                .get_arguments()
+                .find(|a| a.get_env().is_some_and(|env| env == name))
+                .and_then(|a| a.get_long())
+                .unwrap_or_else(|| panic!("{name} is no `raypipe run` flag's environment name"));
+            format!("--{flag}={value}")
+        })
         .collect()
 }
 
@@ -154,7 +181,7 @@ async fn apply(client: &kube::Client, doc: &Value, dry_run: bool) -> Result<(), 
 
 #[tokio::test]
 async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let release_ns = support::namespace(&client, "chart").await;
     let watched = support::namespace(&client, "chart-watched").await;
@@ -385,7 +412,7 @@ async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
 
 #[tokio::test]
 async fn the_namespace_scoped_rbac_is_enough_for_the_operator_and_no_more() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let operator_ns = support::namespace(&client, "rbac-op").await;
     let watched = support::namespace(&client, "rbac-watched").await;
@@ -506,6 +533,87 @@ async fn the_namespace_scoped_rbac_is_enough_for_the_operator_and_no_more() {
                 .map(|_| ())
         };
     }
+}
+
+/// Every KubeRay switch of `raypipe run` is one chart value under `kuberay.`, set in the
+/// Deployment under its KubeRay environment name; the chart's defaults are the flags' defaults
+/// and a value set in the chart is the value the operator parses.
+#[test]
+fn every_kuberay_switch_is_a_chart_value_under_its_environment_name() {
+    let parse = |docs: &[Value]| {
+        let argv = operator_command(docs)
+            .into_iter()
+            .chain(operator_env_as_flags(docs));
+        match <raypipe::cli::Cli as clap::Parser>::try_parse_from(argv) {
+            Ok(raypipe::cli::Cli {
+                command: raypipe::cli::Command::Run(run),
+            }) => run.operator.kuberay,
+            other => panic!("the chart's arguments and env do not parse: {other:?}"),
+        }
+    };
+    let defaults = render("rp", "raypipe-system", &[]);
+    let container = operator_container(&defaults);
+    for name in raypipe::config::kuberay::environment_names() {
+        assert!(
+            container["env"]
+                .as_array()
+                .expect("env")
+                .iter()
+                .any(|e| e["name"] == name),
+            "the chart does not set {name}"
+        );
+    }
+    assert_eq!(
+        parse(&defaults),
+        raypipe::config::kuberay::KubeRayArgs::default()
+    );
+
+    let tuned = parse(&render(
+        "rp",
+        "raypipe-system",
+        &[
+            "kuberay.clusterDomain=corp.example",
+            "kuberay.rayClusterDefaultRequeueSeconds=30",
+            "kuberay.enableRandomPodDelete=true",
+            "kuberay.enableGcsFtRedisCleanup=false",
+            "kuberay.enableInitContainerInjection=false",
+            "kuberay.enableProbesInjection=false",
+            "kuberay.enableLoginShell=true",
+            "kuberay.enableDeterministicHeadPodName=true",
+            "kuberay.enableRayHeadClusterIpService=true",
+            "kuberay.enableZeroDowntime=false",
+            "kuberay.deleteRayJobCrAfterJobFinishes=true",
+            "kuberay.rayJobStatusCheckTimeoutSeconds=60",
+            "kuberay.rayJobDeploymentStatusTransitionGracePeriodSeconds=90",
+        ],
+    ));
+    let seconds = std::time::Duration::from_secs;
+    assert_eq!(
+        tuned,
+        raypipe::config::kuberay::KubeRayArgs {
+            cluster_domain: "corp.example".to_owned(),
+            raycluster_default_requeue_seconds: seconds(30),
+            enable_random_pod_delete: true,
+            enable_gcs_ft_redis_cleanup: false,
+            enable_init_container_injection: false,
+            enable_probes_injection: false,
+            enable_login_shell: true,
+            enable_deterministic_head_pod_name: true,
+            enable_ray_head_cluster_ip_service: true,
+            enable_zero_downtime: false,
+            delete_rayjob_cr_after_job_finishes: true,
+            rayjob_status_check_timeout_seconds: seconds(60),
+            rayjob_deployment_status_transition_grace_period_seconds: seconds(90),
+        }
+    );
+    // The schema refuses a misspelt switch.
+    let output = Command::new(helm())
+        .args(["template", "rp"])
+        .arg(repo().join("deploy/raypipe"))
+        .args(["--set", "kuberay.enableZeroDowntme=false"])
+        .output()
+        .expect("run helm");
+    assert!(!output.status.success(), "a misspelt switch was accepted");
 }
 
 #[test]
@@ -635,7 +743,7 @@ async fn raypipes_crds_replace_kuberays_where_v1alpha1_objects_were_stored() {
     use raypipe::api::RayCluster;
     use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
 
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let plane = ControlPlane::start(ControlPlaneOptions {
         install_crds: false,
         ..ControlPlaneOptions::default()
@@ -745,7 +853,7 @@ async fn raypipes_crds_replace_kuberays_where_v1alpha1_objects_were_stored() {
 #[tokio::test]
 async fn under_the_charts_rbac_the_raycluster_controller_sets_up_an_autoscaled_cluster() {
     use k8s_openapi::api::rbac::v1::Role;
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let operator_ns = support::namespace(&client, "rbac-rc-op").await;
     let watched = support::namespace(&client, "rbac-rc-watched").await;

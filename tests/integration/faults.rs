@@ -403,7 +403,7 @@ async fn converge(
 /// up to the Pods, not Serve.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_restarted_under_the_operator_with_changes_in_flight_converges() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let mut plane = ControlPlane::start(ControlPlaneOptions::default())
         .await
         .expect("a dedicated control plane");

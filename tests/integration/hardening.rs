@@ -15,7 +15,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use raypipe::api::servepipeline::ServePipeline;
 use raypipe::api::{RayService, conditions};
-use raypipe::cli::ControllerKind;
+use raypipe::config::ControllerKind;
 use raypipe::config::ControllerSettings;
 use raypipe::controllers::frame;
 use serde_json::json;
@@ -56,7 +56,7 @@ fn start_operator(
     let health = settings.readiness.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
-        let _ = raypipe::controllers::run_with_settings(client, &settings, async move {
+        let _ = raypipe::controllers::run(client, settings.plan().expect("a plan"), async move {
             let _ = stopped.await;
         })
         .await;

@@ -12,7 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use raypipe::admin::Metrics;
 use raypipe::api::servepipeline::ServePipeline;
-use raypipe::cli::ControllerKind;
+use raypipe::config::ControllerKind;
 use raypipe::config::ControllerSettings;
 use raypipe::leader::{LeaderElector, LeaseSettings};
 
@@ -71,12 +71,8 @@ impl Replica {
                 let _ = rx.await;
             },
             move |stop| async move {
-                raypipe::controllers::run_with_settings(
-                    controller_client,
-                    &settings,
-                    stop.stopped(),
-                )
-                .await
+                let plan = settings.plan()?;
+                raypipe::controllers::run(controller_client, plan, stop.stopped()).await
             },
         ));
         Replica {
@@ -133,7 +129,7 @@ async fn lease_holder(client: &kube::Client, ns: &str) -> Option<String> {
 
 #[tokio::test]
 async fn only_the_leader_reconciles_and_leadership_moves_on_stop_and_on_crash() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let ns = support::namespace(&client, "leader").await;
     let pipelines: Api<ServePipeline> = Api::namespaced(client.clone(), &ns);
@@ -337,7 +333,7 @@ impl Operator {
 
 #[tokio::test]
 async fn two_operator_processes_hand_over_on_sigterm() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let ns = support::namespace(&client, "leader-proc").await;
     let pipelines: Api<ServePipeline> = Api::namespaced(client.clone(), &ns);

@@ -300,7 +300,7 @@ struct TestPki {
 
 impl TestPki {
     fn new() -> Self {
-        raypipe::cli::init_crypto();
+        raypipe::startup::init_crypto();
         let ca_key = rcgen::KeyPair::generate().expect("CA key");
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA");
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -343,7 +343,7 @@ fn fetcher() -> Fetcher {
 }
 
 fn fetcher_with(allowed_destinations: DestinationPolicy) -> Fetcher {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     // No proxy from the environment: every request must go straight to the loopback.
     Fetcher::with_options(FetcherOptions {
         honor_proxy_environment: false,
@@ -1507,7 +1507,7 @@ async fn a_declared_terabyte_and_an_endless_body_stop_at_the_hard_ceiling() {
 }
 
 fn budgeted_fetcher(budget: u64, max_fetch_duration: Duration) -> Fetcher {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     Fetcher::with_options(FetcherOptions {
         honor_proxy_environment: false,
         allowed_destinations: DestinationPolicy::with_loopback(),

@@ -74,7 +74,7 @@ fn pipeline(name: &str, source: Value) -> Value {
 
 #[tokio::test]
 async fn the_webhook_refuses_invalid_objects_with_our_messages_and_admits_every_sample() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let ns = support::namespace(&client, "webhook").await;
 
@@ -288,7 +288,7 @@ fn free_port() -> u16 {
 /// configuration, and serves; invalid objects are then refused.
 #[tokio::test]
 async fn raypipe_run_generates_its_certificate_fills_in_the_ca_bundle_and_serves() {
-    raypipe::cli::init_crypto();
+    raypipe::startup::init_crypto();
     let client = support::client().await;
     let ns = support::namespace(&client, "webhook-run").await;
     let webhook_port = free_port();

@@ -133,7 +133,7 @@ impl Error {
     }
 }
 
-/// Operator-level settings (KubeRay's flags and environment switches).
+/// Operator-level settings (KubeRay's flags and environment switches, built by `config`).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Watch only this namespace (`None`: all namespaces).
@@ -166,31 +166,6 @@ impl Default for Config {
             gcs_ft_deletion_timeout: Duration::from_secs(300),
             metrics: crate::admin::Metrics::new(),
         }
-    }
-}
-
-impl Config {
-    /// KubeRay's environment switches, read once (the reconciler never reads the environment).
-    pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().map(|v| v.to_lowercase());
-        let is = |name: &str, value: &str| var(name).as_deref() == Some(value);
-        let mut config = Config::default();
-        config.requeue_after = var("RAYCLUSTER_DEFAULT_REQUEUE_SECONDS_ENV")
-            .and_then(|v| v.parse().ok())
-            .map_or(config.requeue_after, Duration::from_secs);
-        config.random_pod_delete = is("ENABLE_RANDOM_POD_DELETE", "true");
-        config.gcs_ft_redis_cleanup = !is("ENABLE_GCS_FT_REDIS_CLEANUP", "false");
-        config.build.init_container_injection = !is("ENABLE_INIT_CONTAINER_INJECTION", "false");
-        config.build.probes_injection = !is("ENABLE_PROBES_INJECTION", "false");
-        config.build.login_shell = is("ENABLE_LOGIN_SHELL", "true");
-        config.build.deterministic_head_pod_name = is("ENABLE_DETERMINISTIC_HEAD_POD_NAME", "true");
-        config.build.head_cluster_ip_service = is("ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE", "true");
-        if let Ok(domain) = std::env::var("CLUSTER_DOMAIN")
-            && !domain.is_empty()
-        {
-            config.build.cluster_domain = domain;
-        }
-        config
     }
 }
 

@@ -101,7 +101,7 @@ fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     }
 }
 
-/// Operator-level settings (KubeRay's flags and environment switches).
+/// Operator-level settings (KubeRay's flags and environment switches, built by `config`).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Watch only this namespace (`None`: all namespaces).
@@ -145,33 +145,6 @@ impl Default for Config {
             transition_grace_period: Duration::from_secs(300),
             submitter_finished_timeout: Duration::from_secs(30),
         }
-    }
-}
-
-impl Config {
-    /// KubeRay's environment switches, read once.
-    pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok();
-        let seconds = |name: &str, default: Duration| {
-            var(name)
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map_or(default, Duration::from_secs)
-        };
-        let mut config = Config::default();
-        config.delete_rayjob_after_finish = var("DELETE_RAYJOB_CR_AFTER_JOB_FINISHES")
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        config.status_check_timeout = seconds(
-            "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS",
-            config.status_check_timeout,
-        );
-        config.transition_grace_period = seconds(
-            "RAYJOB_DEPLOYMENT_STATUS_TRANSITION_GRACE_PERIOD_SECONDS",
-            config.transition_grace_period,
-        );
-        if let Some(domain) = var("CLUSTER_DOMAIN").filter(|d| !d.trim().is_empty()) {
-            config.cluster_domain = domain.trim().trim_matches('.').to_owned();
-        }
-        config
     }
 }
 

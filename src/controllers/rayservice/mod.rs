@@ -176,20 +176,6 @@ impl std::fmt::Debug for Config {
     }
 }
 
-impl Config {
-    /// KubeRay's environment switches and raypipe's dashboard override, read once.
-    pub fn from_env() -> anyhow::Result<Self> {
-        let cluster = crate::controllers::raycluster::Config::from_env();
-        Ok(Config {
-            dashboard: DashboardLocator::from_env()?,
-            zero_downtime: !std::env::var("ENABLE_ZERO_DOWNTIME")
-                .is_ok_and(|v| v.eq_ignore_ascii_case("false")),
-            build: cluster.build,
-            ..Config::default()
-        })
-    }
-}
-
 type Key = (String, String);
 
 /// What a Serve config push left behind, per cluster.

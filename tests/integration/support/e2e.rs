@@ -15,7 +15,7 @@ use prost::Message;
 use raypipe::api::conditions;
 use raypipe::api::rayservice::RayService;
 use raypipe::api::servepipeline::ServePipeline;
-use raypipe::cli::ControllerKind;
+use raypipe::config::ControllerKind;
 use raypipe::config::ControllerSettings;
 use serde_json::{Value, json};
 
@@ -191,7 +191,7 @@ impl Operator {
     pub fn start(client: kube::Client, settings: ControllerSettings) -> Operator {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            raypipe::controllers::run_with_settings(client, &settings, async move {
+            raypipe::controllers::run(client, settings.plan()?, async move {
                 let _ = stop_rx.await;
             })
             .await

@@ -17,7 +17,7 @@ pub mod e2e;
 pub fn control_plane() -> &'static ControlPlane {
     static PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
     let plane = PLANE.get_or_init(|| {
-        raypipe::cli::init_crypto();
+        raypipe::startup::init_crypto();
         // Its own runtime on its own thread: each #[tokio::test] has a runtime that ends with
         // the test, and nothing the control plane needs may live on one of those.
         std::thread::spawn(|| {
@@ -212,7 +212,7 @@ pub fn ray_head() -> &'static raypipe::ray::testenv::RayHead {
     use raypipe::ray::testenv::{RayHead, RayHeadOptions, stop_at_exit};
     static HEAD: OnceLock<Result<RayHead, String>> = OnceLock::new();
     let head = HEAD.get_or_init(|| {
-        raypipe::cli::init_crypto();
+        raypipe::startup::init_crypto();
         // RayJob samples run `python /home/ray/samples/…` from a ConfigMap a Pod would mount:
         // the head sees `ray_samples_dir()` there (in its own mount namespace only), and
         // offers the custom resource raypipe's own RayJob sample reserves for its driver.

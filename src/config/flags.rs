@@ -1,15 +1,15 @@
-//! Operator configuration for `raypipe run`: clap flags, each with an environment twin, parsed
-//! once at start-up into immutable settings (nothing reads the environment later).
+//! The operator's own flags (`raypipe run`), each with a `RAYPIPE_` environment twin: scope,
+//! controller tuning, leader election, admin and webhook servers, graph sources, the
+//! Kubernetes client and logging. `cli` composes them into subcommands.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ArgAction;
 
-use crate::admin::{Metrics, Readiness};
-use crate::cli::ControllerKind;
+use super::file::OperatorConfiguration;
+use super::kuberay::KubeRayArgs;
 use crate::validation::feature_gates::FeatureGates;
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -37,8 +37,11 @@ pub struct OperatorArgs {
     /// reads the fields KubeRay only takes from that file (`defaultContainerEnvs`,
     /// `defaultPodLabels`, `defaultPodAnnotations`, `headSidecarContainers`,
     /// `workerSidecarContainers`); everything else is set with flags.
-    #[arg(long = "config", env = "RAYPIPE_CONFIG", value_parser = operator_configuration_file)]
+    #[arg(long = "config", env = "RAYPIPE_CONFIG", value_parser = super::file::operator_configuration_file)]
     pub configuration: Option<OperatorConfiguration>,
+    /// Last: it opens its own `--help` group.
+    #[command(flatten)]
+    pub kuberay: KubeRayArgs,
 }
 
 /// Requests the operator's Kubernetes client may send (KubeRay's `--qps`/`--burst`, as
@@ -63,69 +66,6 @@ impl ClientArgs {
         let period = Duration::try_from_secs_f64(f64::from(self.burst) / self.qps).ok()?;
         (!period.is_zero()).then_some((u64::from(self.burst), period))
     }
-}
-
-/// The fields of KubeRay's operator `Configuration` file that only that file sets.
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct OperatorConfiguration {
-    #[serde(default)]
-    pub api_version: Option<String>,
-    #[serde(default)]
-    pub kind: Option<String>,
-    /// Added to every Ray container where a variable of that name is absent.
-    #[serde(default)]
-    pub default_container_envs: Vec<k8s_openapi::api::core::v1::EnvVar>,
-    /// Added to every Ray Pod where the key is absent.
-    #[serde(default)]
-    pub default_pod_labels: BTreeMap<String, String>,
-    #[serde(default)]
-    pub default_pod_annotations: BTreeMap<String, String>,
-    /// Appended to every head / worker Pod.
-    #[serde(default)]
-    pub head_sidecar_containers: Vec<k8s_openapi::api::core::v1::Container>,
-    #[serde(default)]
-    pub worker_sidecar_containers: Vec<k8s_openapi::api::core::v1::Container>,
-}
-
-impl OperatorConfiguration {
-    /// Parses the file's YAML; unknown fields are refused with their name (set those with
-    /// flags), and so is a kind other than `Configuration`.
-    pub fn parse(yaml: &str) -> Result<Self, String> {
-        let parsed: OperatorConfiguration = serde_yaml::from_str(yaml).map_err(|e| {
-            format!("{e} (raypipe reads defaultContainerEnvs, defaultPodLabels, defaultPodAnnotations, headSidecarContainers and workerSidecarContainers from this file; set everything else with flags)")
-        })?;
-        if let Some(kind) = parsed.kind.as_deref()
-            && kind != "Configuration"
-        {
-            return Err(format!("kind {kind:?}: expected Configuration"));
-        }
-        Ok(parsed)
-    }
-
-    /// Applies these defaults to the RayCluster controller's Pod builder.
-    pub fn apply_to(&self, build: &mut crate::controllers::raycluster::builders::BuildOptions) {
-        build.default_container_envs = self.default_container_envs.clone();
-        build.default_pod_labels = self.default_pod_labels.clone();
-        build.default_pod_annotations = self.default_pod_annotations.clone();
-        build.head_sidecar_containers = self.head_sidecar_containers.clone();
-        build.worker_sidecar_containers = self.worker_sidecar_containers.clone();
-    }
-}
-
-fn operator_configuration_file(path: &str) -> Result<OperatorConfiguration, String> {
-    // A configuration is a few KiB; refuse anything that is not.
-    const MAX_CONFIGURATION_BYTES: u64 = 1 << 20;
-    let size = std::fs::metadata(path)
-        .map_err(|e| format!("reading {path}: {e}"))?
-        .len();
-    if size > MAX_CONFIGURATION_BYTES {
-        return Err(format!(
-            "{path} has {size} bytes; a configuration has at most 1 MiB"
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
-    OperatorConfiguration::parse(&text).map_err(|e| format!("{path}: {e}"))
 }
 
 /// How graphs are fetched from registries (untrusted: see the source module).
@@ -337,112 +277,6 @@ impl LeaderElectionArgs {
     }
 }
 
-/// What the controllers are started with: settings plus the shared metrics and readiness.
-#[derive(Clone, Debug)]
-pub struct ControllerSettings {
-    pub controllers: Vec<ControllerKind>,
-    /// Namespaces to watch; empty: all. One controller instance runs per namespace.
-    pub namespaces: Vec<String>,
-    pub concurrency: u16,
-    pub ray_dashboard_url: Option<String>,
-    pub runtime_import_path: Option<String>,
-    pub runtime_py_modules: Vec<String>,
-    pub runtime_env_mirrors: Vec<(String, String)>,
-    pub feature_gates: FeatureGates,
-    pub metrics: Metrics,
-    pub readiness: Readiness,
-    /// The RayService controller's settings when the caller decides them (`raypipe dev`,
-    /// tests: dashboards and Serve on 127.0.0.1); `None`: from flags and environment.
-    pub rayservice: Option<crate::controllers::rayservice::Config>,
-    /// KubeRay's configuration-file-only Pod defaults (`--config`).
-    pub configuration: OperatorConfiguration,
-    /// Fetches graphs for every ServePipeline controller instance: its destination policy and
-    /// its memory budget are operator-wide.
-    pub fetcher: crate::source::Fetcher,
-}
-
-impl ControllerSettings {
-    /// `controllers` on all namespaces, everything else at its default.
-    pub fn new(controllers: &[ControllerKind]) -> ControllerSettings {
-        ControllerSettings {
-            controllers: controllers.to_vec(),
-            namespaces: Vec::new(),
-            concurrency: 4,
-            ray_dashboard_url: None,
-            runtime_import_path: None,
-            runtime_py_modules: Vec::new(),
-            runtime_env_mirrors: Vec::new(),
-            feature_gates: FeatureGates::default(),
-            metrics: Metrics::new(),
-            readiness: Readiness::new(),
-            rayservice: None,
-            configuration: OperatorConfiguration::default(),
-            // Public registries only; `raypipe dev` and tests allow the loopback explicitly.
-            fetcher: crate::source::Fetcher::default(),
-        }
-    }
-
-    pub fn from_args(
-        controllers: &[ControllerKind],
-        args: &OperatorArgs,
-        metrics: Metrics,
-        readiness: Readiness,
-    ) -> ControllerSettings {
-        let ControllerArgs {
-            concurrency,
-            ray_dashboard_url,
-            runtime_import_path,
-            mut runtime_py_modules,
-            runtime_base_url,
-            runtime_env_mirrors,
-            feature_gates,
-        } = args.tuning.clone();
-        if let Some(base) = runtime_base_url.as_deref().filter(|b| !b.trim().is_empty()) {
-            runtime_py_modules.push(crate::pypackage::uri(
-                base.trim(),
-                &crate::pypackage::runtime(),
-            ));
-        }
-        ControllerSettings {
-            controllers: controllers.to_vec(),
-            namespaces: args.scope.watched_namespaces(),
-            concurrency,
-            ray_dashboard_url,
-            runtime_import_path,
-            runtime_py_modules,
-            runtime_env_mirrors,
-            feature_gates,
-            metrics,
-            readiness,
-            rayservice: None,
-            configuration: args.configuration.clone().unwrap_or_default(),
-            fetcher: args.source.fetcher(),
-        }
-    }
-
-    /// Where controllers dial a head Service's dashboard: the `ray_dashboard_url` template when
-    /// set, else the Service's DNS name in the cluster.
-    pub fn dashboard_locator(
-        &self,
-    ) -> Result<crate::ray::DashboardLocator, crate::ray::DashboardError> {
-        match self.ray_dashboard_url.as_deref().map(str::trim) {
-            Some(template) if !template.is_empty() => {
-                crate::ray::DashboardLocator::template(template)
-            }
-            _ => Ok(crate::ray::DashboardLocator::in_cluster()),
-        }
-    }
-
-    /// `None` (all namespaces) or each watched namespace.
-    pub fn scopes(&self) -> Vec<Option<String>> {
-        if self.namespaces.is_empty() {
-            vec![None]
-        } else {
-            self.namespaces.iter().cloned().map(Some).collect()
-        }
-    }
-}
-
 /// `FROM=TO`: both sides non-empty URI prefixes.
 fn parse_mirror(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -455,11 +289,44 @@ fn parse_mirror(text: &str) -> Result<(String, String), String> {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `--log-level`, shared by `run` and `dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LogLevelArgs {
+    /// What to log: a level (error, warn, info, debug, trace) or filter directives such as
+    /// `info,raypipe=debug`. `RUST_LOG`, when set, takes precedence (for debugging a deployment
+    /// without changing its flags).
+    #[arg(long, env = "RAYPIPE_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
+    pub log_level: String,
+}
+
+fn parse_log_level(value: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(value)
+        .map(|_| value.to_owned())
+        .map_err(|e| format!("not a log level or filter: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validation::feature_gates::gates;
 
+    /// The operator's flags alone, as `raypipe run` parses them.
+    #[derive(Debug, clap::Parser)]
+    struct Operator {
+        #[command(flatten)]
+        operator: OperatorArgs,
+    }
+
+    pub(crate) fn parse_operator_args(args: &[&str]) -> Result<OperatorArgs, clap::Error> {
+        use clap::Parser;
+        let argv = std::iter::once("raypipe").chain(args.iter().copied());
+        Operator::try_parse_from(argv).map(|parsed| parsed.operator)
+    }
     #[test]
     fn mirrors_are_from_equals_to_pairs() {
         assert_eq!(
@@ -475,48 +342,9 @@ mod tests {
     }
 
     #[test]
-    fn feature_gates_start_at_kuberays_defaults_and_refuse_unknown_names() {
-        let defaults = FeatureGates::default();
-        assert!(defaults.enabled(gates::RAY_JOB_DELETION_POLICY));
-        assert!(!defaults.enabled(gates::RAY_CLUSTER_NETWORK_POLICY));
-        let parsed =
-            FeatureGates::parse("RayClusterNetworkPolicy=true, RayJobDeletionPolicy=false")
-                .expect("parses");
-        assert!(parsed.enabled(gates::RAY_CLUSTER_NETWORK_POLICY));
-        assert!(!parsed.enabled(gates::RAY_JOB_DELETION_POLICY));
-        assert_eq!(FeatureGates::parse("").expect("empty is fine"), defaults);
-        assert!(FeatureGates::parse("RayClusterNetworkPolcy=true").is_err());
-        assert!(FeatureGates::parse("RayCronJob=yes").is_err());
-    }
-
-    #[test]
-    fn every_run_flag_has_an_environment_twin() {
-        use clap::CommandFactory;
-        let cli = crate::cli::Cli::command();
-        let run = cli.find_subcommand("run").expect("a run subcommand");
-        let missing: Vec<String> = run
-            .get_arguments()
-            .filter(|a| a.get_long().is_some_and(|l| l != "help" && l != "version"))
-            .filter(|a| a.get_env().is_none())
-            .map(|a| a.get_id().to_string())
-            .collect();
-        assert!(missing.is_empty(), "flags without an env twin: {missing:?}");
-    }
-
-    #[test]
     fn run_elects_a_leader_unless_told_not_to() {
-        use clap::Parser;
-        let parse = |args: &[&str]| -> OperatorArgs {
-            let mut argv = vec!["raypipe", "run"];
-            argv.extend_from_slice(args);
-            match crate::cli::Cli::try_parse_from(argv)
-                .expect("valid flags")
-                .command
-            {
-                crate::cli::Command::Run(run) => run.operator,
-                _ => panic!("expected run"),
-            }
-        };
+        let parse =
+            |args: &[&str]| -> OperatorArgs { parse_operator_args(args).expect("valid flags") };
         let defaults = parse(&[]);
         assert!(defaults.leader.leader_election);
         assert_eq!(defaults.leader.lease_duration, Duration::from_secs(15));
@@ -531,7 +359,12 @@ mod tests {
         assert!(!custom.leader.leader_election);
         assert_eq!(custom.scope.watched_namespaces(), vec!["a", "b"]);
         assert_eq!(custom.leader.retry_period, Duration::from_millis(500));
-        assert!(custom.tuning.feature_gates.enabled(gates::RAY_CRON_JOB));
+        assert!(
+            custom
+                .tuning
+                .feature_gates
+                .enabled(crate::validation::feature_gates::gates::RAY_CRON_JOB)
+        );
         let lease = custom.leader.lease_settings("ops");
         assert_eq!(lease.namespace, "ops");
         assert!(lease.check().is_ok());
@@ -539,15 +372,7 @@ mod tests {
 
     #[test]
     fn source_settings_default_to_public_only_and_256_mib() {
-        use clap::Parser;
-        let parse = |args: &[&str]| {
-            let mut argv = vec!["raypipe", "run"];
-            argv.extend_from_slice(args);
-            crate::cli::Cli::try_parse_from(argv).map(|cli| match cli.command {
-                crate::cli::Command::Run(run) => run.operator.source,
-                _ => panic!("expected run"),
-            })
-        };
+        let parse = |args: &[&str]| parse_operator_args(args).map(|operator| operator.source);
         let defaults = parse(&[]).expect("defaults parse");
         assert_eq!(defaults.graph_memory_budget, 256 * 1024 * 1024);
         assert_eq!(
@@ -593,32 +418,5 @@ mod tests {
         assert_eq!(rate(0.0, 200), None);
         assert_eq!(rate(f64::NAN, 200), None);
         assert_eq!(rate(100.0, 0), None);
-    }
-
-    #[test]
-    fn a_kuberay_configuration_file_sets_the_pod_defaults_and_nothing_else() {
-        let parsed = OperatorConfiguration::parse(
-            "apiVersion: config.ray.io/v1alpha1\nkind: Configuration\n\
-             defaultContainerEnvs:\n- name: HTTPS_PROXY\n  value: http://proxy:3128\n\
-             defaultPodLabels: {team: ml}\n\
-             headSidecarContainers:\n- name: fluentbit\n  image: fluent/fluent-bit:3\n",
-        )
-        .expect("a valid configuration");
-        assert_eq!(parsed.default_container_envs[0].name, "HTTPS_PROXY");
-        assert_eq!(parsed.default_pod_labels["team"], "ml");
-        let mut build = crate::controllers::raycluster::builders::BuildOptions::default();
-        parsed.apply_to(&mut build);
-        assert_eq!(build.head_sidecar_containers[0].name, "fluentbit");
-        assert!(build.worker_sidecar_containers.is_empty());
-
-        let unknown = OperatorConfiguration::parse("metricsAddr: :8080\n").unwrap_err();
-        assert!(
-            unknown.contains("metricsAddr") && unknown.contains("flags"),
-            "{unknown}"
-        );
-        let kind = OperatorConfiguration::parse("kind: RayCluster\n").unwrap_err();
-        assert!(kind.contains("expected Configuration"), "{kind}");
-        let missing = operator_configuration_file("/nonexistent/raypipe.yaml").unwrap_err();
-        assert!(missing.contains("/nonexistent/raypipe.yaml"), "{missing}");
     }
 }
