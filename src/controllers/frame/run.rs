@@ -53,7 +53,15 @@ pub struct Frame<K> {
     queue: crate::admin::metrics::ReconcileQueue,
     backoff: Backoff,
     ceiling: Option<fn(&K) -> Option<Duration>>,
-    failures: ObjectMemory<u32>,
+    failures: ObjectMemory<Streak>,
+}
+
+/// An object's run of failed reconciles.
+#[derive(Default)]
+struct Streak {
+    failures: u32,
+    /// The next successful pass does not end the streak (see [`Frame::keep_failures`]).
+    held: bool,
 }
 
 impl<K: Resource> Frame<K> {
@@ -102,7 +110,16 @@ impl<K: Resource> Frame<K> {
 
     /// Consecutive failures of `object` so far (0 after a success or for a new uid).
     pub fn failures(&self, object: &K) -> u32 {
-        self.failures.peek(object, |n| *n).unwrap_or(0)
+        self.failures.peek(object, |s| s.failures).unwrap_or(0)
+    }
+
+    /// Called from a reconcile that returns `Ok` while the outcome is still decided elsewhere
+    /// (a fetch running outside the reconcile): this `Ok` does not end the object's failure
+    /// streak, so the backoff keeps growing when the awaited work fails again.
+    pub fn keep_failures(&self, object: &K) {
+        if self.failures(object) > 0 {
+            self.failures.with(object, |s| s.held = true);
+        }
     }
 
     /// Drops the failure count of a deleted object (call from the delete event).
@@ -123,16 +140,21 @@ impl<K: Resource> Frame<K> {
     }
 
     fn failed(&self, object: &K) -> u32 {
-        self.failures.with(object, |n| {
-            *n = n.saturating_add(1);
-            *n
+        self.failures.with(object, |s| {
+            s.held = false;
+            s.failures = s.failures.saturating_add(1);
+            s.failures
         })
     }
 
     fn succeeded(&self, object: &K) {
         // Only an object that failed before has an entry; a success never creates one.
-        if self.failures.peek(object, |n| *n > 0) == Some(true) {
-            self.failures.with(object, |n| *n = 0);
+        if self.failures.peek(object, |s| s.failures > 0) == Some(true) {
+            self.failures.with(object, |s| {
+                if !std::mem::take(&mut s.held) {
+                    s.failures = 0;
+                }
+            });
         }
     }
 }
@@ -344,6 +366,25 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_held_success_does_not_end_the_failure_streak() {
+        let ctx = ctx(&crate::admin::Metrics::new());
+        let mut run = reconciler(reconcile);
+        let a = object("a", "uid-a");
+        let secs = |s| Action::requeue(Duration::from_secs(s));
+        assert_eq!(pass(&mut run, &failing(&a, "api"), &ctx).await, secs(2));
+        // A pass that only started a fetch: Ok, but the streak goes on.
+        ctx.frame.keep_failures(&a);
+        pass(&mut run, &a, &ctx).await;
+        assert_eq!(ctx.frame.failures(&a), 1);
+        assert_eq!(pass(&mut run, &failing(&a, "api"), &ctx).await, secs(4));
+        // The hold lasts one pass only.
+        ctx.frame.keep_failures(&a);
+        pass(&mut run, &a, &ctx).await;
+        pass(&mut run, &a, &ctx).await;
+        assert_eq!(ctx.frame.failures(&a), 0);
     }
 
     #[tokio::test]
