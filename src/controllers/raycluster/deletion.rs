@@ -1,6 +1,7 @@
 //! The deletion of a GCS fault-tolerant cluster: its Redis storage is cleaned up by a Job before
 //! the finalizer goes, within a time limit.
 
+use super::apply::set_finalizers;
 use super::pods::{delete_pod_collection, node_type_of};
 use super::*;
 
