@@ -52,7 +52,7 @@ pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Acti
     // Terminating must not hold the cluster forever either.
     if age >= timeout {
         remove_finalizer().await?;
-        let storage = builders::pod::external_storage_namespace(cluster);
+        let storage = builders::pod::env_vars::external_storage_namespace(cluster);
         ctx.event(
             cluster,
             EventType::Warning,
