@@ -130,11 +130,12 @@ pub fn decide<E: ReconcileError>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
+    /// An error of each kind the policy tells apart (shared with the frame's tests).
     #[derive(Debug, thiserror::Error)]
-    enum TestError {
+    pub(in crate::controllers::frame) enum TestError {
         #[error("api down")]
         Api,
         #[error("bad input")]
@@ -147,7 +148,12 @@ mod tests {
 
     impl ReconcileError for TestError {
         fn category(&self) -> &'static str {
-            "test"
+            match self {
+                TestError::Api => "api",
+                TestError::Input => "input",
+                TestError::Spec => "spec",
+                TestError::Panicked(_) => "panic",
+            }
         }
         fn is_transient(&self) -> bool {
             !matches!(self, TestError::Input | TestError::Spec)

@@ -239,32 +239,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::frame::Panicked;
     use crate::controllers::frame::policy::Retry;
+    use crate::controllers::frame::policy::tests::TestError;
     use k8s_openapi::api::core::v1::ConfigMap;
-
-    #[derive(Debug, thiserror::Error)]
-    enum TestError {
-        #[error("api down")]
-        Api,
-        #[error("bad input")]
-        Input,
-        #[error(transparent)]
-        Panicked(#[from] Panicked),
-    }
-
-    impl ReconcileError for TestError {
-        fn category(&self) -> &'static str {
-            match self {
-                TestError::Api => "api",
-                TestError::Input => "input",
-                TestError::Panicked(_) => "panic",
-            }
-        }
-        fn is_transient(&self) -> bool {
-            !matches!(self, TestError::Input)
-        }
-    }
 
     struct Ctx {
         frame: Frame<ConfigMap>,
