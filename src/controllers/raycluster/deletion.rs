@@ -1,6 +1,7 @@
 //! The deletion of a GCS fault-tolerant cluster: its Redis storage is cleaned up by a Job before
 //! the finalizer goes, within a time limit.
 
+use super::apply::set_finalizers;
 use super::pods::{delete_pod_collection, node_type_of};
 use super::*;
 
@@ -51,7 +52,7 @@ pub(super) async fn finalize(cluster: &RayCluster, ctx: &Context) -> Result<Acti
     // Terminating must not hold the cluster forever either.
     if age >= timeout {
         remove_finalizer().await?;
-        let storage = builders::pod::external_storage_namespace(cluster);
+        let storage = builders::pod::env_vars::external_storage_namespace(cluster);
         ctx.event(
             cluster,
             EventType::Warning,

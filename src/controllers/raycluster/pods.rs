@@ -2,6 +2,7 @@
 //! as `scaling` plans it. Every create and delete is recorded as an expectation first seen in
 //! the cache before the group is touched again.
 
+use super::apply::Progress;
 use super::*;
 
 pub(super) use crate::k8s::random_suffix;

@@ -421,6 +421,50 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
     }
 }
 
+/// Renders the Serve config YAML for a pipeline's graph.
+pub fn render(
+    pipeline: &ServePipeline,
+    config: &super::Config,
+    graph: &crate::graph::ValidatedGraph,
+) -> Result<String, String> {
+    let options = render_options(pipeline, config);
+    crate::serve::render(graph, &options)
+        .map(|c| c.to_yaml())
+        .map_err(|e| e.to_string())
+}
+
+fn render_options(pipeline: &ServePipeline, config: &super::Config) -> crate::serve::RenderOptions {
+    let serve = pipeline.spec.serve.clone().unwrap_or_default();
+    let mut options = crate::serve::RenderOptions {
+        application_name: Some(
+            serve
+                .application_name
+                .clone()
+                .unwrap_or_else(|| pipeline.name_any()),
+        ),
+        route_prefix: serve.route_prefix.clone(),
+        request_timeout_s: serve.request_timeout_s,
+        keep_alive_timeout_s: serve.keep_alive_timeout_s,
+        ..crate::serve::RenderOptions::default()
+    };
+    if let Some(import_path) = &config.runtime_import_path {
+        options.runtime_import_path = import_path.clone();
+    }
+    if !config.runtime_py_modules.is_empty() {
+        options.runtime_py_modules = config.runtime_py_modules.clone();
+    }
+    for (node, o) in &serve.deployment_overrides {
+        options.node_overrides.insert(
+            node.clone(),
+            crate::serve::NodeOverride {
+                num_replicas: o.num_replicas,
+                max_ongoing_requests: o.max_ongoing_requests,
+            },
+        );
+    }
+    options
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,7 +63,7 @@ pub fn redis_cleanup_job(
     ray_env.push(env("RAY_redis_db_connect_retries", "120"));
     ray_env.push(env("RAY_redis_db_connect_wait_milliseconds", "500"));
     // Small and fixed: the cleanup must not take the head's GPUs.
-    ray.resources = Some(super::pod::fixed_resources("200m", "256Mi"));
+    ray.resources = Some(super::pod::sidecars::fixed_resources("200m", "256Mi"));
     spec.restart_policy = Some("Never".into());
 
     Ok(Job {

@@ -1,0 +1,197 @@
+//! One ServePipeline reconcile: validate → source (token, conditional fetch, decode, validate;
+//! in `source`, outside the reconcile workers) → ownership check → build and apply the
+//! RayService (`apply`) → status and Events (`status`) → remember. Bad input never touches what
+//! runs. The frame (`controllers::frame::run`) adds the span, metrics, panic containment and the
+//! retry policy.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+
+use super::apply::{self, Applied};
+use super::build::{self, Problem, reasons};
+use super::fetches::{self, Poll};
+use super::{Context, Error, MAX_LOGGED_MESSAGE, PipelineState, refresh_interval, source, status};
+use crate::api::rayservice::RayService;
+use crate::api::servepipeline::{ServePipeline, condition_types};
+
+/// The reconcile the frame runs for every ServePipeline.
+pub(super) async fn reconcile(
+    pipeline: Arc<ServePipeline>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    if pipeline.meta().deletion_timestamp.is_some() {
+        // The RayService goes with its owner (garbage collection); a fetch is no longer wanted.
+        ctx.fetches.forget(&ObjectRef::from_obj(&*pipeline));
+        return Ok(Action::await_change());
+    }
+    let namespace = pipeline.namespace().unwrap_or_default();
+    let key = ObjectRef::from_obj(&*pipeline);
+    let rs_api: Api<RayService> = Api::namespaced(ctx.client.clone(), &namespace);
+    let rs_name = build::rayservice_name(&pipeline);
+    let existing = rs_api
+        .get_opt(&rs_name)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("RayService {namespace}/{rs_name}"),
+            source,
+        })?;
+
+    // validate
+    let mut problem: Option<Problem> = None;
+    let mut transient = false;
+    let problems = crate::validation::servepipeline::validate_spec(&pipeline);
+    if !problems.is_empty() {
+        problem = Some(Problem {
+            condition: condition_types::READY,
+            reason: reasons::INVALID_SPEC.to_owned(),
+            message: crate::k8s::truncate(
+                &crate::validation::problem::join(&problems),
+                MAX_LOGGED_MESSAGE,
+            ),
+        });
+    }
+
+    let previous_state = ctx.state.peek(&*pipeline, Option::clone).flatten();
+    let mut good = previous_state.as_ref().and_then(|s| s.good.clone());
+    let source_inputs = source::source_inputs_hash(&pipeline, &ctx.secrets);
+    let due = match &previous_state {
+        None => true,
+        Some(s) => {
+            s.source_inputs != source_inputs
+                || s.good.is_none()
+                || refresh_interval(&pipeline).is_some_and(|r| s.last_checked.elapsed() >= r)
+                // retry after a failure when the requeue brings us back
+                || ctx.frame.failures(&pipeline) > 0
+        }
+    };
+    let mut checked = false;
+
+    let mut fetching = false;
+    if problem.is_none() && due {
+        let host = fetches::host_of(&pipeline.spec.source.url);
+        let poll = ctx.fetches.poll(&key, &source_inputs, &host, || {
+            source::fetch_and_validate(pipeline.clone(), ctx.clone(), good.clone())
+        });
+        match poll {
+            Poll::Done(outcome) => {
+                checked = true;
+                match outcome {
+                    Ok(Some(new_good)) => good = Some(new_good),
+                    Ok(None) => {}
+                    Err((p, is_transient)) => {
+                        transient = is_transient;
+                        problem = Some(p);
+                    }
+                }
+            }
+            Poll::Pending => {
+                // The fetch wakes this pipeline when it ends; until then the latest outcome
+                // stands (nothing to apply, and the status says what it said).
+                fetching = true;
+                if let Some((p, is_transient)) =
+                    previous_state.as_ref().and_then(|s| s.last_problem.clone())
+                {
+                    transient = is_transient;
+                    problem = Some(p);
+                }
+            }
+        }
+    }
+
+    // A RayService of that name the pipeline does not control is someone else's: it is neither
+    // written nor read as ours. Retried with backoff: the owner may delete or rename it.
+    let mut rayservice = existing.clone();
+    if let Some(rs) = &existing
+        && let Err(conflict) =
+            crate::k8s::check_controlled_by(rs, &pipeline.uid().unwrap_or_default())
+    {
+        rayservice = None;
+        transient = true;
+        problem = problem.or(Some(Problem {
+            condition: condition_types::READY,
+            reason: reasons::RAYSERVICE_CONFLICT.to_owned(),
+            message: conflict.to_string(),
+        }));
+    }
+
+    let mut newly_applied = false;
+    if problem.is_none()
+        && let Some(g) = &good
+    {
+        match apply::apply(&pipeline, &ctx, &rs_api, existing.as_ref(), g).await? {
+            Applied::UpToDate => {}
+            Applied::New(applied) => {
+                newly_applied = true;
+                rayservice = Some(*applied);
+            }
+            Applied::Refused {
+                problem: p,
+                transient: t,
+                not_ours,
+            } => {
+                if not_ours {
+                    rayservice = None;
+                }
+                transient = t;
+                problem = Some(p);
+            }
+        }
+    }
+    status::update(
+        &ctx,
+        &pipeline,
+        good.as_ref(),
+        problem.as_ref(),
+        rayservice.as_ref(),
+    )
+    .await?;
+    let announced = previous_state
+        .as_ref()
+        .and_then(|s| s.announced_problem.clone());
+    let current = status::announce(
+        &ctx,
+        &pipeline,
+        if newly_applied { good.as_ref() } else { None },
+        &rs_name,
+        problem.as_ref(),
+        announced,
+    )
+    .await;
+    ctx.state.with(&*pipeline, |state| {
+        let entry = state.get_or_insert_with(|| PipelineState {
+            source_inputs: source_inputs.clone(),
+            last_checked: Instant::now(),
+            good: None,
+            announced_problem: None,
+            last_problem: None,
+        });
+        entry.source_inputs = source_inputs;
+        if checked {
+            entry.last_checked = Instant::now();
+        }
+        entry.good = good;
+        entry.announced_problem = current;
+        if !fetching {
+            entry.last_problem = problem.clone().map(|p| (p, transient));
+        }
+    });
+    if fetching {
+        // The fetch's end reconciles this pipeline again; no failure is counted meanwhile, and
+        // this pass does not end a failure streak (the fetch decides).
+        ctx.frame.keep_failures(&pipeline);
+        return Ok(Action::await_change());
+    }
+    match problem {
+        Some(p) => Err(Error::Input {
+            reason: p.reason,
+            message: p.message,
+            transient,
+        }),
+        None => Ok(refresh_interval(&pipeline).map_or_else(Action::await_change, Action::requeue)),
+    }
+}
