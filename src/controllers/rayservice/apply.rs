@@ -3,16 +3,70 @@
 //! Services (the traffic switch), and the EndpointSlice count. Objects come from `build`;
 //! a child of our name that the RayService does not control is reported and left alone.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::status::write_status_if_changed;
+use super::upgrade::{Built, Candidate, Desired};
 use super::*;
+
+/// How the cluster writes of a pass ended.
+pub(super) enum ClustersApplied {
+    /// The pending cluster was created: the pass ends and comes back shortly.
+    PendingCreated,
+    /// Clusters are as desired; `dangling_left` old ones still wait for deletion.
+    Applied { dangling_left: usize },
+}
+
+/// Writes the desired clusters in order: clusters no longer active or pending go after the
+/// deletion delay, then the pending cluster is created, else in-place updates are applied.
+/// A first cluster blocked by someone else's RayCluster is named in the Ready condition.
+pub(super) async fn clusters(
+    service: &RayService,
+    ctx: &Context,
+    desired: &mut Desired,
+    status: &mut RayServiceStatus,
+    generation: Option<i64>,
+    now: &Time,
+) -> Result<ClustersApplied, Error> {
+    let dangling_left =
+        delete_clusters(service, ctx, &desired.dangling, desired.deletion_delay).await;
+    if let Some((name, built)) = desired.create.take() {
+        if let Err(e) = create_cluster(service, ctx, &name, built).await {
+            // A first cluster blocked by someone else's RayCluster: say so where people look.
+            if let Error::Apply(k) = &e
+                && let Some(reason) = k.conflict_reason()
+                && desired.active.is_none()
+            {
+                status::set(
+                    status,
+                    condition_types::READY,
+                    FALSE,
+                    reason,
+                    &k.to_string(),
+                    generation,
+                    now.clone(),
+                );
+                write_status_if_changed(service, ctx, status.clone()).await?;
+            }
+            return Err(e);
+        }
+        return Ok(ClustersApplied::PendingCreated);
+    }
+    for (cluster, built) in std::mem::take(&mut desired.update_in_place) {
+        update_cluster(service, ctx, &cluster, built).await?;
+    }
+    Ok(ClustersApplied::Applied { dangling_left })
+}
 
 /// Creates the RayCluster `name` (create-only: a RayCluster of that name someone else made is
 /// reported as a conflict and left alone; one we made earlier is fine).
-pub(super) async fn create_cluster(
+async fn create_cluster(
     service: &RayService,
     ctx: &Context,
     name: &str,
+    built: Built<RayCluster>,
 ) -> Result<(), Error> {
-    let cluster = build::cluster(service, name, None)?;
+    let cluster = built?;
     let api: Api<RayCluster> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
     match crate::k8s::create_owned(&api, &cluster, field_managers::RAYSERVICE).await {
@@ -47,13 +101,14 @@ pub(super) async fn create_cluster(
     }
 }
 
-pub(super) async fn update_cluster(
+async fn update_cluster(
     service: &RayService,
     ctx: &Context,
     cluster: &RayCluster,
+    built: Built<RayCluster>,
 ) -> Result<(), Error> {
     let name = cluster.name_any();
-    let desired = build::cluster(service, &name, Some(cluster.spec.suspend))?;
+    let desired = built?;
     let api: Api<RayCluster> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
     let known = Some(cluster.meta());
@@ -156,17 +211,19 @@ pub(super) async fn delete_clusters(
     clusters.len()
 }
 
-/// Points the head and serve Services at `target` (creating them on first use).
+/// Points the head and serve Services at the `target` cluster (creating them on first use).
 pub(super) async fn apply_services(
     service: &RayService,
     ctx: &Context,
-    target: &RayCluster,
+    target: &mut Candidate,
 ) -> Result<(), Error> {
+    // `None`: they were applied earlier in this pass.
+    let Some(built) = target.services.take() else {
+        return Ok(());
+    };
+    let desired = built?;
+    let target = &*target.cluster;
     let namespace = service.namespace().unwrap_or_default();
-    let desired = [
-        build::head_service(service, target, &ctx.config.build)?,
-        build::serve_service(service, target)?,
-    ];
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     for svc in desired {
         let name = svc.name_any();

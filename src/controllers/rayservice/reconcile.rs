@@ -3,13 +3,13 @@
 //! Services, pure) → apply (clusters, Serve, traffic switch; the apply stage owns the order) →
 //! status, each stage one call into its own file.
 
-use super::apply::{
-    apply_services, count_serve_endpoints, create_cluster, delete_clusters, update_cluster,
-};
-use super::serve::{label_head_pod, reconcile_serve};
-use super::status::{fill_cluster_status, write_status_if_changed};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::apply::{ClustersApplied, apply_services, count_serve_endpoints, delete_clusters};
+use super::serve::Observed;
+use super::status::write_status_if_changed;
 use super::suspend::reconcile_suspend;
-use super::upgrade::needs_new_cluster;
+use super::upgrade::Desired;
 use super::*;
 
 impl crate::controllers::frame::ReportPanic<RayService> for Context {
@@ -62,7 +62,8 @@ pub(super) async fn reconcile(
     result
 }
 
-pub(super) async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, Error> {
+/// One pass over a RayService: validate → suspend → build → apply → status.
+async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, Error> {
     use crate::api::raycluster::MANAGED_BY_KUBERAY;
     if service
         .spec
@@ -85,32 +86,8 @@ pub(super) async fn reconcile_inner(service: &RayService, ctx: &Context) -> Resu
     let clusters = ctx.owned_clusters(service);
 
     // Validate.
-    let problems =
-        crate::webhook::rules::rayservice(service, &crate::config::FeatureGates::default());
-    if !problems.is_empty() {
-        let message = problems.join("; ");
-        warn!(%message, "RayService refused");
-        ctx.event(
-            service,
-            EventType::Warning,
-            reasons::INVALID_SPEC,
-            "Validate",
-            message.clone(),
-        )
-        .await;
-        status::set(
-            &mut status,
-            condition_types::READY,
-            FALSE,
-            condition_reasons::VALIDATION_FAILED,
-            &message,
-            generation,
-            now,
-        );
-        status.service_status = None;
-        status.observed_generation = generation;
-        write_status_if_changed(service, ctx, status).await?;
-        return Ok(Action::await_change());
+    if let Some(action) = validate(service, ctx, &mut status, generation, &now).await? {
+        return Ok(action);
     }
 
     // Suspend.
@@ -123,214 +100,70 @@ pub(super) async fn reconcile_inner(service: &RayService, ctx: &Context) -> Resu
     if status::reason(&status.conditions, condition_types::READY)
         == Some(condition_reasons::INITIALIZING_TIMEOUT)
     {
-        status.active_service_status = None;
-        status.pending_service_status = None;
-        let remaining = delete_clusters(service, ctx, &clusters, Duration::ZERO).await;
-        write_status_if_changed(service, ctx, status).await?;
-        return Ok(if remaining > 0 {
-            Action::requeue(SHORT_REQUEUE)
-        } else {
-            Action::await_change()
-        });
+        return stay_failed(service, ctx, status, &clusters).await;
     }
 
-    let active_name = status
-        .active_service_status
-        .as_ref()
-        .and_then(|s| s.ray_cluster_name.clone());
-    let pending_name = status
-        .pending_service_status
-        .as_ref()
-        .and_then(|s| s.ray_cluster_name.clone());
-    let find = |name: &Option<String>| {
-        name.as_ref()
-            .and_then(|n| clusters.iter().find(|c| &c.name_any() == n).cloned())
-    };
-    let active = find(&active_name);
-    let pending = find(&pending_name);
+    // Build: the desired clusters and Services (pure).
+    let mut desired = upgrade::desired(service, &status, &clusters, &ctx.config.build);
 
-    // Clusters neither active nor pending go after the deletion delay.
-    let keep: BTreeSet<&str> = [active_name.as_deref(), pending_name.as_deref()]
-        .into_iter()
-        .flatten()
-        .collect();
-    let dangling: Vec<Arc<RayCluster>> = clusters
-        .iter()
-        .filter(|c| !keep.contains(c.name_any().as_str()))
-        .cloned()
-        .collect();
-    let delay = service
-        .spec
-        .ray_cluster_deletion_delay_seconds
-        .map_or(DEFAULT_DELETION_DELAY, |s| {
-            Duration::from_secs(u64::try_from(s).unwrap_or(0))
-        });
-    let mut dangling_left = delete_clusters(service, ctx, &dangling, delay).await;
-
-    // The pending cluster named in the status is created here (its name is recorded first, so
-    // a crash in between never makes two).
-    if let Some(name) = &pending_name
-        && pending.is_none()
-    {
-        if let Err(e) = create_cluster(service, ctx, name).await {
-            // A first cluster blocked by someone else's RayCluster: say so where people look.
-            if let Error::Apply(k) = &e
-                && let Some(reason) = k.conflict_reason()
-                && active.is_none()
-            {
-                status::set(
-                    &mut status,
-                    condition_types::READY,
-                    FALSE,
-                    reason,
-                    &k.to_string(),
-                    generation,
-                    now,
-                );
-                write_status_if_changed(service, ctx, status).await?;
-            }
-            return Err(e);
-        }
-        return Ok(Action::requeue(SHORT_REQUEUE));
-    }
-    let goal = build::goal_spec(service);
-    if let Some(cluster) = &active
-        && pending.is_none()
-        && build::classify(cluster, &goal, true) == ClusterChange::InPlace
-    {
-        update_cluster(service, ctx, cluster).await?;
-    }
-    if let Some(cluster) = &pending
-        && build::classify(cluster, &goal, false) == ClusterChange::InPlace
-    {
-        update_cluster(service, ctx, cluster).await?;
-    }
-
-    let namespace = service.namespace().unwrap_or_default();
-    let serve_service_name = build::serve_service_name(service);
-    let routed_to: Option<String> = ctx
-        .cached_service(&namespace, &serve_service_name)
-        .and_then(|s| build::selected_cluster(&s).map(str::to_owned));
-    let needs_new_cluster = needs_new_cluster(
-        service,
-        ctx,
-        active.as_deref(),
-        pending.as_deref(),
-        routed_to.as_deref(),
-        &status,
-    );
-
-    // Serve: the pending cluster while there is one; the active one otherwise (never both:
-    // a combined cluster + config change must not reach the cluster being replaced).
-    let pending_obs = match &pending {
-        Some(cluster) => Some(reconcile_serve(service, ctx, cluster).await),
-        None => None,
-    };
-    let active_obs = match &active {
-        Some(cluster) if pending.is_none() && !needs_new_cluster => {
-            Some(reconcile_serve(service, ctx, cluster).await)
-        }
-        _ => None,
-    };
-    for (cluster, obs) in [(&active, &active_obs), (&pending, &pending_obs)] {
-        if let (Some(cluster), Some(obs)) = (cluster, obs)
-            && obs.apps.is_some()
-        {
-            let serving = obs.head_proxy_healthy
-                && !service
-                    .spec
-                    .exclude_head_pod_from_serve_svc
-                    .unwrap_or(false);
-            label_head_pod(service, ctx, cluster, serving).await;
-        }
-    }
-
-    // The traffic switch: both Services follow the pending cluster once its applications run,
-    // else stay on (or go to) the active one.
-    let target = match (&pending, &pending_obs, &active, &active_obs) {
-        (Some(p), Some(obs), _, _) if obs.ready => Some(p.clone()),
-        (_, _, Some(a), Some(obs)) if obs.ready => Some(a.clone()),
-        _ => None,
-    };
-    let mut routed_to = routed_to;
-    if let Some(target) = &target {
+    // Apply: clusters first, then Serve on the cluster it belongs to, then the traffic switch.
+    let dangling_left =
+        match apply::clusters(service, ctx, &mut desired, &mut status, generation, &now).await? {
+            ClustersApplied::PendingCreated => return Ok(Action::requeue(SHORT_REQUEUE)),
+            ClustersApplied::Applied { dangling_left } => dangling_left,
+        };
+    let traffic = upgrade::traffic(service, ctx, &desired, &status);
+    let mut observed = serve::reconcile_clusters(service, ctx, &desired, traffic).await;
+    if let Some(target) = upgrade::traffic_target(&mut desired, &observed) {
         apply_services(service, ctx, target).await?;
-        routed_to = Some(target.name_any());
+        observed.traffic.routed_to = Some(target.cluster.name_any());
     }
 
     // Status.
-    let mut active_status = status.active_service_status.clone().unwrap_or_default();
-    let mut pending_status = status.pending_service_status.clone().unwrap_or_default();
-    fill_cluster_status(&mut active_status, active.as_deref(), active_obs.as_ref());
-    fill_cluster_status(
-        &mut pending_status,
-        pending.as_deref(),
-        pending_obs.as_ref(),
-    );
-    if let (Some(routed), Some(pending_cluster)) = (&routed_to, &pending_name)
-        && routed == pending_cluster
-    {
-        info!(cluster = %routed, "traffic switched to the new cluster; it is now active");
-        // An upgrade (not the first start): from UpgradeInProgress=True to the switch.
-        if active_name.is_some()
-            && let Some(since) = crate::api::conditions::find(
-                &status.conditions,
-                condition_types::UPGRADE_IN_PROGRESS,
-            )
-            .filter(|c| c.status == TRUE)
-            .map(|c| c.last_transition_time.0)
-            && let Ok(took) = Duration::try_from(now.0.duration_since(since))
-        {
-            ctx.config.metrics.rayservice_upgraded(took);
-        }
-        active_status = pending_status;
-        pending_status = RayServiceClusterStatus::default();
-        // The old active cluster is now dangling: its deletion delay starts now.
+    record_status(
+        service,
+        ctx,
+        status,
+        &desired,
+        &observed,
+        dangling_left,
+        &now,
+    )
+    .await
+}
+
+/// The status stage: the clusters after the switch, the Serve endpoints, the conditions (and
+/// the initializing timeout), written when changed; settled RayServices are polled slowly.
+async fn record_status(
+    service: &RayService,
+    ctx: &Context,
+    mut status: RayServiceStatus,
+    desired: &Desired,
+    observed: &Observed,
+    mut dangling_left: usize,
+    now: &Time,
+) -> Result<Action, Error> {
+    let generation = service.meta().generation;
+    let upgrade::Advanced {
+        now_active,
+        now_pending,
+        promoted,
+    } = upgrade::advance(service, ctx, &mut status, desired, observed, now).await;
+    if promoted {
         dangling_left += 1;
     }
-    let now_active = active_status.ray_cluster_name.clone();
-    let now_pending = if needs_new_cluster && pending_status.ray_cluster_name.is_none() {
-        let name = build::new_cluster_name(service);
-        info!(cluster = %name, "a new RayCluster will be prepared");
-        if now_active.is_some()
-            && service
-                .spec
-                .upgrade_strategy
-                .as_ref()
-                .and_then(|u| u.type_.as_ref())
-                == Some(&crate::api::rayservice::RayServiceUpgradeType::NewClusterWithIncrementalUpgrade)
-        {
-            ctx.event(
-                service,
-                EventType::Warning,
-                reasons::INCREMENTAL_UPGRADE_NOT_SUPPORTED,
-                "Upgrade",
-                format!("raypipe does not move traffic step by step (NewClusterWithIncrementalUpgrade): RayCluster {name} takes all traffic at once when its applications run, as with NewCluster"),
-            )
-            .await;
-        }
-        pending_status = RayServiceClusterStatus {
-            ray_cluster_name: Some(name.clone()),
-            ..Default::default()
-        };
-        Some(name)
-    } else {
-        pending_status.ray_cluster_name.clone()
-    };
-    status.active_service_status =
-        (active_status != RayServiceClusterStatus::default()).then_some(active_status);
-    status.pending_service_status =
-        (pending_status != RayServiceClusterStatus::default()).then_some(pending_status);
-
-    let num_endpoints = match &routed_to {
+    let namespace = service.namespace().unwrap_or_default();
+    let serve_service_name = build::serve_service_name(service);
+    let num_endpoints = match &observed.traffic.routed_to {
         Some(_) => count_serve_endpoints(ctx, &namespace, &serve_service_name).await?,
         None => 0,
     };
     status.num_serve_endpoints = Some(num_endpoints);
-    let waiting_for = pending_obs
+    let waiting_for = observed
+        .pending
         .as_ref()
         .and_then(|o| o.waiting_for.clone())
-        .or_else(|| active_obs.as_ref().and_then(|o| o.waiting_for.clone()))
+        .or_else(|| observed.active.as_ref().and_then(|o| o.waiting_for.clone()))
         .or_else(|| {
             (now_active.is_none() && now_pending.is_some())
                 .then(|| "the RayCluster is being created".to_owned())
@@ -363,7 +196,7 @@ pub(super) async fn reconcile_inner(service: &RayService, ctx: &Context) -> Resu
     }
     let settled = status::is_true(&status.conditions, condition_types::READY)
         && now_pending.is_none()
-        && active_obs.as_ref().is_some_and(|o| o.ready)
+        && observed.active.as_ref().is_some_and(|o| o.ready)
         && dangling_left == 0;
     write_status_if_changed(service, ctx, status).await?;
     Ok(Action::requeue(if settled {
@@ -371,4 +204,61 @@ pub(super) async fn reconcile_inner(service: &RayService, ctx: &Context) -> Resu
     } else {
         SHORT_REQUEUE
     }))
+}
+
+/// The validate stage: a refused spec is named in an Event and the Ready condition, and the
+/// pass ends (`Some`) after the status is written.
+async fn validate(
+    service: &RayService,
+    ctx: &Context,
+    status: &mut RayServiceStatus,
+    generation: Option<i64>,
+    now: &Time,
+) -> Result<Option<Action>, Error> {
+    let problems =
+        crate::webhook::rules::rayservice(service, &crate::config::FeatureGates::default());
+    if !problems.is_empty() {
+        let message = problems.join("; ");
+        warn!(%message, "RayService refused");
+        ctx.event(
+            service,
+            EventType::Warning,
+            reasons::INVALID_SPEC,
+            "Validate",
+            message.clone(),
+        )
+        .await;
+        status::set(
+            status,
+            condition_types::READY,
+            FALSE,
+            condition_reasons::VALIDATION_FAILED,
+            &message,
+            generation,
+            now.clone(),
+        );
+        status.service_status = None;
+        status.observed_generation = generation;
+        write_status_if_changed(service, ctx, status.clone()).await?;
+        return Ok(Some(Action::await_change()));
+    }
+    Ok(None)
+}
+
+/// After the initializing timeout: no cluster is active or pending, and every cluster goes.
+async fn stay_failed(
+    service: &RayService,
+    ctx: &Context,
+    mut status: RayServiceStatus,
+    clusters: &[Arc<RayCluster>],
+) -> Result<Action, Error> {
+    status.active_service_status = None;
+    status.pending_service_status = None;
+    let remaining = delete_clusters(service, ctx, clusters, Duration::ZERO).await;
+    write_status_if_changed(service, ctx, status).await?;
+    Ok(if remaining > 0 {
+        Action::requeue(SHORT_REQUEUE)
+    } else {
+        Action::await_change()
+    })
 }

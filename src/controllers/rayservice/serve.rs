@@ -3,6 +3,7 @@
 //! session), and keeps the head Pod's `ray.io/serve` label on the health of its proxy.
 
 use super::memory::Pushed;
+use super::upgrade::{Desired, Traffic};
 use super::*;
 
 /// What one pass learnt from a cluster's Serve.
@@ -17,7 +18,56 @@ pub(super) struct ServeObservation {
     pub(super) waiting_for: Option<String>,
 }
 
-pub(super) fn head_ready(cluster: &RayCluster) -> Result<(), String> {
+/// What the Serve stage learnt from the active and the pending cluster (`None`: not read),
+/// with where traffic goes.
+pub(super) struct Observed {
+    pub(super) active: Option<ServeObservation>,
+    pub(super) pending: Option<ServeObservation>,
+    pub(super) traffic: Traffic,
+}
+
+/// Serve: the pending cluster while there is one; the active one otherwise (never both: a
+/// combined cluster + config change must not reach the cluster being replaced). Then the head
+/// Pod label of each cluster whose Serve was read.
+pub(super) async fn reconcile_clusters(
+    service: &RayService,
+    ctx: &Context,
+    desired: &Desired,
+    traffic: Traffic,
+) -> Observed {
+    let pending_obs = match desired.pending_cluster() {
+        Some(cluster) => Some(reconcile_serve(service, ctx, cluster).await),
+        None => None,
+    };
+    let active_obs = match desired.active_cluster() {
+        Some(cluster) if desired.pending.is_none() && !traffic.needs_new_cluster => {
+            Some(reconcile_serve(service, ctx, cluster).await)
+        }
+        _ => None,
+    };
+    for (cluster, obs) in [
+        (desired.active_cluster(), &active_obs),
+        (desired.pending_cluster(), &pending_obs),
+    ] {
+        if let (Some(cluster), Some(obs)) = (cluster, obs)
+            && obs.apps.is_some()
+        {
+            let serving = obs.head_proxy_healthy
+                && !service
+                    .spec
+                    .exclude_head_pod_from_serve_svc
+                    .unwrap_or(false);
+            label_head_pod(service, ctx, cluster, serving).await;
+        }
+    }
+    Observed {
+        active: active_obs,
+        pending: pending_obs,
+        traffic,
+    }
+}
+
+fn head_ready(cluster: &RayCluster) -> Result<(), String> {
     let status = cluster.status.as_ref();
     let condition = status.and_then(|s| {
         crate::api::conditions::find(&s.conditions, cluster_conditions::HEAD_POD_READY)
@@ -39,7 +89,7 @@ pub(super) fn head_ready(cluster: &RayCluster) -> Result<(), String> {
 }
 
 /// Reads one cluster's Serve state and pushes the Serve config when Serve needs it.
-pub(super) async fn reconcile_serve(
+async fn reconcile_serve(
     service: &RayService,
     ctx: &Context,
     cluster: &RayCluster,
@@ -195,7 +245,7 @@ pub(super) async fn reconcile_serve(
 
 /// The head's Serve proxy: the one on the node of the Serve controller (which runs on the
 /// head), else the only one.
-pub(super) fn head_proxy_healthy(details: &crate::ray::ServeInstanceDetails) -> bool {
+fn head_proxy_healthy(details: &crate::ray::ServeInstanceDetails) -> bool {
     let controller_node = details
         .controller_info
         .as_ref()
@@ -214,12 +264,7 @@ pub(super) fn head_proxy_healthy(details: &crate::ray::ServeInstanceDetails) -> 
     }
 }
 
-pub(super) async fn label_head_pod(
-    service: &RayService,
-    ctx: &Context,
-    cluster: &RayCluster,
-    serving: bool,
-) {
+async fn label_head_pod(service: &RayService, ctx: &Context, cluster: &RayCluster, serving: bool) {
     let namespace = cluster.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let wanted = if serving { "true" } else { "false" };
