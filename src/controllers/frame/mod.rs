@@ -1,10 +1,29 @@
-//! What every controller runs inside: a panic in one object's reconcile (or in its error
-//! policy) becomes an error for that object alone, and a controller task that ends before
-//! shutdown marks the operator unhealthy instead of silently leaving its kind unreconciled.
+//! The shared reconcile frame: what every controller runs inside, so that the five controllers
+//! differ only in what they reconcile.
 //!
-//! kube-runtime polls reconcile futures inside the controller's own task, so without this a
-//! panic from one tenant's object unwinds the whole controller for every namespace while the
-//! process (and `/healthz`) stays up. The release profile keeps `panic = "unwind"` for this.
+//! - [`run`]: [`run::Frame`] (one per controller, kept in its `Context`) and the wrappers
+//!   [`run::reconciler`] / [`run::error_policy`] handed to `Controller::run`. Together they give
+//!   every reconcile a tracing span, the queue mark, timing and error metrics, panic
+//!   containment, and ONE retry policy with per-object backoff.
+//! - [`policy`]: the [`policy::ReconcileError`] trait each controller's `Error` implements
+//!   (category, transience, an optional requeue hint) and the pure retry decision.
+//! - [`memory`]: [`memory::ObjectMemory`], per-object memory that starts afresh when the object's
+//!   uid changes (a deleted and re-created object inherits nothing).
+//! - [`status`]: [`status::apply_status`], the one server-side apply of a status subresource.
+//! - This file: panic containment ([`contain`], [`contain_policy`], [`ReportPanic`]) and the
+//!   controller-task [`Supervisor`].
+//!
+//! Panic containment: kube-runtime polls reconcile futures inside the controller's own task, so
+//! without it a panic from one tenant's object unwinds the whole controller for every namespace
+//! while the process (and `/healthz`) stays up; a panic in one object's reconcile (or in its
+//! error policy) becomes an error for that object alone, and a controller task that ends before
+//! shutdown marks the operator unhealthy instead of silently leaving its kind unreconciled. The
+//! release profile keeps `panic = "unwind"` for this.
+
+pub mod memory;
+pub mod policy;
+pub mod run;
+pub mod status;
 
 use std::any::Any;
 use std::future::Future;
