@@ -1,4 +1,5 @@
-//! One RayJob pass: the frame (span, per-object backoff) around `reconcile_job`, which reads
+//! One RayJob pass inside the shared frame (`controllers::frame::run`: span, metrics, per-object
+//! backoff): `reconcile_job` reads
 //! get → validate → one state-machine step (the stage of `status.jobDeploymentStatus`) →
 //! status. The Initializing and Waiting steps live here; Running is in `submit`, teardown,
 //! cleanup and finalization in `deletion`, writes to the API server in `apply` and `status`.
@@ -19,56 +20,25 @@ impl crate::controllers::frame::ReportPanic<RayJob> for Context {
     }
 }
 
-pub(super) fn error_policy(job: Arc<RayJob>, error: &Error, ctx: Arc<Context>) -> Action {
-    let failures = {
-        let mut map = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = map.entry(key(&job)).or_default();
-        *n = n.saturating_add(1);
-        *n
-    };
-    // 3 s, 6 s, 12 s … up to 5 minutes, for this RayJob only.
-    let backoff = (ctx.config.requeue * 2u32.saturating_pow(failures.saturating_sub(1).min(7)))
-        .min(Duration::from_secs(300));
-    warn!(
-        namespace = %job.namespace().unwrap_or_default(),
-        name = %job.name_any(),
-        error = %error,
-        retry_in = ?backoff,
-        "RayJob reconcile failed"
-    );
-    Action::requeue(backoff)
+impl Framed<RayJob> for Context {
+    fn frame(&self) -> &Frame<RayJob> {
+        &self.frame
+    }
 }
 
+/// The stage sequence inside the frame (span, metrics, backoff: `controllers::frame::run`).
+/// Each pass starts from a fresh GET (see the module header of `rayjob`).
 pub(super) async fn reconcile(job: Arc<RayJob>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = tracing::info_span!(
-        "reconcile",
-        kind = "RayJob",
-        namespace = %job.namespace().unwrap_or_default(),
-        name = %job.name_any()
-    );
-    async move {
-        let api: Api<RayJob> =
-            Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-        let Some(fresh) = api
-            .get_opt(&job.name_any())
-            .await
-            .map_err(kube_err("reading the RayJob"))?
-        else {
-            ctx.failures
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&key(&job));
-            return Ok(Action::await_change());
-        };
-        let action = reconcile_job(&fresh, &ctx).await?;
-        ctx.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key(&job));
-        Ok(action)
-    }
-    .instrument(span)
-    .await
+    let api: Api<RayJob> =
+        Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let Some(fresh) = api
+        .get_opt(&job.name_any())
+        .await
+        .map_err(kube_err("reading the RayJob"))?
+    else {
+        return Ok(Action::await_change());
+    };
+    reconcile_job(&fresh, &ctx).await
 }
 
 pub(super) fn now() -> Time {

@@ -1,5 +1,5 @@
-//! Writing a RayJob's status: a server-side apply of the status subresource, only when it
-//! differs from what the pass read. What the status says is decided by the stages and
+//! Writing a RayJob's status: the frame's server-side apply of the status subresource, only
+//! when it differs from what the pass read. What the status says is decided by the stages and
 //! `transitions`.
 
 use super::*;
@@ -15,18 +15,13 @@ pub(super) async fn write_status(
     if before == status {
         return Ok(false);
     }
-    let patch = serde_json::json!({
-        "apiVersion": RayJob::api_version(&()),
-        "kind": RayJob::kind(&()),
-        "status": status,
-    });
-    ctx.jobs(job)
-        .patch_status(
-            &job.name_any(),
-            &PatchParams::apply(field_managers::RAYJOB).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(kube_err("writing the RayJob status"))?;
+    crate::controllers::frame::status::apply_status(
+        &ctx.client,
+        job,
+        field_managers::RAYJOB,
+        status,
+    )
+    .await
+    .map_err(kube_err("writing the RayJob status"))?;
     Ok(true)
 }

@@ -30,7 +30,7 @@ mod suspend;
 mod upgrade;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -42,19 +42,21 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use tracing::{Instrument, debug, info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::conditions::{FALSE, TRUE};
 use crate::api::raycluster::{ClusterState, RayCluster, condition_types as cluster_conditions};
 use crate::api::rayservice::{
     RayService, RayServiceClusterStatus, RayServiceStatus, condition_reasons, condition_types,
 };
+use crate::controllers::frame::memory::{ObjectMemory, key_of};
+use crate::controllers::frame::run::{Frame, Framed};
 use crate::controllers::raycluster::builders::{BuildError, BuildOptions};
 use crate::k8s::field_managers;
 use crate::kuberay::keys::labels;
 use crate::ray::{DashboardClient, DashboardClientOptions, DashboardLocator, DashboardUrl};
 use build::{ClusterChange, HttpBinding};
-use memory::{Key, ServiceMemory, key_of};
+use memory::ServiceMemory;
 
 /// KubeRay's requeue while anything is in motion.
 const SHORT_REQUEUE: Duration = Duration::from_secs(2);
@@ -103,8 +105,8 @@ pub enum Error {
     Panicked(#[from] crate::controllers::frame::Panicked),
 }
 
-impl Error {
-    /// The `error` label of the reconcile error metric.
+impl crate::controllers::frame::policy::ReconcileError for Error {
+    /// The `category` label of the reconcile error metric.
     fn category(&self) -> &'static str {
         match self {
             Error::Kube { .. } | Error::Apply(_) => "apply",
@@ -113,7 +115,9 @@ impl Error {
             Error::Panicked(_) => "panic",
         }
     }
+}
 
+impl Error {
     fn kube(action: impl Into<String>, source: kube::Error) -> Error {
         Error::Kube {
             action: action.into(),
@@ -201,8 +205,8 @@ pub struct Context {
     clusters: Store<RayCluster>,
     services: Store<Service>,
     head_pods: Store<Pod>,
-    memory: Mutex<HashMap<Key, ServiceMemory>>,
-    queue: crate::admin::metrics::ReconcileQueue,
+    memory: ObjectMemory<ServiceMemory>,
+    frame: Frame<RayService>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -222,7 +226,7 @@ pub async fn run(
     let (pod_store, pod_writer) = reflector::store();
     let (rayservice_store, rayservice_writer) = reflector::store();
     let concurrency = config.concurrency.max(1);
-    let queue = config.metrics.queue("rayservice");
+    let frame = Frame::new("rayservice", &config.metrics);
     let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(client.clone(), field_managers::RAYSERVICE),
         client,
@@ -230,8 +234,8 @@ pub async fn run(
         clusters: cluster_store,
         services: service_store,
         head_pods: pod_store,
-        memory: Mutex::new(HashMap::new()),
-        queue,
+        memory: ObjectMemory::new(),
+        frame,
     });
 
     // Label-scoped: only what RayServices made (clusters, Services) and their head Pods.
@@ -277,19 +281,19 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
 
-    let queue = ctx.queue.clone();
+    let queue = ctx.frame.queue().clone();
     let rayservice_events = rayservice_events.inspect(move |s| {
         if let Ok(s) = s {
             queue.changed(s.namespace(), s.name_any());
         }
     });
-    let queue = ctx.queue.clone();
+    let queue = ctx.frame.queue().clone();
     let cluster_events = cluster_events.inspect(move |c| {
         if let Ok(c) = c {
             queue.owner_changed(c.meta(), "RayService");
         }
     });
-    let queue = ctx.queue.clone();
+    let queue = ctx.frame.queue().clone();
     let service_events = service_events.inspect(move |s| {
         if let Ok(s) = s {
             queue.owner_changed(s.meta(), "RayService");
@@ -302,8 +306,8 @@ pub async fn run(
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(
-            crate::controllers::frame::contain("rayservice", reconcile::reconcile),
-            crate::controllers::frame::contain_policy("rayservice", reconcile::error_policy),
+            crate::controllers::frame::run::reconciler(reconcile::reconcile),
+            crate::controllers::frame::run::error_policy(),
             ctx,
         )
         .for_each(|result| async move {

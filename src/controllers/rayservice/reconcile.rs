@@ -1,5 +1,5 @@
-//! One RayService pass: the frame (span, metrics, per-object backoff) around
-//! `reconcile_inner`, which reads get → validate → suspend → build (the desired clusters and
+//! One RayService pass inside the shared frame (`controllers::frame::run`: span, metrics,
+//! per-object backoff): `reconcile_inner` reads get → validate → suspend → build (the desired clusters and
 //! Services, pure) → apply (clusters, Serve, traffic switch; the apply stage owns the order) →
 //! status, each stage one call into its own file.
 
@@ -22,44 +22,19 @@ impl crate::controllers::frame::ReportPanic<RayService> for Context {
     }
 }
 
-pub(super) fn error_policy(service: Arc<RayService>, error: &Error, ctx: Arc<Context>) -> Action {
-    let failures = ctx.with_memory(&service, |m| {
-        m.consecutive_failures = m.consecutive_failures.saturating_add(1);
-        m.consecutive_failures
-    });
-    let backoff = crate::k8s::failure_backoff(failures);
-    warn!(
-        namespace = %service.namespace().unwrap_or_default(),
-        name = %service.name_any(),
-        error = %error,
-        retry_in = ?backoff,
-        "RayService reconcile failed"
-    );
-    Action::requeue(backoff)
+impl Framed<RayService> for Context {
+    fn frame(&self) -> &Frame<RayService> {
+        &self.frame
+    }
 }
 
+/// The stage sequence inside the frame (span, metrics, backoff: `controllers::frame::run`).
 pub(super) async fn reconcile(
     service: Arc<RayService>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let span = tracing::info_span!(
-        "reconcile",
-        kind = "RayService",
-        namespace = %service.namespace().unwrap_or_default(),
-        name = %service.name_any()
-    );
-    ctx.queue.started(service.namespace(), &service.name_any());
-    let timer = ctx.config.metrics.reconcile_started("rayservice");
-    let result = async move {
-        ctx.wait_for_caches().await?;
-        let action = reconcile_inner(&service, &ctx).await?;
-        ctx.with_memory(&service, |m| m.consecutive_failures = 0);
-        Ok(action)
-    }
-    .instrument(span)
-    .await;
-    timer.finish(result.as_ref().err().map(Error::category));
-    result
+    ctx.wait_for_caches().await?;
+    reconcile_inner(&service, &ctx).await
 }
 
 /// One pass over a RayService: validate → suspend → build → apply → status.

@@ -7,8 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use super::serve::ServeObservation;
 use super::{Context, Error};
@@ -230,17 +229,11 @@ pub(super) async fn write_status_if_changed(
         return Ok(());
     }
     status.last_update_time = Some(crate::k8s::now());
-    let api: Api<RayService> =
-        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "apiVersion": RayService::api_version(&()),
-        "kind": RayService::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &service.name_any(),
-        &PatchParams::apply(field_managers::RAYSERVICE).force(),
-        &Patch::Apply(&patch),
+    crate::controllers::frame::status::apply_status(
+        &ctx.client,
+        service,
+        field_managers::RAYSERVICE,
+        &status,
     )
     .await
     .map_err(|e| {
