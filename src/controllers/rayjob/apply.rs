@@ -6,6 +6,30 @@
 
 use super::*;
 
+/// The RayJob's API handles (in its namespace) and its Events.
+impl Context {
+    pub(super) fn jobs(&self, job: &RayJob) -> Api<RayJob> {
+        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
+    }
+    pub(super) fn clusters(&self, job: &RayJob) -> Api<RayCluster> {
+        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
+    }
+    pub(super) fn submitters(&self, job: &RayJob) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
+    }
+
+    pub(super) async fn event(
+        &self,
+        job: &RayJob,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        crate::k8s::publish_event(&self.recorder, job, type_, reason, action, note).await;
+    }
+}
+
 pub(super) async fn set_finalizers(
     job: &RayJob,
     ctx: &Context,

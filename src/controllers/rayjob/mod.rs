@@ -263,29 +263,6 @@ pub async fn run(
         .await;
 }
 
-impl Context {
-    fn jobs(&self, job: &RayJob) -> Api<RayJob> {
-        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
-    }
-    fn clusters(&self, job: &RayJob) -> Api<RayCluster> {
-        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
-    }
-    fn submitters(&self, job: &RayJob) -> Api<Job> {
-        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
-    }
-
-    async fn event(
-        &self,
-        job: &RayJob,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        crate::k8s::publish_event(&self.recorder, job, type_, reason, action, note).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

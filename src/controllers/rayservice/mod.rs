@@ -22,7 +22,8 @@
 
 mod apply;
 pub mod build;
-mod memory;
+mod context;
+pub mod reasons;
 mod reconcile;
 mod serve;
 pub mod status;
@@ -56,35 +57,12 @@ use crate::k8s::field_managers;
 use crate::kuberay::keys::labels;
 use crate::ray::{DashboardClient, DashboardClientOptions, DashboardLocator, DashboardUrl};
 use build::{ClusterChange, HttpBinding};
-use memory::ServiceMemory;
+use context::ServiceMemory;
 
 /// KubeRay's requeue while anything is in motion.
 const SHORT_REQUEUE: Duration = Duration::from_secs(2);
 /// KubeRay's default `rayClusterDeletionDelaySeconds`.
 const DEFAULT_DELETION_DELAY: Duration = Duration::from_secs(60);
-
-/// Event reasons (KubeRay's).
-pub mod reasons {
-    pub const INVALID_SPEC: &str = "InvalidRayServiceSpec";
-    pub const INITIALIZING_TIMEOUT: &str = "RayServiceInitializingTimeout";
-    pub const UPDATED_HEAD_POD_SERVE_LABEL: &str = "UpdatedHeadPodServeLabel";
-    pub const FAILED_TO_UPDATE_HEAD_POD_SERVE_LABEL: &str = "FailedToUpdateHeadPodServeLabel";
-    pub const UPDATED_SERVE_APPLICATIONS: &str = "UpdatedServeApplications";
-    pub const FAILED_TO_UPDATE_SERVE_APPLICATIONS: &str = "FailedToUpdateServeApplications";
-    pub const CREATED_RAY_CLUSTER: &str = "CreatedRayCluster";
-    pub const FAILED_TO_CREATE_RAY_CLUSTER: &str = "FailedToCreateRayCluster";
-    pub const UPDATED_RAY_CLUSTER: &str = "UpdatedRayCluster";
-    pub const FAILED_TO_UPDATE_RAY_CLUSTER: &str = "FailedToUpdateRayCluster";
-    pub const DELETED_RAY_CLUSTER: &str = "DeletedRayCluster";
-    pub const FAILED_TO_DELETE_RAY_CLUSTER: &str = "FailedToDeleteRayCluster";
-    pub const CREATED_SERVICE: &str = "CreatedService";
-    pub const UPDATED_SERVICE: &str = "UpdatedService";
-    pub const FAILED_TO_CREATE_SERVICE: &str = "FailedToCreateService";
-    pub const DELETED_SERVICE: &str = "DeletedService";
-    pub const FAILED_TO_DELETE_SERVICE: &str = "FailedToDeleteService";
-    /// raypipe's: the upgrade runs as NewCluster.
-    pub const INCREMENTAL_UPGRADE_NOT_SUPPORTED: &str = "IncrementalUpgradeNotSupported";
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -316,45 +294,4 @@ pub async fn run(
             }
         })
         .await;
-}
-
-impl Context {
-    async fn event(
-        &self,
-        service: &RayService,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        crate::k8s::publish_event(&self.recorder, service, type_, reason, action, note).await;
-    }
-
-    async fn wait_for_caches(&self) -> Result<(), Error> {
-        const LIMIT: Duration = Duration::from_secs(60);
-        let ready = async {
-            let _ = self.clusters.wait_until_ready().await;
-            let _ = self.services.wait_until_ready().await;
-            let _ = self.head_pods.wait_until_ready().await;
-        };
-        tokio::time::timeout(LIMIT, ready)
-            .await
-            .map_err(|_| Error::CacheNotReady(LIMIT))
-    }
-
-    /// The RayClusters this RayService owns.
-    fn owned_clusters(&self, service: &RayService) -> Vec<Arc<RayCluster>> {
-        let namespace = service.namespace();
-        let uid = service.uid();
-        self.clusters.state_filter(|c| {
-            c.namespace() == namespace
-                && c.owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-        })
-    }
-
-    fn cached_service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
-        self.services.get(&ObjectRef::new(name).within(namespace))
-    }
 }

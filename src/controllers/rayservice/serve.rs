@@ -2,7 +2,7 @@
 //! `serveConfigV2` when Serve needs it (content changed, no applications, or a new head
 //! session), and keeps the head Pod's `ray.io/serve` label on the health of its proxy.
 
-use super::memory::Pushed;
+use super::context::Pushed;
 use super::upgrade::{Desired, Traffic};
 use super::*;
 
