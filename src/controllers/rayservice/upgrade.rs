@@ -308,3 +308,89 @@ pub(super) async fn advance(
         promoted,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::rayservice::RayServiceClusterStatus;
+    use build::tests::{service, spec};
+
+    fn status(active: Option<&str>, pending: Option<&str>) -> RayServiceStatus {
+        let named = |name: Option<&str>| {
+            name.map(|n| RayServiceClusterStatus {
+                ray_cluster_name: Some(n.to_owned()),
+                ..Default::default()
+            })
+        };
+        RayServiceStatus {
+            active_service_status: named(active),
+            pending_service_status: named(pending),
+            ..Default::default()
+        }
+    }
+
+    /// A cluster as the cache shows it (with the uid the API server gave it).
+    fn cluster(service: &RayService, name: &str) -> Arc<RayCluster> {
+        let mut cluster = build::cluster(service, name, None).expect("builds");
+        cluster.metadata.uid = Some(format!("uid-{name}"));
+        Arc::new(cluster)
+    }
+
+    #[test]
+    fn a_pending_cluster_named_but_missing_is_built_for_creation_and_others_dangle() {
+        let svc = service(spec("ray:1", 1, 1));
+        let clusters = [cluster(&svc, "svc-old"), cluster(&svc, "svc-stray")];
+        let desired = desired(
+            &svc,
+            &status(Some("svc-old"), Some("svc-new")),
+            &clusters,
+            &BuildOptions::default(),
+        );
+        let (name, built) = desired
+            .create
+            .as_ref()
+            .expect("the pending cluster is to be created");
+        assert_eq!(name, "svc-new");
+        assert_eq!(built.as_ref().expect("builds").name_any(), "svc-new");
+        let dangling: Vec<String> = desired.dangling.iter().map(|c| c.name_any()).collect();
+        assert_eq!(dangling, ["svc-stray"]);
+        assert_eq!(
+            desired.active_cluster().map(|c| c.name_any()).as_deref(),
+            Some("svc-old")
+        );
+        assert!(desired.pending.is_none());
+        assert!(
+            desired.update_in_place.is_empty(),
+            "the spec did not change"
+        );
+    }
+
+    #[test]
+    fn a_replica_change_is_built_as_an_in_place_update_with_the_services_of_each_candidate() {
+        let before = service(spec("ray:1", 1, 1));
+        let clusters = [cluster(&before, "svc-old")];
+        let after = service(spec("ray:1", 3, 1));
+        let mut desired = desired(
+            &after,
+            &status(Some("svc-old"), None),
+            &clusters,
+            &BuildOptions::default(),
+        );
+        assert!(desired.create.is_none());
+        let [(cluster, built)] = &desired.update_in_place[..] else {
+            panic!("one in-place update expected");
+        };
+        assert_eq!(cluster.name_any(), "svc-old");
+        let built = built.as_ref().expect("builds");
+        assert_eq!(
+            built.spec.worker_group_specs.as_ref().unwrap()[0].replicas,
+            Some(3)
+        );
+        let active = desired.active.as_mut().expect("the active cluster");
+        let services = active.services.take().expect("built").expect("builds");
+        assert_eq!(
+            services.map(|s| s.name_any()),
+            ["svc-head-svc", "svc-serve-svc"]
+        );
+    }
+}
