@@ -473,11 +473,12 @@ pub fn describe<K: Resource<DynamicType = ()>>(obj: &K) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn service(spec: serde_json::Value) -> RayService {
+    /// A RayService `ns/svc` (uid `u-1`) of `spec`.
+    pub(in crate::controllers::rayservice) fn service(spec: serde_json::Value) -> RayService {
         let mut service: RayService = serde_json::from_value(json!({
             "apiVersion": "ray.io/v1", "kind": "RayService",
             "metadata": {"name": "svc", "namespace": "ns", "uid": "u-1"},
@@ -488,7 +489,12 @@ mod tests {
         service
     }
 
-    fn spec(image: &str, replicas: i32, groups: usize) -> serde_json::Value {
+    /// A RayService spec: `groups` worker groups of `replicas`, all on `image`.
+    pub(in crate::controllers::rayservice) fn spec(
+        image: &str,
+        replicas: i32,
+        groups: usize,
+    ) -> serde_json::Value {
         let group = |i: usize| {
             json!({"groupName": format!("g{i}"), "replicas": replicas, "minReplicas": 0,
                 "maxReplicas": 10, "rayStartParams": {},

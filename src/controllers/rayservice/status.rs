@@ -1,12 +1,22 @@
-//! The conditions of a RayService (pure): `Ready` and `UpgradeInProgress` with KubeRay's
-//! reasons, messages that say what is being waited for, and the initializing timeout.
+//! The status of a RayService: its conditions (pure): `Ready` and `UpgradeInProgress` with
+//! KubeRay's reasons, messages that say what is being waited for, and the initializing
+//! timeout; the per-cluster part; and the one status write (only when it changed).
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
-use crate::api::rayservice::{RayServiceStatus, ServiceStatus, condition_reasons, condition_types};
+use kube::ResourceExt;
+
+use super::serve::ServeObservation;
+use super::{Context, Error};
+use crate::api::raycluster::RayCluster;
+use crate::api::rayservice::{
+    RayService, RayServiceClusterStatus, RayServiceStatus, ServiceStatus, condition_reasons,
+    condition_types,
+};
+use crate::k8s::field_managers;
 
 /// What the conditions are computed from.
 pub struct ConditionInputs<'a> {
@@ -185,6 +195,55 @@ pub fn differs(old: Option<&RayServiceStatus>, new: &RayServiceStatus) -> bool {
             &old != new
         }
     }
+}
+
+pub(super) fn fill_cluster_status(
+    out: &mut RayServiceClusterStatus,
+    cluster: Option<&RayCluster>,
+    obs: Option<&ServeObservation>,
+) {
+    match cluster {
+        Some(cluster) => {
+            out.ray_cluster_name = Some(cluster.name_any());
+            out.ray_cluster_status = cluster.status.clone();
+        }
+        None => {
+            out.ray_cluster_status = None;
+            out.application_statuses = None;
+        }
+    }
+    if let Some(apps) = obs.and_then(|o| o.apps.clone()) {
+        out.application_statuses = (!apps.is_empty()).then_some(apps);
+    }
+}
+
+pub(super) async fn write_status_if_changed(
+    service: &RayService,
+    ctx: &Context,
+    mut status: RayServiceStatus,
+) -> Result<(), Error> {
+    let base = ctx
+        .with_memory(service, |m| m.last_status.clone())
+        .or_else(|| service.status.clone());
+    if !differs(base.as_ref(), &status) {
+        return Ok(());
+    }
+    status.last_update_time = Some(crate::k8s::now());
+    crate::controllers::frame::status::apply_status(
+        &ctx.client,
+        service,
+        field_managers::RAYSERVICE,
+        &status,
+    )
+    .await
+    .map_err(|e| {
+        Error::kube(
+            format!("writing the status of RayService {}", service.name_any()),
+            e,
+        )
+    })?;
+    ctx.with_memory(service, |m| m.last_status = Some(status));
+    Ok(())
 }
 
 #[cfg(test)]

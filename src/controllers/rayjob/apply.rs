@@ -1,0 +1,313 @@
+//! The RayJob's writes to its children: the RayCluster it creates (or the selected one it
+//! uses), the submitter Job, its finalizer, worker suspension and cluster deletion. Objects
+//! are built in `build` (pure); here they are created, patched or deleted, with KubeRay's
+//! Events. An object of a child's name that the RayJob does not control is reported and left
+//! alone.
+
+use super::*;
+
+/// The RayJob's API handles (in its namespace) and its Events.
+impl Context {
+    pub(super) fn jobs(&self, job: &RayJob) -> Api<RayJob> {
+        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
+    }
+    pub(super) fn clusters(&self, job: &RayJob) -> Api<RayCluster> {
+        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
+    }
+    pub(super) fn submitters(&self, job: &RayJob) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
+    }
+
+    pub(super) async fn event(
+        &self,
+        job: &RayJob,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        crate::k8s::publish_event(&self.recorder, job, type_, reason, action, note).await;
+    }
+}
+
+pub(super) async fn set_finalizers(
+    job: &RayJob,
+    ctx: &Context,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": job.resource_version()}
+    });
+    ctx.jobs(job)
+        .patch(
+            &job.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_err("updating the RayJob finalizers"))?;
+    Ok(())
+}
+
+pub(super) fn cluster_name(status: &RayJobStatus) -> Result<String, Error> {
+    status
+        .ray_cluster_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Error::Invalid("status.rayClusterName is empty".into()))
+}
+
+/// The RayJob's cluster: the selected one (must exist) or the one it creates.
+pub(super) async fn ensure_cluster(
+    job: &RayJob,
+    ctx: &Context,
+    status: &RayJobStatus,
+) -> Result<RayCluster, Error> {
+    let name = cluster_name(status)?;
+    let api = ctx.clusters(job);
+    if let Some(cluster) = api
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!("reading RayCluster {name}")))?
+    {
+        // A selected cluster is the user's to share; one the job makes must be the job's.
+        if build::selected_cluster(job).is_none()
+            && let Err(conflict) =
+                crate::k8s::check_controlled_by(&cluster, &job.uid().unwrap_or_default())
+        {
+            return Err(report_conflict(job, ctx, conflict).await);
+        }
+        return Ok(cluster);
+    }
+    if build::selected_cluster(job).is_some() {
+        ctx.event(
+            job,
+            EventType::Warning,
+            reasons::RAY_CLUSTER_NOT_FOUND,
+            "GetRayCluster",
+            format!("RayCluster {name} selected by clusterSelector was not found"),
+        )
+        .await;
+        return Err(Error::ClusterNotFound(name));
+    }
+    let desired = build::ray_cluster(job, &name, status.job_id.as_deref().unwrap_or_default())?;
+    match crate::k8s::create_owned(&api, &desired, field_managers::RAYJOB).await {
+        Ok(crate::k8s::Created::AlreadyOurs(found)) => Ok(found),
+        Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
+        Ok(crate::k8s::Created::New(created)) => {
+            ctx.event(
+                job,
+                EventType::Normal,
+                reasons::CREATED_RAY_CLUSTER,
+                "CreateRayCluster",
+                format!(
+                    "Created RayCluster {}/{name}",
+                    job.namespace().unwrap_or_default()
+                ),
+            )
+            .await;
+            Ok(created)
+        }
+        Err(e) => {
+            ctx.event(
+                job,
+                EventType::Warning,
+                reasons::FAILED_TO_CREATE_RAY_CLUSTER,
+                "CreateRayCluster",
+                format!("Failed to create RayCluster {name}: {e}"),
+            )
+            .await;
+            Err(e.into())
+        }
+    }
+}
+
+/// A Warning event naming an object of a child's name that the RayJob does not control; the
+/// object is left as it is and the error keeps the RayJob from going on with it.
+pub(super) async fn report_conflict(
+    job: &RayJob,
+    ctx: &Context,
+    conflict: crate::k8s::K8sError,
+) -> Error {
+    ctx.event(
+        job,
+        EventType::Warning,
+        conflict.conflict_reason().unwrap_or("ObjectConflict"),
+        "CreateRayJobChild",
+        conflict.to_string(),
+    )
+    .await;
+    Error::K8s(conflict)
+}
+
+pub(super) async fn ensure_submitter(
+    job: &RayJob,
+    ctx: &Context,
+    status: &RayJobStatus,
+    cluster: &RayCluster,
+) -> Result<(), Error> {
+    let api = ctx.submitters(job);
+    if let Some(found) = api
+        .get_opt(&job.name_any())
+        .await
+        .map_err(kube_err("reading the submitter Job"))?
+    {
+        return match crate::k8s::check_controlled_by(&found, &job.uid().unwrap_or_default()) {
+            Ok(()) => Ok(()),
+            Err(conflict) => Err(report_conflict(job, ctx, conflict).await),
+        };
+    }
+    let desired = build::submitter_job(
+        job,
+        cluster,
+        status.dashboard_url.as_deref().unwrap_or_default(),
+        status.job_id.as_deref().unwrap_or_default(),
+    )?;
+    match crate::k8s::create_owned(&api, &desired, field_managers::RAYJOB).await {
+        Ok(crate::k8s::Created::AlreadyOurs(_)) => Ok(()),
+        Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
+        Ok(crate::k8s::Created::New(_)) => {
+            ctx.event(
+                job,
+                EventType::Normal,
+                reasons::CREATED_SUBMITTER,
+                "CreateRayJobSubmitter",
+                format!(
+                    "Created Kubernetes Job {}/{}",
+                    job.namespace().unwrap_or_default(),
+                    job.name_any()
+                ),
+            )
+            .await;
+            Ok(())
+        }
+        Err(e) => {
+            ctx.event(
+                job,
+                EventType::Warning,
+                reasons::FAILED_TO_CREATE_SUBMITTER,
+                "CreateRayJobSubmitter",
+                format!("Failed to create the submitter Job: {e}"),
+            )
+            .await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Whether the RayJob is the controller of the object `meta` describes.
+pub(super) fn controlled_by_job(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    job: &RayJob,
+) -> bool {
+    crate::k8s::is_controlled_by(meta, &job.uid().unwrap_or_default())
+}
+
+/// Deletes only the object that was read (a same-named one made since is not touched).
+pub(super) fn uid_precondition(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Preconditions {
+    Preconditions {
+        uid: meta.uid.clone(),
+        resource_version: None,
+    }
+}
+
+/// Deletes the job's own `cluster` (the caller checked that the job controls it).
+pub(super) async fn delete_cluster(
+    job: &RayJob,
+    ctx: &Context,
+    cluster: &RayCluster,
+) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let params = DeleteParams {
+        preconditions: Some(uid_precondition(cluster.meta())),
+        ..DeleteParams::background()
+    };
+    match ctx.clusters(job).delete(&name, &params).await {
+        Ok(_) => {
+            ctx.event(
+                job,
+                EventType::Normal,
+                reasons::DELETED_RAY_CLUSTER,
+                "DeleteRayCluster",
+                format!(
+                    "Deleted RayCluster {}/{name}",
+                    job.namespace().unwrap_or_default()
+                ),
+            )
+            .await;
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => {
+            ctx.event(
+                job,
+                EventType::Warning,
+                reasons::FAILED_TO_DELETE_RAY_CLUSTER,
+                "DeleteRayCluster",
+                format!("Failed to delete RayCluster {name}: {e}"),
+            )
+            .await;
+            Err(kube_err(format!("deleting RayCluster {name}"))(e))
+        }
+    }
+}
+
+/// DeleteWorkers: every worker group of the cluster is suspended.
+pub(super) async fn suspend_workers(
+    job: &RayJob,
+    ctx: &Context,
+    cluster: Option<&RayCluster>,
+) -> Result<(), Error> {
+    let Some(cluster) = cluster else {
+        return Ok(());
+    };
+    let groups: Vec<serde_json::Value> = cluster
+        .spec
+        .worker_group_specs
+        .iter()
+        .flatten()
+        .map(|g| {
+            let mut v = serde_json::to_value(g).unwrap_or_default();
+            v["suspend"] = serde_json::Value::Bool(true);
+            v
+        })
+        .collect();
+    // A JSON merge patch replaces the list as a whole; the resourceVersion guards it.
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": cluster.resource_version()},
+        "spec": {"workerGroupSpecs": groups}
+    });
+    let name = cluster.name_any();
+    match ctx
+        .clusters(job)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            ctx.event(
+                job,
+                EventType::Normal,
+                reasons::UPDATED_RAY_CLUSTER,
+                "UpdateRayCluster",
+                format!("Suspended the worker groups of RayCluster {name}"),
+            )
+            .await;
+            Ok(())
+        }
+        Err(e) => {
+            ctx.event(
+                job,
+                EventType::Warning,
+                reasons::FAILED_TO_UPDATE_RAY_CLUSTER,
+                "UpdateRayCluster",
+                format!("Failed to suspend the worker groups of RayCluster {name}: {e}"),
+            )
+            .await;
+            Err(kube_err(format!(
+                "suspending the workers of RayCluster {name}"
+            ))(e))
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! One RayJob pass inside the shared frame (`controllers::frame::run`: span, metrics, per-object
+//! backoff): `reconcile_job` reads
+//! get → validate → one state-machine step (the stage of `status.jobDeploymentStatus`) →
+//! status. The Initializing and Waiting steps live here; Running is in `submit`, teardown,
+//! cleanup and finalization in `deletion`, writes to the API server in `apply` and `status`.
+
+use super::apply::{ensure_cluster, ensure_submitter, set_finalizers};
+use super::deletion::{finalize, finished, tear_down};
+use super::status::write_status;
+use super::submit::{dashboard_url_of, running};
+use super::*;
+
+impl crate::controllers::frame::ReportPanic<RayJob> for Context {
+    fn report_panic(
+        &self,
+        object: Arc<RayJob>,
+        message: String,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        crate::controllers::frame::panic_event(&self.recorder, object, message)
+    }
+}
+
+impl Framed<RayJob> for Context {
+    fn frame(&self) -> &Frame<RayJob> {
+        &self.frame
+    }
+}
+
+/// The stage sequence inside the frame (span, metrics, backoff: `controllers::frame::run`).
+/// Each pass starts from a fresh GET (see the module header of `rayjob`).
+pub(super) async fn reconcile(job: Arc<RayJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let api: Api<RayJob> =
+        Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let Some(fresh) = api
+        .get_opt(&job.name_any())
+        .await
+        .map_err(kube_err("reading the RayJob"))?
+    else {
+        return Ok(Action::await_change());
+    };
+    reconcile_job(&fresh, &ctx).await
+}
+
+pub(super) fn now() -> Time {
+    crate::k8s::now()
+}
+
+/// The whole state machine for one RayJob read fresh from the API server.
+pub(super) async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action, Error> {
+    if job
+        .spec
+        .managed_by
+        .as_deref()
+        .is_some_and(|m| m != MANAGED_BY_KUBERAY)
+    {
+        // Another controller (e.g. Kueue MultiKueue) owns this RayJob.
+        return Ok(Action::await_change());
+    }
+    if job.meta().deletion_timestamp.is_some() {
+        return finalize(job, ctx).await;
+    }
+    let before = job.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    // The CRD defaults these; keeping them set means an unchanged status compares equal.
+    status.succeeded.get_or_insert(0);
+    status.failed.get_or_insert(0);
+
+    if let Err(invalid) =
+        crate::validation::rayjob::controller::validate(job, ctx.config.deletion_policy)
+    {
+        warn!(reason = invalid.reason, message = %invalid.message, "RayJob refused");
+        ctx.event(
+            job,
+            EventType::Warning,
+            invalid.reason,
+            "Validate",
+            invalid.message.clone(),
+        )
+        .await;
+        status.job_deployment_status = Some(JobDeploymentStatus::ValidationFailed);
+        status.reason = Some(JobFailedReason::ValidationFailed);
+        status.message = Some(invalid.message);
+        write_status(job, ctx, &before, &status).await?;
+        return Ok(Action::await_change());
+    }
+
+    let now = now();
+    let started_in = status.job_deployment_status;
+    let action = match started_in {
+        None => start(job, ctx, &mut status, &now).await?,
+        // A fixed spec brings a refused RayJob back (KubeRay leaves it stuck).
+        Some(JobDeploymentStatus::ValidationFailed) => {
+            status = RayJobStatus {
+                succeeded: status.succeeded,
+                failed: status.failed,
+                ..Default::default()
+            };
+            Action::requeue(Duration::ZERO)
+        }
+        Some(JobDeploymentStatus::Initializing) => {
+            initializing(job, ctx, &mut status, &now).await?
+        }
+        Some(JobDeploymentStatus::Waiting) => waiting(job, &mut status, &now, &ctx.config),
+        Some(JobDeploymentStatus::Running) => running(job, ctx, &mut status, &now).await?,
+        Some(s @ (JobDeploymentStatus::Suspending | JobDeploymentStatus::Retrying)) => {
+            tear_down(job, ctx, &mut status, s).await?
+        }
+        Some(JobDeploymentStatus::Suspended) => {
+            if job.spec.suspend == Some(true) {
+                Action::await_change()
+            } else {
+                status.job_deployment_status = None;
+                status.job_status = None;
+                Action::requeue(Duration::ZERO)
+            }
+        }
+        Some(JobDeploymentStatus::Complete | JobDeploymentStatus::Failed) => {
+            return finished(job, ctx, &status, &now).await;
+        }
+    };
+    if started_in.is_some_and(|s| !s.is_terminal()) {
+        transitions::finish_pass(&job.spec, &before, &mut status, &now);
+    }
+    if status.job_deployment_status != before.job_deployment_status {
+        info!(
+            from = ?before.job_deployment_status,
+            to = ?status.job_deployment_status,
+            reason = ?status.reason,
+            "RayJob deployment status changed"
+        );
+    }
+    let changed = write_status(job, ctx, &before, &status).await?;
+    // A transition is followed at once by the next step (KubeRay requeues immediately too).
+    Ok(
+        if changed && status.job_deployment_status != before.job_deployment_status {
+            Action::requeue(Duration::from_millis(100))
+        } else {
+            action
+        },
+    )
+}
+
+/// New: finalizer, job id and cluster name, then Initializing.
+pub(super) async fn start(
+    job: &RayJob,
+    ctx: &Context,
+    status: &mut RayJobStatus,
+    now: &Time,
+) -> Result<Action, Error> {
+    if !job.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = job.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_owned());
+        set_finalizers(job, ctx, finalizers).await?;
+    }
+    let mode = build::mode(job);
+    if status.job_id.is_none() {
+        status.job_id = match job.spec.job_id.clone().filter(|id| !id.is_empty()) {
+            Some(id) => Some(id),
+            None if mode == JobSubmissionMode::InteractiveMode => None,
+            None => Some(build::generated_name(job, &crate::k8s::random_suffix())),
+        };
+    }
+    if status.ray_cluster_name.is_none() {
+        status.ray_cluster_name = Some(match build::selected_cluster(job) {
+            Some(name) => name.to_owned(),
+            None => build::generated_name(job, &crate::k8s::random_suffix()),
+        });
+    }
+    status.job_status = None;
+    status.job_deployment_status = Some(JobDeploymentStatus::Initializing);
+    status.start_time = Some(now.clone());
+    Ok(Action::requeue(ctx.config.requeue))
+}
+
+/// Deadline checks shared by Initializing, Waiting and Running; true when the job failed.
+pub(super) fn check_deadlines(
+    job: &RayJob,
+    status: &mut RayJobStatus,
+    now: &Time,
+    pre_running: bool,
+) -> bool {
+    if let Some(seconds) = job.spec.active_deadline_seconds
+        && transitions::passed(status.start_time.as_ref(), seconds.into(), now)
+    {
+        let message = transitions::active_deadline_message(status, seconds);
+        transitions::fail(status, JobFailedReason::DeadlineExceeded, message);
+        return true;
+    }
+    if pre_running
+        && let Some(seconds) = job.spec.pre_running_deadline_seconds
+        && transitions::passed(status.start_time.as_ref(), seconds.into(), now)
+    {
+        transitions::fail(
+            status,
+            JobFailedReason::PreRunningDeadlineExceeded,
+            format!(
+                "The RayJob did not reach Running within preRunningDeadlineSeconds ({seconds})."
+            ),
+        );
+        return true;
+    }
+    false
+}
+
+pub(super) async fn initializing(
+    job: &RayJob,
+    ctx: &Context,
+    status: &mut RayJobStatus,
+    now: &Time,
+) -> Result<Action, Error> {
+    if job.spec.suspend == Some(true) {
+        status.job_deployment_status = Some(JobDeploymentStatus::Suspending);
+        return Ok(Action::requeue(ctx.config.requeue));
+    }
+    if check_deadlines(job, status, now, true) {
+        return Ok(Action::requeue(ctx.config.requeue));
+    }
+    let cluster = ensure_cluster(job, ctx, status).await?;
+    status.ray_cluster_status = cluster.status.clone();
+    if status.dashboard_url.is_none() {
+        let ready = cluster.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Ready);
+        if !ready {
+            return Ok(Action::requeue(ctx.config.requeue));
+        }
+        status.dashboard_url = Some(dashboard_url_of(job, ctx, &cluster).await?);
+    }
+    match build::mode(job) {
+        JobSubmissionMode::InteractiveMode => {
+            status.job_deployment_status = Some(JobDeploymentStatus::Waiting);
+        }
+        JobSubmissionMode::K8sJobMode => {
+            ensure_submitter(job, ctx, status, &cluster).await?;
+            status.job_deployment_status = Some(JobDeploymentStatus::Running);
+        }
+        JobSubmissionMode::HttpMode | JobSubmissionMode::SidecarMode => {
+            status.job_deployment_status = Some(JobDeploymentStatus::Running);
+        }
+    }
+    Ok(Action::requeue(ctx.config.requeue))
+}
+
+pub(super) fn waiting(
+    job: &RayJob,
+    status: &mut RayJobStatus,
+    now: &Time,
+    config: &Config,
+) -> Action {
+    if check_deadlines(job, status, now, true) {
+        return Action::requeue(config.requeue);
+    }
+    if let Some(id) = job.spec.job_id.clone().filter(|id| !id.is_empty()) {
+        status.job_id = Some(id);
+        status.job_deployment_status = Some(JobDeploymentStatus::Running);
+    }
+    Action::requeue(config.requeue)
+}

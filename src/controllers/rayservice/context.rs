@@ -1,0 +1,82 @@
+//! What a pass reads besides the RayService: what the controller remembers per RayService
+//! between passes (last status written, Serve pushes, deletion deadlines, applied Services),
+//! kept in the frame's per-object memory so it starts afresh when the UID changes (failure
+//! counts are the frame's), and the caches of owned clusters, Services and head Pods.
+
+use super::*;
+use crate::controllers::frame::memory::ObjectKey;
+
+/// What a Serve config push left behind, per cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Pushed {
+    pub(super) config_hash: String,
+    /// The head's Ray session when it was pushed (a new session is a restarted head).
+    pub(super) session: Option<String>,
+}
+
+#[derive(Default)]
+pub(super) struct ServiceMemory {
+    pub(super) last_status: Option<RayServiceStatus>,
+    pub(super) pushed: HashMap<String, Pushed>,
+    /// Clusters no longer active or pending, and when they may be deleted.
+    pub(super) deletion_due: HashMap<String, Instant>,
+    /// Services applied (name → hash of what was applied).
+    pub(super) applied_services: HashMap<String, String>,
+}
+
+impl Context {
+    pub(super) fn with_memory<T>(
+        &self,
+        service: &RayService,
+        f: impl FnOnce(&mut ServiceMemory) -> T,
+    ) -> T {
+        self.memory.with(service, f)
+    }
+
+    /// A deleted RayService: its memory and its failure count go.
+    pub(super) fn forget(&self, key: &ObjectKey) {
+        self.memory.forget(key);
+        self.frame.forget(key);
+    }
+}
+
+impl Context {
+    pub(super) async fn event(
+        &self,
+        service: &RayService,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        crate::k8s::publish_event(&self.recorder, service, type_, reason, action, note).await;
+    }
+
+    pub(super) async fn wait_for_caches(&self) -> Result<(), Error> {
+        const LIMIT: Duration = Duration::from_secs(60);
+        let ready = async {
+            let _ = self.clusters.wait_until_ready().await;
+            let _ = self.services.wait_until_ready().await;
+            let _ = self.head_pods.wait_until_ready().await;
+        };
+        tokio::time::timeout(LIMIT, ready)
+            .await
+            .map_err(|_| Error::CacheNotReady(LIMIT))
+    }
+
+    /// The RayClusters this RayService owns.
+    pub(super) fn owned_clusters(&self, service: &RayService) -> Vec<Arc<RayCluster>> {
+        let namespace = service.namespace();
+        let uid = service.uid();
+        self.clusters.state_filter(|c| {
+            c.namespace() == namespace
+                && c.owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+        })
+    }
+
+    pub(super) fn cached_service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
+        self.services.get(&ObjectRef::new(name).within(namespace))
+    }
+}

@@ -1,0 +1,21 @@
+//! The Event reasons of RayService: KubeRay's, and raypipe's own where marked.
+
+pub const INVALID_SPEC: &str = "InvalidRayServiceSpec";
+pub const INITIALIZING_TIMEOUT: &str = "RayServiceInitializingTimeout";
+pub const UPDATED_HEAD_POD_SERVE_LABEL: &str = "UpdatedHeadPodServeLabel";
+pub const FAILED_TO_UPDATE_HEAD_POD_SERVE_LABEL: &str = "FailedToUpdateHeadPodServeLabel";
+pub const UPDATED_SERVE_APPLICATIONS: &str = "UpdatedServeApplications";
+pub const FAILED_TO_UPDATE_SERVE_APPLICATIONS: &str = "FailedToUpdateServeApplications";
+pub const CREATED_RAY_CLUSTER: &str = "CreatedRayCluster";
+pub const FAILED_TO_CREATE_RAY_CLUSTER: &str = "FailedToCreateRayCluster";
+pub const UPDATED_RAY_CLUSTER: &str = "UpdatedRayCluster";
+pub const FAILED_TO_UPDATE_RAY_CLUSTER: &str = "FailedToUpdateRayCluster";
+pub const DELETED_RAY_CLUSTER: &str = "DeletedRayCluster";
+pub const FAILED_TO_DELETE_RAY_CLUSTER: &str = "FailedToDeleteRayCluster";
+pub const CREATED_SERVICE: &str = "CreatedService";
+pub const UPDATED_SERVICE: &str = "UpdatedService";
+pub const FAILED_TO_CREATE_SERVICE: &str = "FailedToCreateService";
+pub const DELETED_SERVICE: &str = "DeletedService";
+pub const FAILED_TO_DELETE_SERVICE: &str = "FailedToDeleteService";
+/// raypipe's: the upgrade runs as NewCluster.
+pub const INCREMENTAL_UPGRADE_NOT_SUPPORTED: &str = "IncrementalUpgradeNotSupported";

@@ -1,0 +1,396 @@
+//! Zero-downtime cluster switching: the desired clusters and Services of a pass (pure), whether
+//! a new pending cluster must be prepared (KubeRay's `shouldPrepareNewCluster`), which cluster
+//! the Services should select, and the promotion of the pending cluster once traffic moved.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::serve::Observed;
+use super::status::fill_cluster_status;
+use super::*;
+
+/// What building produced: an object, or why it cannot be built (reported where it would have
+/// been written, so a build error never stops an earlier write).
+pub(super) type Built<T> = Result<T, BuildError>;
+
+/// A cluster that may take traffic, with the head and serve Services that would select it.
+pub(super) struct Candidate {
+    pub(super) cluster: Arc<RayCluster>,
+    /// Taken when traffic moves to this cluster.
+    pub(super) services: Option<Built<[Service; 2]>>,
+}
+
+/// The desired clusters and Services of one pass, from the spec, the status and the cached
+/// clusters. Building is pure; `apply` writes it in its own order.
+pub(super) struct Desired {
+    pub(super) active_name: Option<String>,
+    pub(super) pending_name: Option<String>,
+    pub(super) active: Option<Candidate>,
+    pub(super) pending: Option<Candidate>,
+    /// Clusters neither active nor pending: deleted after `deletion_delay`.
+    pub(super) dangling: Vec<Arc<RayCluster>>,
+    pub(super) deletion_delay: Duration,
+    /// The pending cluster the status names but that does not exist yet (its name is recorded
+    /// first, so a crash in between never makes two).
+    pub(super) create: Option<(String, Built<RayCluster>)>,
+    /// Existing clusters whose spec change is applied in place, with what they become.
+    pub(super) update_in_place: Vec<(Arc<RayCluster>, Built<RayCluster>)>,
+}
+
+impl Desired {
+    pub(super) fn active_cluster(&self) -> Option<&RayCluster> {
+        self.active.as_ref().map(|c| &*c.cluster)
+    }
+
+    pub(super) fn pending_cluster(&self) -> Option<&RayCluster> {
+        self.pending.as_ref().map(|c| &*c.cluster)
+    }
+}
+
+/// Builds the desired clusters and Services.
+pub(super) fn desired(
+    service: &RayService,
+    status: &RayServiceStatus,
+    clusters: &[Arc<RayCluster>],
+    options: &BuildOptions,
+) -> Desired {
+    let active_name = status
+        .active_service_status
+        .as_ref()
+        .and_then(|s| s.ray_cluster_name.clone());
+    let pending_name = status
+        .pending_service_status
+        .as_ref()
+        .and_then(|s| s.ray_cluster_name.clone());
+    let find = |name: &Option<String>| {
+        name.as_ref()
+            .and_then(|n| clusters.iter().find(|c| &c.name_any() == n).cloned())
+    };
+    let active = find(&active_name);
+    let pending = find(&pending_name);
+
+    let keep: BTreeSet<&str> = [active_name.as_deref(), pending_name.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let dangling: Vec<Arc<RayCluster>> = clusters
+        .iter()
+        .filter(|c| !keep.contains(c.name_any().as_str()))
+        .cloned()
+        .collect();
+    let deletion_delay = service
+        .spec
+        .ray_cluster_deletion_delay_seconds
+        .map_or(DEFAULT_DELETION_DELAY, |s| {
+            Duration::from_secs(u64::try_from(s).unwrap_or(0))
+        });
+
+    let create = match (&pending_name, &pending) {
+        (Some(name), None) => Some((name.clone(), build::cluster(service, name, None))),
+        _ => None,
+    };
+    let goal = build::goal_spec(service);
+    let mut update_in_place = Vec::new();
+    if let Some(cluster) = &active
+        && pending.is_none()
+        && build::classify(cluster, &goal, true) == ClusterChange::InPlace
+    {
+        update_in_place.push(cluster.clone());
+    }
+    if let Some(cluster) = &pending
+        && build::classify(cluster, &goal, false) == ClusterChange::InPlace
+    {
+        update_in_place.push(cluster.clone());
+    }
+    let update_in_place = update_in_place
+        .into_iter()
+        .map(|cluster| {
+            let built = build::cluster(service, &cluster.name_any(), Some(cluster.spec.suspend));
+            (cluster, built)
+        })
+        .collect();
+
+    let candidate = |cluster: Arc<RayCluster>| {
+        let services = build::head_service(service, &cluster, options)
+            .and_then(|head| Ok([head, build::serve_service(service, &cluster)?]));
+        Candidate {
+            cluster,
+            services: Some(services),
+        }
+    };
+    Desired {
+        active_name,
+        pending_name,
+        active: active.map(candidate),
+        pending: pending.map(candidate),
+        dangling,
+        deletion_delay,
+        create,
+        update_in_place,
+    }
+}
+
+/// Where the serve Service points, and whether a new cluster must be prepared.
+pub(super) struct Traffic {
+    pub(super) routed_to: Option<String>,
+    pub(super) needs_new_cluster: bool,
+}
+
+/// Reads where traffic goes now (the cached serve Service) and decides on a new cluster.
+pub(super) fn traffic(
+    service: &RayService,
+    ctx: &Context,
+    desired: &Desired,
+    status: &RayServiceStatus,
+) -> Traffic {
+    let namespace = service.namespace().unwrap_or_default();
+    let routed_to: Option<String> = ctx
+        .cached_service(&namespace, &build::serve_service_name(service))
+        .and_then(|s| build::selected_cluster(&s).map(str::to_owned));
+    let needs_new_cluster = needs_new_cluster(
+        service,
+        ctx,
+        desired.active_cluster(),
+        desired.pending_cluster(),
+        routed_to.as_deref(),
+        status,
+    );
+    Traffic {
+        routed_to,
+        needs_new_cluster,
+    }
+}
+
+/// The traffic switch: both Services follow the pending cluster once its applications run,
+/// else stay on (or go to) the active one.
+pub(super) fn traffic_target<'a>(
+    desired: &'a mut Desired,
+    observed: &Observed,
+) -> Option<&'a mut Candidate> {
+    match (
+        &mut desired.pending,
+        &observed.pending,
+        &mut desired.active,
+        &observed.active,
+    ) {
+        (Some(p), Some(obs), _, _) if obs.ready => Some(p),
+        (_, _, Some(a), Some(obs)) if obs.ready => Some(a),
+        _ => None,
+    }
+}
+
+/// Whether a new pending cluster must be prepared (KubeRay's `shouldPrepareNewCluster`).
+pub(super) fn needs_new_cluster(
+    service: &RayService,
+    ctx: &Context,
+    active: Option<&RayCluster>,
+    pending: Option<&RayCluster>,
+    routed_to: Option<&str>,
+    status: &RayServiceStatus,
+) -> bool {
+    if status
+        .pending_service_status
+        .as_ref()
+        .and_then(|p| p.ray_cluster_name.as_ref())
+        .is_some()
+        && pending.is_none()
+    {
+        return false;
+    }
+    if let (Some(p), Some(routed)) = (pending, routed_to)
+        && p.name_any() == routed
+    {
+        return false;
+    }
+    let newest = match pending.or(active) {
+        None => return active.is_none() && pending.is_none(),
+        Some(c) => c,
+    };
+    let goal = build::goal_spec(service);
+    match build::classify(newest, &goal, false) {
+        ClusterChange::Replace => {
+            // The pending cluster is already the newest: a second change replaces it too.
+            build::zero_downtime(service, ctx.config.zero_downtime) && pending.is_none()
+        }
+        _ => false,
+    }
+}
+
+/// The active and pending cluster after this pass's switch.
+pub(super) struct Advanced {
+    pub(super) now_active: Option<String>,
+    pub(super) now_pending: Option<String>,
+    /// The pending cluster took over: the old active one is dangling from now on.
+    pub(super) promoted: bool,
+}
+
+/// Records the clusters in the status: the pending cluster becomes active once traffic moved
+/// to it (the upgrade's duration is recorded), and a new pending cluster is named when one
+/// must be prepared.
+pub(super) async fn advance(
+    service: &RayService,
+    ctx: &Context,
+    status: &mut RayServiceStatus,
+    desired: &Desired,
+    observed: &Observed,
+    now: &Time,
+) -> Advanced {
+    let traffic = &observed.traffic;
+    let mut active_status = status.active_service_status.clone().unwrap_or_default();
+    let mut pending_status = status.pending_service_status.clone().unwrap_or_default();
+    fill_cluster_status(
+        &mut active_status,
+        desired.active_cluster(),
+        observed.active.as_ref(),
+    );
+    fill_cluster_status(
+        &mut pending_status,
+        desired.pending_cluster(),
+        observed.pending.as_ref(),
+    );
+    let mut promoted = false;
+    if let (Some(routed), Some(pending_cluster)) = (&traffic.routed_to, &desired.pending_name)
+        && routed == pending_cluster
+    {
+        info!(cluster = %routed, "traffic switched to the new cluster; it is now active");
+        // An upgrade (not the first start): from UpgradeInProgress=True to the switch.
+        if desired.active_name.is_some()
+            && let Some(since) = crate::api::conditions::find(
+                &status.conditions,
+                condition_types::UPGRADE_IN_PROGRESS,
+            )
+            .filter(|c| c.status == TRUE)
+            .map(|c| c.last_transition_time.0)
+            && let Ok(took) = Duration::try_from(now.0.duration_since(since))
+        {
+            ctx.config.metrics.rayservice_upgraded(took);
+        }
+        active_status = pending_status;
+        pending_status = RayServiceClusterStatus::default();
+        // The old active cluster is now dangling: its deletion delay starts now.
+        promoted = true;
+    }
+    let now_active = active_status.ray_cluster_name.clone();
+    let now_pending = if traffic.needs_new_cluster && pending_status.ray_cluster_name.is_none() {
+        let name = build::new_cluster_name(service);
+        info!(cluster = %name, "a new RayCluster will be prepared");
+        if now_active.is_some()
+            && service
+                .spec
+                .upgrade_strategy
+                .as_ref()
+                .and_then(|u| u.type_.as_ref())
+                == Some(&crate::api::rayservice::RayServiceUpgradeType::NewClusterWithIncrementalUpgrade)
+        {
+            ctx.event(
+                service,
+                EventType::Warning,
+                reasons::INCREMENTAL_UPGRADE_NOT_SUPPORTED,
+                "Upgrade",
+                format!("raypipe does not move traffic step by step (NewClusterWithIncrementalUpgrade): RayCluster {name} takes all traffic at once when its applications run, as with NewCluster"),
+            )
+            .await;
+        }
+        pending_status = RayServiceClusterStatus {
+            ray_cluster_name: Some(name.clone()),
+            ..Default::default()
+        };
+        Some(name)
+    } else {
+        pending_status.ray_cluster_name.clone()
+    };
+    status.active_service_status =
+        (active_status != RayServiceClusterStatus::default()).then_some(active_status);
+    status.pending_service_status =
+        (pending_status != RayServiceClusterStatus::default()).then_some(pending_status);
+    Advanced {
+        now_active,
+        now_pending,
+        promoted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::rayservice::RayServiceClusterStatus;
+    use build::tests::{service, spec};
+
+    fn status(active: Option<&str>, pending: Option<&str>) -> RayServiceStatus {
+        let named = |name: Option<&str>| {
+            name.map(|n| RayServiceClusterStatus {
+                ray_cluster_name: Some(n.to_owned()),
+                ..Default::default()
+            })
+        };
+        RayServiceStatus {
+            active_service_status: named(active),
+            pending_service_status: named(pending),
+            ..Default::default()
+        }
+    }
+
+    /// A cluster as the cache shows it (with the uid the API server gave it).
+    fn cluster(service: &RayService, name: &str) -> Arc<RayCluster> {
+        let mut cluster = build::cluster(service, name, None).expect("builds");
+        cluster.metadata.uid = Some(format!("uid-{name}"));
+        Arc::new(cluster)
+    }
+
+    #[test]
+    fn a_pending_cluster_named_but_missing_is_built_for_creation_and_others_dangle() {
+        let svc = service(spec("ray:1", 1, 1));
+        let clusters = [cluster(&svc, "svc-old"), cluster(&svc, "svc-stray")];
+        let desired = desired(
+            &svc,
+            &status(Some("svc-old"), Some("svc-new")),
+            &clusters,
+            &BuildOptions::default(),
+        );
+        let (name, built) = desired
+            .create
+            .as_ref()
+            .expect("the pending cluster is to be created");
+        assert_eq!(name, "svc-new");
+        assert_eq!(built.as_ref().expect("builds").name_any(), "svc-new");
+        let dangling: Vec<String> = desired.dangling.iter().map(|c| c.name_any()).collect();
+        assert_eq!(dangling, ["svc-stray"]);
+        assert_eq!(
+            desired.active_cluster().map(|c| c.name_any()).as_deref(),
+            Some("svc-old")
+        );
+        assert!(desired.pending.is_none());
+        assert!(
+            desired.update_in_place.is_empty(),
+            "the spec did not change"
+        );
+    }
+
+    #[test]
+    fn a_replica_change_is_built_as_an_in_place_update_with_the_services_of_each_candidate() {
+        let before = service(spec("ray:1", 1, 1));
+        let clusters = [cluster(&before, "svc-old")];
+        let after = service(spec("ray:1", 3, 1));
+        let mut desired = desired(
+            &after,
+            &status(Some("svc-old"), None),
+            &clusters,
+            &BuildOptions::default(),
+        );
+        assert!(desired.create.is_none());
+        let [(cluster, built)] = &desired.update_in_place[..] else {
+            panic!("one in-place update expected");
+        };
+        assert_eq!(cluster.name_any(), "svc-old");
+        let built = built.as_ref().expect("builds");
+        assert_eq!(
+            built.spec.worker_group_specs.as_ref().unwrap()[0].replicas,
+            Some(3)
+        );
+        let active = desired.active.as_mut().expect("the active cluster");
+        let services = active.services.take().expect("built").expect("builds");
+        assert_eq!(
+            services.map(|s| s.name_any()),
+            ["svc-head-svc", "svc-serve-svc"]
+        );
+    }
+}
