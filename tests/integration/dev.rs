@@ -26,7 +26,7 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     // Make sure the binaries and the Ray virtualenv exist first (shared with the other tests):
     // the deadlines below are for start-up, not for a first-time build or install (issue 15).
     crate::support::control_plane();
-    tokio::task::spawn_blocking(raypipe::ray::testenv::locate_ray)
+    tokio::task::spawn_blocking(raypipe::devenv::ray::locate_ray)
         .await
         .expect("locate_ray did not panic")
         .expect("the Ray virtualenv");
@@ -208,8 +208,8 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
 /// start-up timeout; the control plane must still start.
 #[tokio::test]
 async fn a_slow_first_provisioning_does_not_consume_the_startup_timeout() {
-    use raypipe::testenv::binaries::{Binaries, Lookup};
-    use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
+    use raypipe::devenv::binaries::{Binaries, Lookup};
+    use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
     let real = tokio::task::spawn_blocking(|| Binaries::locate(false))
         .await

@@ -16,8 +16,8 @@ use raypipe::api::conditions;
 use raypipe::api::raycluster::RayCluster;
 use raypipe::api::rayservice::{RayService, condition_types as rayservice_conditions};
 use raypipe::api::servepipeline::ServePipeline;
+use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 use raypipe::ray::ApplicationStatus;
-use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
 use serde_json::json;
 
 use crate::support::e2e::{self, Client, E2e, GRAPH_PATH, PIPELINE, WAIT, digest, ensemble};
@@ -409,7 +409,7 @@ async fn apiserver_restarted_under_the_operator_with_changes_in_flight_converges
         .expect("a dedicated control plane");
     let client = plane.client().await.expect("a client");
     let ns = support::namespace(&client, "fault-apiserver").await;
-    let token = raypipe::testenv::random_token().expect("a token");
+    let token = raypipe::devenv::random_token().expect("a token");
     let registry = Registry::start(&token).await;
     registry.put(GRAPH_PATH, ensemble("1"));
     let secret: Secret = serde_json::from_value(json!({

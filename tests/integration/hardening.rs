@@ -159,7 +159,7 @@ async fn durations_the_crd_admits_are_refused_by_name_without_a_panic_or_a_hot_l
     let admin = support::client().await;
     let hostile = support::namespace(&admin, "hostile").await;
     let healthy = support::namespace(&admin, "healthy").await;
-    let registry = raypipe::testenv::registry::Registry::start(TOKEN).await;
+    let registry = raypipe::devenv::registry::Registry::start(TOKEN).await;
     registry.put("g.pb", sample_graph());
     put_token(&admin, &hostile).await;
     put_token(&admin, &healthy).await;
@@ -251,7 +251,7 @@ async fn pipelines_hanging_on_slow_registries_do_not_delay_a_healthy_one() {
     let slow = support::namespace(&admin, "slow").await;
     let healthy = support::namespace(&admin, "fast").await;
     let (slow_url, _server) = hanging_registry().await;
-    let registry = raypipe::testenv::registry::Registry::start(TOKEN).await;
+    let registry = raypipe::devenv::registry::Registry::start(TOKEN).await;
     registry.put("g.pb", sample_graph());
     put_token(&admin, &slow).await;
     put_token(&admin, &healthy).await;
@@ -451,7 +451,7 @@ async fn hostile_graphs_from_a_registry_are_named_in_conditions_and_harm_nobody_
     let admin = support::client().await;
     let hostile = support::namespace(&admin, "hostile-graphs").await;
     let healthy = support::namespace(&admin, "neighbour").await;
-    let registry = raypipe::testenv::registry::Registry::start(TOKEN).await;
+    let registry = raypipe::devenv::registry::Registry::start(TOKEN).await;
     registry.put("good.pb", sample_graph());
     registry.put("ring.pb", ring_graph(99_000));
     // 16 MiB of empty `nodes` entries (field 6, length 0): 2.3 GB once decoded, before.

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use raypipe::ray::testenv::{RayHead, RayHeadOptions};
+use raypipe::devenv::ray::{RayHead, RayHeadOptions};
 use raypipe::ray::{
     ApplicationStatus, BearerToken, DashboardClient, DashboardClientOptions, DashboardError,
     DeploymentStatus, JobStatus, JobSubmitRequest, RayDashboardClient, ReplicaState,
@@ -229,7 +229,7 @@ async fn serve_application_deploys_runs_answers_and_updates_in_place() {
     let version = client.get_version().await.expect("GET version");
     assert_eq!(
         version.ray_version.as_deref(),
-        Some(raypipe::ray::testenv::RAY_VERSION)
+        Some(raypipe::devenv::ray::RAY_VERSION)
     );
     assert_eq!(version.version.as_deref(), Some("4"));
 }
@@ -489,7 +489,7 @@ async fn a_head_with_token_auth_needs_the_token_and_stops_by_its_own_pids() {
         .expect("version with the token");
     assert_eq!(
         version.ray_version.as_deref(),
-        Some(raypipe::ray::testenv::RAY_VERSION)
+        Some(raypipe::devenv::ray::RAY_VERSION)
     );
     authorised.list_jobs().await.expect("jobs with the token");
     assert!(!format!("{secured:?}").contains(token.expose_secret()));

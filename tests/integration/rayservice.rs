@@ -16,7 +16,7 @@ use raypipe::api::conditions;
 use raypipe::api::rayservice::{RayService, RayServiceStatus};
 use raypipe::controllers::rayservice::build::HttpBinding;
 use raypipe::controllers::{raycluster, rayservice};
-use raypipe::ray::testenv::{RayHead, RayHeadOptions};
+use raypipe::devenv::ray::{RayHead, RayHeadOptions};
 use raypipe::ray::{DashboardLocator, DashboardUrl};
 use serde_json::{Value, json};
 

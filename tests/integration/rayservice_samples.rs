@@ -21,8 +21,8 @@ use raypipe::api::conditions;
 use raypipe::api::rayservice::{RayService, RayServiceStatus};
 use raypipe::controllers::rayservice::build::HttpBinding;
 use raypipe::controllers::{raycluster, rayservice};
+use raypipe::devenv::ray::{RayHead, RayHeadOptions};
 use raypipe::pypackage::PythonPackage;
-use raypipe::ray::testenv::{RayHead, RayHeadOptions};
 use raypipe::ray::{DashboardLocator, DashboardUrl};
 use serde_json::{Value, json};
 

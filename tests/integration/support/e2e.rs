@@ -260,10 +260,10 @@ impl E2e {
     }
 }
 
-pub async fn ready_pipeline(head: &'static raypipe::ray::testenv::RayHead, prefix: &str) -> E2e {
+pub async fn ready_pipeline(head: &'static raypipe::devenv::ray::RayHead, prefix: &str) -> E2e {
     let client = super::client().await;
     let ns = super::namespace(&client, prefix).await;
-    let token = raypipe::testenv::random_token().unwrap();
+    let token = raypipe::devenv::random_token().unwrap();
     let registry = Registry::start(&token).await;
     registry.put(GRAPH_PATH, ensemble("1"));
     let secret: Secret = serde_json::from_value(json!({
