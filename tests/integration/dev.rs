@@ -131,11 +131,7 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     }
     let serve_url = serve_url.expect("a Serve URL");
     assert!(serve_url.starts_with("http://127.0.0.1:"), "{serve_url}");
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
+    let http = crate::support::fixture::loopback_http(Duration::from_secs(10));
     let answer: serde_json::Value = crate::support::eventually(
         Duration::from_secs(300),
         "the sample pipeline to answer the curl line",

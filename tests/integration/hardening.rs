@@ -20,7 +20,7 @@ use raypipe::config::ControllerSettings;
 use raypipe::controllers::frame;
 use serde_json::json;
 
-use crate::support::{self, eventually};
+use crate::support::{self, eventually, fixture};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -68,33 +68,11 @@ fn start_operator(
 const TOKEN: &str = "t0ken";
 
 async fn put_token(client: &kube::Client, ns: &str) {
-    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "metadata": {"name": "registry-token"}, "stringData": {"token": TOKEN}
-    }))
-    .expect("a Secret");
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create Secret");
+    fixture::put_token_secret(client, ns, "registry-token", TOKEN).await;
 }
 
 fn pipeline(name: &str, url: &str, source_extra: serde_json::Value) -> ServePipeline {
-    let mut source = json!({
-        "url": url, "allowInsecureHttp": true,
-        "bearerTokenSecretRef": {"name": "registry-token", "key": "token"}
-    });
-    for (k, v) in source_extra.as_object().cloned().unwrap_or_default() {
-        source[k] = v;
-    }
-    serde_json::from_value(json!({
-        "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline", "metadata": {"name": name},
-        "spec": {
-            "source": source,
-            "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
-                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}
-        }
-    }))
-    .expect("a ServePipeline")
+    fixture::servepipeline(name, fixture::token_source(url, source_extra))
 }
 
 async fn create(client: &kube::Client, ns: &str, p: &ServePipeline) {

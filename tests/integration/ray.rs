@@ -114,27 +114,7 @@ fn exposed_listeners(head: &RayHead) -> Vec<std::net::SocketAddr> {
 
 /// POSTs to the Serve proxy until the route answers 200; returns the JSON body.
 async fn call_serve(head: &RayHead, path: &str, body: &str) -> serde_json::Value {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
-    let url = format!("{}{path}", head.serve_url());
-    support::eventually(
-        Duration::from_secs(60),
-        &format!("Serve to answer POST {url}"),
-        || {
-            let request = http.post(&url).body(body.to_owned());
-            async move {
-                let response = request.send().await.ok()?;
-                if !response.status().is_success() {
-                    return None;
-                }
-                serde_json::from_slice(&response.bytes().await.ok()?).ok()
-            }
-        },
-    )
-    .await
+    support::fixture::serve_post(head, path, body, Duration::from_secs(60), |_| true).await
 }
 
 #[tokio::test]

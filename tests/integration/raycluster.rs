@@ -9,10 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{
-    Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
-use kube::discovery::pinned_kind;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use raypipe::api::RayCluster;
 use raypipe::api::conditions;
@@ -24,7 +21,7 @@ use raypipe::controllers::raycluster::{self, Config, validate};
 use raypipe::kuberay::{names, spec::spec_hash};
 use serde_json::{Value, json};
 
-use crate::support::{self, assert_contains, eventually};
+use crate::support::{self, assert_contains, eventually, fixture};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -97,22 +94,7 @@ impl Fixture {
 
     /// Server-side applies `doc` (any kind) into the namespace.
     async fn apply(&self, doc: &Value) {
-        let api_version = doc["apiVersion"].as_str().expect("apiVersion");
-        let kind = doc["kind"].as_str().expect("kind");
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let (resource, _) = pinned_kind(&self.client, &GroupVersionKind::gvk(group, version, kind))
-            .await
-            .unwrap_or_else(|e| panic!("{api_version} {kind}: {e}"));
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &self.ns, &resource);
-        let object: DynamicObject = serde_json::from_value(doc.clone()).expect("an object");
-        api.patch(
-            &object.name_any(),
-            &PatchParams::apply("raycluster-test").force(),
-            &Patch::Apply(&object),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {kind} {}: {e}", object.name_any()));
+        fixture::apply(&self.client, &self.ns, doc, "raycluster-test").await;
     }
 
     /// Applies a sample file: its companion objects (ConfigMaps, Secrets, Redis…) first, then
@@ -212,14 +194,7 @@ impl Fixture {
     }
 
     async fn events(&self, reason: &str) -> Vec<Event> {
-        self.api::<Event>()
-            .list(&ListParams::default())
-            .await
-            .expect("list Events")
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .collect()
+        fixture::events_with_reason(&self.client, &self.ns, reason).await
     }
 
     async fn wait_event(&self, reason: &str) -> Event {

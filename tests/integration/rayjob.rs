@@ -16,10 +16,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerState, ContainerStateTerminated, Event, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
-use kube::discovery::pinned_kind;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use raypipe::api::RayCluster;
 use raypipe::api::rayjob::{JobDeploymentStatus, JobFailedReason, JobStatus, RayJob};
@@ -27,7 +24,7 @@ use raypipe::controllers::{raycluster, rayjob};
 use raypipe::ray::{DashboardError, DashboardLocator, JobSubmitRequest, RayDashboardClient};
 use serde_json::{Value, json};
 
-use crate::support::{self, eventually};
+use crate::support::{self, eventually, fixture};
 
 /// The sample jobs install two pip packages into a fresh runtime environment first.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -132,22 +129,7 @@ impl Fixture {
     }
 
     async fn apply(&self, doc: &Value) {
-        let api_version = doc["apiVersion"].as_str().expect("apiVersion");
-        let kind = doc["kind"].as_str().expect("kind");
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let (resource, _) = pinned_kind(&self.client, &GroupVersionKind::gvk(group, version, kind))
-            .await
-            .unwrap_or_else(|e| panic!("{api_version} {kind}: {e}"));
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &self.ns, &resource);
-        let object: DynamicObject = serde_json::from_value(doc.clone()).expect("an object");
-        api.patch(
-            &object.name_any(),
-            &PatchParams::apply("rayjob-test").force(),
-            &Patch::Apply(&object),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {kind} {}: {e}", object.name_any()));
+        fixture::apply(&self.client, &self.ns, doc, "rayjob-test").await;
     }
 
     async fn job(&self, name: &str) -> RayJob {
@@ -176,14 +158,7 @@ impl Fixture {
     }
 
     async fn events(&self, reason: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), &self.ns)
-            .list(&ListParams::default())
-            .await
-            .expect("list events")
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .collect()
+        fixture::events_with_reason(&self.client, &self.ns, reason).await
     }
 
     async fn set_suspend(&self, name: &str, suspend: bool) {

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
-use raypipe::api::conditions;
 use raypipe::api::rayservice::{RayService, RayServiceStatus};
 use raypipe::controllers::rayservice::build::HttpBinding;
 use raypipe::controllers::{raycluster, rayservice};
@@ -26,7 +25,8 @@ use raypipe::pypackage::PythonPackage;
 use raypipe::ray::{DashboardLocator, DashboardUrl};
 use serde_json::{Value, json};
 
-use crate::support::{self, eventually};
+use crate::support;
+use crate::support::fixture::{self, active_cluster_name, rayservice_ready};
 
 /// Eight replicas and a runtime env download on two shared cores.
 const WAIT: Duration = Duration::from_secs(300);
@@ -251,18 +251,6 @@ impl Fixture {
     }
 }
 
-fn ready(status: &RayServiceStatus) -> bool {
-    conditions::find(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
-}
-
-fn active_name(status: &RayServiceStatus) -> Option<String> {
-    status
-        .active_service_status
-        .as_ref()?
-        .ray_cluster_name
-        .clone()
-}
-
 fn active_apps(status: &RayServiceStatus) -> BTreeMap<String, String> {
     status
         .active_service_status
@@ -282,37 +270,17 @@ fn ready_with(status: &RayServiceStatus, apps: &[&str]) -> bool {
         .iter()
         .map(|a| ((*a).to_owned(), "RUNNING".to_owned()))
         .collect();
-    ready(status) && active_apps(status) == running
+    rayservice_ready(status) && active_apps(status) == running
 }
 
 /// POSTs `body` to the head's Serve proxy until it answers 200 with JSON; returns it.
 async fn serve_answer(head: &RayHead, path: &str, body: Value) -> Value {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
-    let url = format!("{}{path}", head.serve_url());
-    eventually(WAIT, &format!("Serve at {url} to answer {body}"), || {
-        let request = http.post(&url).body(body.to_string());
-        async move {
-            let response = request.send().await.ok()?;
-            if !response.status().is_success() {
-                return None;
-            }
-            serde_json::from_slice(&response.bytes().await.ok()?).ok()
-        }
-    })
-    .await
+    fixture::serve_post(head, path, &body.to_string(), WAIT, |_| true).await
 }
 
 /// Serve's view as the dashboard gives it (raw JSON: replicas and proxies per node).
 async fn serve_details(head: &RayHead) -> Value {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
+    let http = fixture::loopback_http(Duration::from_secs(10));
     let url = format!("{}/api/serve/applications/", head.dashboard_url());
     let bytes = http
         .get(&url)
@@ -404,7 +372,7 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
             ready_with(s, &["fruit_app", "math_app"])
         })
         .await;
-    let active = active_name(&status).expect("an active cluster");
+    let active = active_cluster_name(&status).expect("an active cluster");
     assert!(active.starts_with("rayservice-sample-"), "{active}");
     assert!(status.num_serve_endpoints.unwrap_or(0) >= 1, "{status:?}");
     fx.assert_traffic_goes_to(&name, &active).await;
@@ -439,7 +407,7 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
             ready_with(s, &["fruit_app"])
         })
         .await;
-    let active = active_name(&status).expect("an active cluster");
+    let active = active_cluster_name(&status).expect("an active cluster");
     assert!(active.starts_with("rayservice-ha-"), "{active}");
     fx.assert_traffic_goes_to(&name, &active).await;
     // The HA sample's own query: `["PEAR", 12]` to /fruit/.
@@ -472,7 +440,7 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
             ready_with(s, &["calc"])
         })
         .await;
-    let active = active_name(&status).expect("an active cluster");
+    let active = active_cluster_name(&status).expect("an active cluster");
     assert_eq!(
         fx.service_selects("rayservice-calc-serve").await,
         Some(active.clone()),
