@@ -28,34 +28,25 @@ const WAIT: Duration = Duration::from_secs(90);
 struct Fixture {
     client: kube::Client,
     ns: String,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-    }
+    /// Stops the test's controllers when the fixture is dropped.
+    _stop: fixture::Stopper,
 }
 
 /// A namespace with a RayCluster controller watching only it.
 async fn fixture(prefix: &str) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut stop = fixture::Stopper::default();
     let config = Config {
         namespace: Some(ns.clone()),
         concurrency: 4,
         ..Config::default()
     };
-    tokio::spawn(raycluster::run(client.clone(), config, async move {
-        let _ = rx.await;
-    }));
+    tokio::spawn(raycluster::run(client.clone(), config, stop.signal()));
     Fixture {
         client,
         ns,
-        shutdown: Some(tx),
+        _stop: stop,
     }
 }
 

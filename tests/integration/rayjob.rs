@@ -33,15 +33,8 @@ const WAIT: Duration = Duration::from_secs(90);
 struct Fixture {
     client: kube::Client,
     ns: String,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-    }
+    /// Stops the test's controllers when the fixture is dropped.
+    _stop: fixture::Stopper,
 }
 
 /// A namespace with a RayCluster and a RayJob controller watching only it; the RayJob
@@ -58,17 +51,14 @@ async fn fixture_with(prefix: &str, concurrency: u16) -> Fixture {
     let head = support::ray_head();
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let stop = futures::FutureExt::shared(async move {
-        let _ = rx.await;
-    });
+    let mut stop = fixture::Stopper::default();
     tokio::spawn(raycluster::run(
         client.clone(),
         raycluster::Config {
             namespace: Some(ns.clone()),
             ..raycluster::Config::default()
         },
-        stop.clone(),
+        stop.signal(),
     ));
     let url = head.dashboard_url().to_string();
     let silent = silent_dashboard();
@@ -92,12 +82,12 @@ async fn fixture_with(prefix: &str, concurrency: u16) -> Fixture {
             requeue: Duration::from_secs(1),
             ..rayjob::Config::default()
         },
-        stop,
+        stop.signal(),
     ));
     Fixture {
         client,
         ns,
-        shutdown: Some(tx),
+        _stop: stop,
     }
 }
 

@@ -29,15 +29,8 @@ struct Fixture {
     client: kube::Client,
     ns: String,
     metrics: raypipe::admin::Metrics,
-    shutdown: Vec<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        for tx in self.shutdown.drain(..) {
-            let _ = tx.send(());
-        }
-    }
+    /// Stops the test's controllers when the fixture is dropped.
+    _stop: fixture::Stopper,
 }
 
 /// Maps each RayCluster (by its head Service) to one of `heads`, in the order clusters first
@@ -76,8 +69,8 @@ fn locator_over(heads: Vec<&'static RayHead>) -> (DashboardLocator, rayservice::
 async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
+    let mut stop = fixture::Stopper::default();
     let metrics = raypipe::admin::Metrics::new();
-    let (cluster_tx, cluster_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(raycluster::run(
         client.clone(),
         raycluster::Config {
@@ -86,12 +79,9 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
             metrics: metrics.clone(),
             ..raycluster::Config::default()
         },
-        async move {
-            let _ = cluster_rx.await;
-        },
+        stop.signal(),
     ));
     let (locator, binding) = locator_over(heads);
-    let (service_tx, service_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(rayservice::run(
         client.clone(),
         rayservice::Config {
@@ -103,15 +93,13 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
             metrics: metrics.clone(),
             ..rayservice::Config::default()
         },
-        async move {
-            let _ = service_rx.await;
-        },
+        stop.signal(),
     ));
     Fixture {
         client,
         ns,
         metrics,
-        shutdown: vec![cluster_tx, service_tx],
+        _stop: stop,
     }
 }
 

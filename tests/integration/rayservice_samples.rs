@@ -38,15 +38,8 @@ const TEST_DAG_ARCHIVES: &str = "https://github.com/ray-project/test_dag/archive
 struct Fixture {
     client: kube::Client,
     ns: String,
-    shutdown: Vec<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        for tx in self.shutdown.drain(..) {
-            let _ = tx.send(());
-        }
-    }
+    /// Stops the test's controllers when the fixture is dropped.
+    _stop: fixture::Stopper,
 }
 
 /// Serves the stand-in `test_dag` working dir at `/test_dag/<anything>.zip` on 127.0.0.1;
@@ -93,7 +86,7 @@ async fn serve_test_dag() -> (String, Arc<AtomicU32>) {
 async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
-    let (cluster_tx, cluster_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut stop = fixture::Stopper::default();
     tokio::spawn(raycluster::run(
         client.clone(),
         raycluster::Config {
@@ -101,9 +94,7 @@ async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
             concurrency: 4,
             ..raycluster::Config::default()
         },
-        async move {
-            let _ = cluster_rx.await;
-        },
+        stop.signal(),
     ));
     let url = head.dashboard_url().as_str().to_owned();
     let authority = head.dashboard_url().authority();
@@ -114,7 +105,6 @@ async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
             port: serve_port,
         })
     });
-    let (service_tx, service_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(rayservice::run(
         client.clone(),
         rayservice::Config {
@@ -126,14 +116,12 @@ async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
             steady_poll: Duration::from_secs(2),
             ..rayservice::Config::default()
         },
-        async move {
-            let _ = service_rx.await;
-        },
+        stop.signal(),
     ));
     Fixture {
         client,
         ns,
-        shutdown: vec![cluster_tx, service_tx],
+        _stop: stop,
     }
 }
 

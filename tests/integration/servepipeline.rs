@@ -66,15 +66,8 @@ struct Fixture {
     controller_writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     ns: String,
     registry: Registry,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-    }
+    /// Stops the test's controllers when the fixture is dropped.
+    _stop: fixture::Stopper,
 }
 
 /// A namespace with a token Secret, a registry serving `sequence.pb`, and the controller
@@ -86,22 +79,20 @@ async fn fixture(prefix: &str, token: &str) -> Fixture {
     let registry = Registry::start(token).await;
     registry.put("graphs/pipeline.pb", sample_graph("sequence"));
     fixture::put_token_secret(&client, &ns, "registry-token", token).await;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut stop = fixture::Stopper::default();
     let config = Config {
         namespace: Some(ns.clone()),
         fetcher: support::loopback_fetcher(),
         ..Default::default()
     };
     let (controller_client, controller_writes) = support::counting_client().await;
-    tokio::spawn(servepipeline::run(controller_client, config, async move {
-        let _ = rx.await;
-    }));
+    tokio::spawn(servepipeline::run(controller_client, config, stop.signal()));
     Fixture {
         client,
         controller_writes,
         ns,
         registry,
-        shutdown: Some(tx),
+        _stop: stop,
     }
 }
 

@@ -21,6 +21,30 @@ use serde_json::{Value, json};
 
 use super::eventually;
 
+/// Stops the controllers a test spawned when it is dropped (with the test's fixture): each
+/// controller's `run` gets one [`Stopper::signal`] as its shutdown future.
+#[derive(Default)]
+pub struct Stopper(Vec<tokio::sync::oneshot::Sender<()>>);
+
+impl Stopper {
+    /// A future that resolves when this stopper is dropped.
+    pub fn signal(&mut self) -> impl std::future::Future<Output = ()> + Send + Sync + 'static {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        self.0.push(tx);
+        async move {
+            let _ = rx.await;
+        }
+    }
+}
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        for tx in self.0.drain(..) {
+            let _ = tx.send(());
+        }
+    }
+}
+
 /// Server-side applies `doc` (any kind the API server serves) into `ns`, as `field_manager`.
 pub async fn apply(client: &kube::Client, ns: &str, doc: &Value, field_manager: &str) {
     let api_version = doc["apiVersion"].as_str().expect("apiVersion");
