@@ -54,15 +54,7 @@ async fn missing_token_is_unauthorized_and_says_none_was_sent() {
 async fn forbidden_is_an_authorization_problem_not_retried() {
     let registry = protected_http_registry().await;
     registry.route("/private.pb", Route::Status(403));
-    let token = token();
-    let url = registry.url("/private.pb");
-    let request = FetchRequest {
-        bearer_token: Some(&token),
-        allow_insecure_http: true,
-        retry: fast_retries(3),
-        ..FetchRequest::new(&url)
-    };
-    let error = fetch_error(&fetcher(), &request).await;
+    let error = failed_fetch(&registry, "/private.pb", 3).await;
     assert_eq!(error.reason(), "Forbidden");
     assert!(error.is_authorization_problem());
     assert!(error.to_string().contains("403"));
@@ -72,15 +64,7 @@ async fn forbidden_is_an_authorization_problem_not_retried() {
 #[tokio::test]
 async fn not_found_is_reported_after_exactly_one_request() {
     let registry = protected_http_registry().await;
-    let token = token();
-    let url = registry.url("/missing.pb?sig=urlsecret-41d8cd98");
-    let request = FetchRequest {
-        bearer_token: Some(&token),
-        allow_insecure_http: true,
-        retry: fast_retries(5),
-        ..FetchRequest::new(&url)
-    };
-    let error = fetch_error(&fetcher(), &request).await;
+    let error = failed_fetch(&registry, "/missing.pb?sig=urlsecret-41d8cd98", 5).await;
     assert_eq!(error.reason(), "NotFound");
     assert!(!error.is_transient());
     assert!(error.to_string().contains("404"));
@@ -91,15 +75,7 @@ async fn not_found_is_reported_after_exactly_one_request() {
 async fn other_client_errors_are_not_retried() {
     let registry = protected_http_registry().await;
     registry.route("/bad.pb", Route::Status(400));
-    let token = token();
-    let url = registry.url("/bad.pb");
-    let request = FetchRequest {
-        bearer_token: Some(&token),
-        allow_insecure_http: true,
-        retry: fast_retries(5),
-        ..FetchRequest::new(&url)
-    };
-    let error = fetch_error(&fetcher(), &request).await;
+    let error = failed_fetch(&registry, "/bad.pb", 5).await;
     assert_eq!(error.reason(), "HttpError");
     assert!(error.to_string().contains("400"));
     assert_eq!(registry.requests("/bad.pb").len(), 1);

@@ -404,6 +404,20 @@ async fn fetch_error(fetcher: &Fetcher, request: &FetchRequest<'_>) -> SourceErr
     error
 }
 
+/// The error of fetching `path` from `registry` with the test token over plain HTTP, with
+/// `attempts` fast retries; checked to name no secret.
+async fn failed_fetch(registry: &TestRegistry, path: &str, attempts: u32) -> SourceError {
+    let token = token();
+    let url = registry.url(path);
+    let request = FetchRequest {
+        bearer_token: Some(&token),
+        allow_insecure_http: true,
+        retry: fast_retries(attempts),
+        ..FetchRequest::new(&url)
+    };
+    fetch_error(&fetcher(), &request).await
+}
+
 async fn protected_http_registry() -> TestRegistry {
     TestRegistry::http("127.0.0.1", Some(TOKEN)).await
 }

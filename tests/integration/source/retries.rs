@@ -190,15 +190,7 @@ async fn persistent_server_error_gives_up_when_the_time_budget_is_spent() {
 async fn rate_limiting_is_retried_then_reported() {
     let registry = protected_http_registry().await;
     registry.route("/busy.pb", Route::Status(429));
-    let token = token();
-    let url = registry.url("/busy.pb");
-    let request = FetchRequest {
-        bearer_token: Some(&token),
-        allow_insecure_http: true,
-        retry: fast_retries(2),
-        ..FetchRequest::new(&url)
-    };
-    let error = fetch_error(&fetcher(), &request).await;
+    let error = failed_fetch(&registry, "/busy.pb", 2).await;
     assert_eq!(error.reason(), "RateLimited");
     assert!(error.is_transient());
     assert_eq!(registry.requests("/busy.pb").len(), 2);

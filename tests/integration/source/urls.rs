@@ -197,15 +197,7 @@ async fn redirect_loop_ends_with_too_many_redirects() {
             location: "/loop.pb".to_owned(),
         },
     );
-    let token = token();
-    let url = registry.url("/loop.pb");
-    let request = FetchRequest {
-        bearer_token: Some(&token),
-        allow_insecure_http: true,
-        retry: fast_retries(3),
-        ..FetchRequest::new(&url)
-    };
-    let error = fetch_error(&fetcher(), &request).await;
+    let error = failed_fetch(&registry, "/loop.pb", 3).await;
     assert_eq!(error.reason(), "TooManyRedirects");
     assert!(!error.is_transient());
     assert_eq!(registry.requests("/loop.pb").len(), 11);
