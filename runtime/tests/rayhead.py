@@ -21,7 +21,7 @@ from pathlib import Path
 LOOPBACK = "127.0.0.1"
 WORKER_PORT_COUNT = 100
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SITECUSTOMIZE = REPO_ROOT / "src" / "ray" / "testenv" / "sitecustomize.py"
+SITECUSTOMIZE = REPO_ROOT / "src" / "devenv" / "ray" / "sitecustomize.py"
 DROPPED_VARIABLES = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
