@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use raypipe::api::{RayService, ServePipeline};
 use raypipe::controllers::servepipeline::{self, Config};
-use raypipe::testenv::registry::Registry;
-use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
+use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
+use raypipe::devenv::registry::Registry;
 use serde_json::json;
 
 const TOKEN: &str = "bench-token";

@@ -8,6 +8,10 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod controllers;
+/// The local development environment (`raypipe dev`, tests, benchmarks): left out of the
+/// released operator, which builds without the `dev` feature.
+#[cfg(feature = "dev")]
+pub mod devenv;
 pub mod graph;
 pub mod k8s;
 pub mod kuberay;
@@ -17,7 +21,6 @@ pub mod ray;
 pub mod serve;
 pub mod source;
 pub mod startup;
-pub mod testenv;
 pub mod tls;
 pub mod validation;
 pub mod webhook;

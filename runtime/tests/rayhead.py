@@ -1,8 +1,8 @@
 """A Ray head on 127.0.0.1 for the runtime's end-to-end test, started the way raypipe's Rust
-test environment does it (src/ray/testenv.rs): `ray start --head --block` with every port
+test environment does it (src/devenv/ray.rs): `ray start --head --block` with every port
 chosen on loopback, a worker port range outside the ephemeral range, its own short temp dir,
 `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (so 127.0.0.1 stays the node address) and the same
-sitecustomize.py (src/ray/testenv/sitecustomize.py), which moves the gRPC servers Serve opens
+sitecustomize.py (src/devenv/ray/sitecustomize.py), which moves the gRPC servers Serve opens
 on every interface to 127.0.0.1. Stopped by the process ids it started, never `ray stop`.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 LOOPBACK = "127.0.0.1"
 WORKER_PORT_COUNT = 100
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SITECUSTOMIZE = REPO_ROOT / "src" / "ray" / "testenv" / "sitecustomize.py"
+SITECUSTOMIZE = REPO_ROOT / "src" / "devenv" / "ray" / "sitecustomize.py"
 DROPPED_VARIABLES = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use crate::config::ControllerKind;
-use crate::testenv::{ControlPlane, ControlPlaneOptions};
+use crate::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DevArgs {
@@ -83,7 +83,7 @@ pub async fn serve_packages(
 /// The RayService controller's settings for RayClusters whose dashboard is one Ray head on
 /// 127.0.0.1: every cluster maps to it, and Serve listens on its loopback port.
 pub fn local_rayservice_config(
-    head: &crate::ray::testenv::RayHead,
+    head: &crate::devenv::ray::RayHead,
 ) -> anyhow::Result<crate::controllers::rayservice::Config> {
     use crate::controllers::rayservice::{Config, build::HttpBinding};
     let port = head.ports().serve_http;
@@ -145,14 +145,14 @@ pub fn sample_pipeline(registry_port: u16) -> anyhow::Result<serde_json::Value> 
 async fn create_sample(
     client: &kube::Client,
     registry_port: u16,
-) -> anyhow::Result<crate::testenv::registry::Registry> {
+) -> anyhow::Result<crate::devenv::registry::Registry> {
     use crate::api::ServePipeline;
     use anyhow::Context;
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, Patch, PatchParams};
 
-    let token = crate::testenv::random_token()?;
-    let registry = crate::testenv::registry::Registry::start_on(registry_port, &token)
+    let token = crate::devenv::random_token()?;
+    let registry = crate::devenv::registry::Registry::start_on(registry_port, &token)
         .await
         .with_context(|| {
             format!("the sample registry cannot listen on 127.0.0.1:{registry_port} (another raypipe dev?); choose another with --registry-port")
@@ -192,7 +192,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         }
     };
     let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| {
-        crate::testenv::binaries::cache_root()
+        crate::devenv::binaries::cache_root()
             .join("dev")
             .join("kubeconfig")
     });
@@ -280,7 +280,7 @@ async fn serve(
         eprintln!("raypipe dev: starting a local Ray head on 127.0.0.1 …");
         // The custom resource samples/ray-job.yaml's driver reserves, as its RayCluster's
         // head would offer it.
-        let head = crate::ray::testenv::RayHead::start(crate::ray::testenv::RayHeadOptions {
+        let head = crate::devenv::ray::RayHead::start(crate::devenv::ray::RayHeadOptions {
             resources: [("driver_slot".to_owned(), 4.0)].into_iter().collect(),
             ..Default::default()
         })

@@ -3,6 +3,7 @@
 //! else runs.
 
 pub mod dag;
+#[cfg(feature = "dev")]
 pub mod dev;
 pub mod run;
 
@@ -36,6 +37,7 @@ pub enum Command {
         out_dir: Option<std::path::PathBuf>,
     },
     /// Start a local control plane on 127.0.0.1, install the CRDs and run the controllers.
+    #[cfg(feature = "dev")]
     Dev(dev::DevArgs),
     /// Validate, render, draw, encode and decode model graphs.
     #[command(subcommand)]
@@ -81,6 +83,7 @@ pub fn main() -> ExitCode {
             startup::init_tracing(args.log_format, &args.log_level.log_level);
             runtime_block_on(run::run(*args))
         }
+        #[cfg(feature = "dev")]
         Command::Dev(args) => {
             startup::init_tracing(LogFormat::Text, &args.log_level.log_level);
             runtime_block_on(dev::run(args))
@@ -125,12 +128,15 @@ mod tests {
             panic!("expected run")
         };
         assert_eq!(args.log_level.log_level, "debug");
-        let cli =
-            Cli::try_parse_from(["raypipe", "dev", "--log-level", "warn,raypipe=trace"]).unwrap();
-        let Command::Dev(args) = cli.command else {
-            panic!("expected dev")
-        };
-        assert_eq!(args.log_level.log_level, "warn,raypipe=trace");
+        #[cfg(feature = "dev")]
+        {
+            let cli = Cli::try_parse_from(["raypipe", "dev", "--log-level", "warn,raypipe=trace"])
+                .unwrap();
+            let Command::Dev(args) = cli.command else {
+                panic!("expected dev")
+            };
+            assert_eq!(args.log_level.log_level, "warn,raypipe=trace");
+        }
         assert!(Cli::try_parse_from(["raypipe", "run", "--log-level", "loud=["]).is_err());
     }
 

@@ -5,8 +5,9 @@
 //!   reqwest (short timeouts, errors quoting Ray's answer, optional bearer token).
 //! - [`DashboardLocator`] finds a cluster's dashboard: the head Service's DNS name in the
 //!   cluster, or an override (template, fixed URL, resolver) for a Ray head on 127.0.0.1.
-//! - [`testenv`] provisions a pinned Ray in a cached virtualenv and starts local Ray heads for
-//!   tests and `raypipe dev`.
+//!
+//! Provisioning Ray and starting local Ray heads (tests, `raypipe dev`) lives in
+//! `crate::devenv::ray`, behind the `dev` feature.
 
 mod client;
 mod error;
@@ -14,7 +15,6 @@ mod jobs;
 mod lenient;
 mod locate;
 mod serve;
-pub mod testenv;
 mod transport;
 
 pub use client::{

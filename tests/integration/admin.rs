@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use raypipe::admin::{self, Metrics, Readiness};
 use raypipe::api::servepipeline::ServePipeline;
@@ -13,7 +12,7 @@ use raypipe::config::ControllerKind;
 use raypipe::config::ControllerSettings;
 use serde_json::json;
 
-use crate::support::{self, eventually, registry::Registry};
+use crate::support::{self, eventually, fixture, registry::Registry};
 
 pub(crate) const WAIT: Duration = Duration::from_secs(60);
 
@@ -35,37 +34,10 @@ pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
 /// which the controller reconciles into a `Failed` status without any download.
 pub(crate) fn pipeline(name: &str, url: Option<&str>) -> ServePipeline {
     let source = match url {
-        Some(url) => json!({
-            "url": url, "allowInsecureHttp": true,
-            "bearerTokenSecretRef": {"name": "registry-token", "key": "token"}
-        }),
+        Some(url) => fixture::token_source(url, json!({})),
         None => json!({"url": "http://registry.invalid/graph.pb"}),
     };
-    serde_json::from_value(json!({
-        "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline", "metadata": {"name": name},
-        "spec": {
-            "source": source,
-            "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
-                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}
-        }
-    }))
-    .expect("a ServePipeline")
-}
-
-async fn put_token(client: &kube::Client, ns: &str, token: &str) {
-    let secret: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-token"},
-        "stringData": {"token": token}
-    }))
-    .expect("a Secret");
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .patch(
-            "registry-token",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .expect("apply Secret");
+    fixture::servepipeline(name, source)
 }
 
 #[tokio::test]
@@ -80,7 +52,7 @@ async fn health_readiness_and_metrics_follow_the_work_and_other_namespaces_are_i
     )
     .expect("sample graph");
     registry.put("graphs/p.pb", graph);
-    put_token(&client, &watched, "s3cret").await;
+    fixture::put_token_secret(&client, &watched, "registry-token", "s3cret").await;
 
     let metrics = Metrics::new();
     let readiness = Readiness::new();

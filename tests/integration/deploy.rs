@@ -42,7 +42,7 @@ fn helm() -> &'static Path {
         {
             return PathBuf::from("helm");
         }
-        let dir = raypipe::testenv::binaries::cache_root()
+        let dir = raypipe::devenv::binaries::cache_root()
             .join("helm")
             .join(HELM_VERSION);
         let binary = dir.join("helm");
@@ -741,7 +741,7 @@ async fn raypipes_crds_replace_kuberays_where_v1alpha1_objects_were_stored() {
     };
     use kube::CustomResourceExt;
     use raypipe::api::RayCluster;
-    use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
+    use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
     raypipe::startup::init_crypto();
     let plane = ControlPlane::start(ControlPlaneOptions {
@@ -804,7 +804,7 @@ async fn raypipes_crds_replace_kuberays_where_v1alpha1_objects_were_stored() {
     assert!(stored.iter().any(|v| v == "v1alpha1"), "{stored:?}");
 
     // What raypipe's CRD was before (v1 only) is refused there, as issue 15 reports.
-    let force = PatchParams::apply(raypipe::testenv::CRD_FIELD_MANAGER).force();
+    let force = PatchParams::apply(raypipe::devenv::control_plane::CRD_FIELD_MANAGER).force();
     match crds
         .patch(name, &force, &Patch::Apply(&RayCluster::crd()))
         .await
@@ -820,7 +820,7 @@ async fn raypipes_crds_replace_kuberays_where_v1alpha1_objects_were_stored() {
         .into_iter()
         .find(|c| c.metadata.name.as_deref() == Some(name))
         .expect("raypipe's RayCluster CRD");
-    raypipe::testenv::install_crds(&client, std::slice::from_ref(&ours), WAIT)
+    raypipe::devenv::control_plane::install_crds(&client, std::slice::from_ref(&ours), WAIT)
         .await
         .expect("raypipe's CRD replaces KubeRay's");
     let read: RayCluster = eventually(WAIT, "the old object through v1", || async {

@@ -26,7 +26,7 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     // Make sure the binaries and the Ray virtualenv exist first (shared with the other tests):
     // the deadlines below are for start-up, not for a first-time build or install (issue 15).
     crate::support::control_plane();
-    tokio::task::spawn_blocking(raypipe::ray::testenv::locate_ray)
+    tokio::task::spawn_blocking(raypipe::devenv::ray::locate_ray)
         .await
         .expect("locate_ray did not panic")
         .expect("the Ray virtualenv");
@@ -131,11 +131,7 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     }
     let serve_url = serve_url.expect("a Serve URL");
     assert!(serve_url.starts_with("http://127.0.0.1:"), "{serve_url}");
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
+    let http = crate::support::fixture::loopback_http(Duration::from_secs(10));
     let answer: serde_json::Value = crate::support::eventually(
         Duration::from_secs(300),
         "the sample pipeline to answer the curl line",
@@ -208,8 +204,8 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
 /// start-up timeout; the control plane must still start.
 #[tokio::test]
 async fn a_slow_first_provisioning_does_not_consume_the_startup_timeout() {
-    use raypipe::testenv::binaries::{Binaries, Lookup};
-    use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
+    use raypipe::devenv::binaries::{Binaries, Lookup};
+    use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
     let real = tokio::task::spawn_blocking(|| Binaries::locate(false))
         .await

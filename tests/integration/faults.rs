@@ -16,12 +16,12 @@ use raypipe::api::conditions;
 use raypipe::api::raycluster::RayCluster;
 use raypipe::api::rayservice::{RayService, condition_types as rayservice_conditions};
 use raypipe::api::servepipeline::ServePipeline;
+use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 use raypipe::ray::ApplicationStatus;
-use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
 use serde_json::json;
 
 use crate::support::e2e::{self, Client, E2e, GRAPH_PATH, PIPELINE, WAIT, digest, ensemble};
-use crate::support::{self, eventually, registry::Registry};
+use crate::support::{self, eventually, fixture, registry::Registry};
 
 /// Bounds asserted (generous: this machine's 2 cores are shared with other suites).
 const OPERATOR_RESTART_BOUND: Duration = Duration::from_secs(30);
@@ -278,22 +278,12 @@ fn free_loopback_port() -> u16 {
 }
 
 fn pipeline(name: &str, registry: &Registry) -> ServePipeline {
-    serde_json::from_value(json!({
-        "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline",
-        "metadata": {"name": name},
-        "spec": {
-            "source": {
-                "url": registry.url(GRAPH_PATH),
-                "allowInsecureHttp": true,
-                "bearerTokenSecretRef": {"name": "registry-token", "key": "token"},
-                "refreshInterval": "1s"
-            },
-            "serve": {"routePrefix": format!("/{name}")},
-            "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
-                "containers": [{"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}}}
-        }
-    }))
-    .expect("a valid ServePipeline")
+    fixture::serving_pipeline(
+        name,
+        fixture::token_source(&registry.url(GRAPH_PATH), json!({"refreshInterval": "1s"})),
+        &format!("/{name}"),
+        json!({"name": "ray-head", "image": "rayproject/ray:2.60.0"}),
+    )
 }
 
 /// What the pipeline still lacks to have converged on `bytes` (`None`: nothing): its
@@ -409,7 +399,7 @@ async fn apiserver_restarted_under_the_operator_with_changes_in_flight_converges
         .expect("a dedicated control plane");
     let client = plane.client().await.expect("a client");
     let ns = support::namespace(&client, "fault-apiserver").await;
-    let token = raypipe::testenv::random_token().expect("a token");
+    let token = raypipe::devenv::random_token().expect("a token");
     let registry = Registry::start(&token).await;
     registry.put(GRAPH_PATH, ensemble("1"));
     let secret: Secret = serde_json::from_value(json!({
@@ -450,11 +440,7 @@ async fn apiserver_restarted_under_the_operator_with_changes_in_flight_converges
         .create(&PostParams::default(), &pipeline("second", &registry))
         .await
         .expect("create the second pipeline");
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .expect("an HTTP client");
+    let http = crate::support::fixture::loopback_http(Duration::from_secs(2));
     let probing = {
         let (http, admin) = (http.clone(), admin.clone());
         let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<()>();

@@ -20,7 +20,7 @@ use raypipe::config::ControllerSettings;
 use raypipe::controllers::frame;
 use serde_json::json;
 
-use crate::support::{self, eventually};
+use crate::support::{self, eventually, fixture};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -68,33 +68,11 @@ fn start_operator(
 const TOKEN: &str = "t0ken";
 
 async fn put_token(client: &kube::Client, ns: &str) {
-    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "metadata": {"name": "registry-token"}, "stringData": {"token": TOKEN}
-    }))
-    .expect("a Secret");
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create Secret");
+    fixture::put_token_secret(client, ns, "registry-token", TOKEN).await;
 }
 
 fn pipeline(name: &str, url: &str, source_extra: serde_json::Value) -> ServePipeline {
-    let mut source = json!({
-        "url": url, "allowInsecureHttp": true,
-        "bearerTokenSecretRef": {"name": "registry-token", "key": "token"}
-    });
-    for (k, v) in source_extra.as_object().cloned().unwrap_or_default() {
-        source[k] = v;
-    }
-    serde_json::from_value(json!({
-        "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline", "metadata": {"name": name},
-        "spec": {
-            "source": source,
-            "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
-                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}
-        }
-    }))
-    .expect("a ServePipeline")
+    fixture::servepipeline(name, fixture::token_source(url, source_extra))
 }
 
 async fn create(client: &kube::Client, ns: &str, p: &ServePipeline) {
@@ -159,7 +137,7 @@ async fn durations_the_crd_admits_are_refused_by_name_without_a_panic_or_a_hot_l
     let admin = support::client().await;
     let hostile = support::namespace(&admin, "hostile").await;
     let healthy = support::namespace(&admin, "healthy").await;
-    let registry = raypipe::testenv::registry::Registry::start(TOKEN).await;
+    let registry = raypipe::devenv::registry::Registry::start(TOKEN).await;
     registry.put("g.pb", sample_graph());
     put_token(&admin, &hostile).await;
     put_token(&admin, &healthy).await;
@@ -251,7 +229,7 @@ async fn pipelines_hanging_on_slow_registries_do_not_delay_a_healthy_one() {
     let slow = support::namespace(&admin, "slow").await;
     let healthy = support::namespace(&admin, "fast").await;
     let (slow_url, _server) = hanging_registry().await;
-    let registry = raypipe::testenv::registry::Registry::start(TOKEN).await;
+    let registry = raypipe::devenv::registry::Registry::start(TOKEN).await;
     registry.put("g.pb", sample_graph());
     put_token(&admin, &slow).await;
     put_token(&admin, &healthy).await;
@@ -451,7 +429,7 @@ async fn hostile_graphs_from_a_registry_are_named_in_conditions_and_harm_nobody_
     let admin = support::client().await;
     let hostile = support::namespace(&admin, "hostile-graphs").await;
     let healthy = support::namespace(&admin, "neighbour").await;
-    let registry = raypipe::testenv::registry::Registry::start(TOKEN).await;
+    let registry = raypipe::devenv::registry::Registry::start(TOKEN).await;
     registry.put("good.pb", sample_graph());
     registry.put("ring.pb", ring_graph(99_000));
     // 16 MiB of empty `nodes` entries (field 6, length 0): 2.3 GB once decoded, before.

@@ -143,11 +143,7 @@ async fn bench_rollout_latency_breakdown() {
     let _serve = support::ray_serve_lock().await;
     let e2e = e2e::ready_pipeline(head, "bench-rollout").await;
     let dashboard = head.client(Duration::from_secs(10)).unwrap();
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap();
+    let http = crate::support::fixture::loopback_http(Duration::from_secs(20));
     let stages = ["fetch_validate", "render", "apply"];
     let mut rows: Vec<[f64; 7]> = Vec::new();
     for version in 2..=6 {

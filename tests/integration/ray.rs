@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use raypipe::ray::testenv::{RayHead, RayHeadOptions};
+use raypipe::devenv::ray::{RayHead, RayHeadOptions};
 use raypipe::ray::{
     ApplicationStatus, BearerToken, DashboardClient, DashboardClientOptions, DashboardError,
     DeploymentStatus, JobStatus, JobSubmitRequest, RayDashboardClient, ReplicaState,
@@ -114,27 +114,7 @@ fn exposed_listeners(head: &RayHead) -> Vec<std::net::SocketAddr> {
 
 /// POSTs to the Serve proxy until the route answers 200; returns the JSON body.
 async fn call_serve(head: &RayHead, path: &str, body: &str) -> serde_json::Value {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
-    let url = format!("{}{path}", head.serve_url());
-    support::eventually(
-        Duration::from_secs(60),
-        &format!("Serve to answer POST {url}"),
-        || {
-            let request = http.post(&url).body(body.to_owned());
-            async move {
-                let response = request.send().await.ok()?;
-                if !response.status().is_success() {
-                    return None;
-                }
-                serde_json::from_slice(&response.bytes().await.ok()?).ok()
-            }
-        },
-    )
-    .await
+    support::fixture::serve_post(head, path, body, Duration::from_secs(60), |_| true).await
 }
 
 #[tokio::test]
@@ -229,7 +209,7 @@ async fn serve_application_deploys_runs_answers_and_updates_in_place() {
     let version = client.get_version().await.expect("GET version");
     assert_eq!(
         version.ray_version.as_deref(),
-        Some(raypipe::ray::testenv::RAY_VERSION)
+        Some(raypipe::devenv::ray::RAY_VERSION)
     );
     assert_eq!(version.version.as_deref(), Some("4"));
 }
@@ -489,7 +469,7 @@ async fn a_head_with_token_auth_needs_the_token_and_stops_by_its_own_pids() {
         .expect("version with the token");
     assert_eq!(
         version.ray_version.as_deref(),
-        Some(raypipe::ray::testenv::RAY_VERSION)
+        Some(raypipe::devenv::ray::RAY_VERSION)
     );
     authorised.list_jobs().await.expect("jobs with the token");
     assert!(!format!("{secured:?}").contains(token.expose_secret()));

@@ -14,7 +14,7 @@ use raypipe::controllers::raycronjob::{
 };
 use serde_json::json;
 
-use crate::support::{self, eventually};
+use crate::support::{self, eventually, fixture};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -56,22 +56,39 @@ async fn finish(jobs: &Api<RayJob>, name: &str, deployment: &str) {
     .expect("write RayJob status");
 }
 
-#[tokio::test]
-async fn creates_rayjobs_on_schedule_honours_forbid_and_replace_and_prunes_history() {
+/// A fresh namespace with a RayCronJob controller watching it on a clock that runs 60 times
+/// faster from now; the controller stops when the `Stopper` is dropped.
+async fn controller_on_fast_clock(prefix: &str) -> (kube::Client, String, fixture::Stopper) {
+    controller_on_clock(
+        prefix,
+        FastClock::new(k8s_openapi::jiff::Timestamp::now(), 60),
+    )
+    .await
+}
+
+/// A fresh namespace with a RayCronJob controller watching it on `clock`.
+async fn controller_on_clock(
+    prefix: &str,
+    clock: FastClock,
+) -> (kube::Client, String, fixture::Stopper) {
     let client = support::client().await;
-    let ns = support::namespace(&client, "raycronjob").await;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let ns = support::namespace(&client, prefix).await;
+    let mut stop = fixture::Stopper::default();
     tokio::spawn(raycronjob::run(
         client.clone(),
         Config {
             namespace: Some(ns.clone()),
-            clock: std::sync::Arc::new(FastClock::new(k8s_openapi::jiff::Timestamp::now(), 60)),
+            clock: std::sync::Arc::new(clock),
             ..Config::default()
         },
-        async move {
-            let _ = rx.await;
-        },
+        stop.signal(),
     ));
+    (client, ns, stop)
+}
+
+#[tokio::test]
+async fn creates_rayjobs_on_schedule_honours_forbid_and_replace_and_prunes_history() {
+    let (client, ns, stop) = controller_on_fast_clock("raycronjob").await;
     let crons: Api<RayCronJob> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<RayJob> = Api::namespaced(client.clone(), &ns);
     crons
@@ -208,25 +225,12 @@ async fn creates_rayjobs_on_schedule_honours_forbid_and_replace_and_prunes_histo
         before,
         "suspended: no new RayJobs"
     );
-    let _ = tx.send(());
+    drop(stop);
 }
 
 #[tokio::test]
 async fn the_kuberay_sample_schedules_in_its_time_zone_and_invalid_ones_are_refused() {
-    let client = support::client().await;
-    let ns = support::namespace(&client, "raycronjob-sample").await;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(raycronjob::run(
-        client.clone(),
-        Config {
-            namespace: Some(ns.clone()),
-            clock: std::sync::Arc::new(FastClock::new(k8s_openapi::jiff::Timestamp::now(), 60)),
-            ..Config::default()
-        },
-        async move {
-            let _ = rx.await;
-        },
-    ));
+    let (client, ns, stop) = controller_on_fast_clock("raycronjob-sample").await;
     let crons: Api<RayCronJob> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<RayJob> = Api::namespaced(client.clone(), &ns);
     let (_, doc) = support::yaml_documents(&support::kuberay_samples_dir())
@@ -265,7 +269,7 @@ async fn the_kuberay_sample_schedules_in_its_time_zone_and_invalid_ones_are_refu
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(owned_jobs(&jobs, "bad-zone").await.is_empty());
-    let _ = tx.send(());
+    drop(stop);
 }
 
 /// Issue 14, class 6: a RayJob of the name the next tick would create, made by someone else
@@ -273,25 +277,13 @@ async fn the_kuberay_sample_schedules_in_its_time_zone_and_invalid_ones_are_refu
 /// listed as the RayCronJob's active job.
 #[tokio::test]
 async fn a_foreign_rayjob_of_a_ticks_name_is_reported_and_never_taken_over() {
-    let client = support::client().await;
-    let ns = support::namespace(&client, "raycronjob-foreign").await;
     // A clock 10 minutes ahead, 10 s into a minute, at real speed: the tick due when the
     // RayCronJob is first seen is that minute's, so its RayJob's name is known in advance.
     let minute = (k8s_openapi::jiff::Timestamp::now().as_second() + 600).div_euclid(60) * 60;
     let origin = k8s_openapi::jiff::Timestamp::from_second(minute + 10).expect("a time");
     let taken = format!("squat-{}", minute / 60);
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(raycronjob::run(
-        client.clone(),
-        Config {
-            namespace: Some(ns.clone()),
-            clock: std::sync::Arc::new(FastClock::new(origin, 1)),
-            ..Config::default()
-        },
-        async move {
-            let _ = rx.await;
-        },
-    ));
+    let (client, ns, stop) =
+        controller_on_clock("raycronjob-foreign", FastClock::new(origin, 1)).await;
     let jobs: Api<RayJob> = Api::namespaced(client.clone(), &ns);
     let foreign: RayJob = serde_json::from_value(json!({
         "apiVersion": "ray.io/v1", "kind": "RayJob",
@@ -355,5 +347,5 @@ async fn a_foreign_rayjob_of_a_ticks_name_is_reported_and_never_taken_over() {
             .all(|r| r.name.as_deref() != Some(taken.as_str())),
         "the foreign RayJob is listed as active: {active:?}"
     );
-    drop(tx);
+    drop(stop);
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use raypipe::api::RayCluster;
@@ -16,10 +16,11 @@ use raypipe::api::conditions;
 use raypipe::api::rayservice::{RayService, RayServiceStatus};
 use raypipe::controllers::rayservice::build::HttpBinding;
 use raypipe::controllers::{raycluster, rayservice};
-use raypipe::ray::testenv::{RayHead, RayHeadOptions};
+use raypipe::devenv::ray::{RayHead, RayHeadOptions};
 use raypipe::ray::{DashboardLocator, DashboardUrl};
 use serde_json::{Value, json};
 
+use crate::support::fixture::{self, active_cluster_name, rayservice_ready};
 use crate::support::{self, eventually};
 
 const WAIT: Duration = Duration::from_secs(180);
@@ -28,15 +29,8 @@ struct Fixture {
     client: kube::Client,
     ns: String,
     metrics: raypipe::admin::Metrics,
-    shutdown: Vec<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        for tx in self.shutdown.drain(..) {
-            let _ = tx.send(());
-        }
-    }
+    /// Stops the test's controllers when the fixture is dropped.
+    _stop: fixture::Stopper,
 }
 
 /// Maps each RayCluster (by its head Service) to one of `heads`, in the order clusters first
@@ -75,8 +69,8 @@ fn locator_over(heads: Vec<&'static RayHead>) -> (DashboardLocator, rayservice::
 async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
+    let mut stop = fixture::Stopper::default();
     let metrics = raypipe::admin::Metrics::new();
-    let (cluster_tx, cluster_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(raycluster::run(
         client.clone(),
         raycluster::Config {
@@ -85,12 +79,9 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
             metrics: metrics.clone(),
             ..raycluster::Config::default()
         },
-        async move {
-            let _ = cluster_rx.await;
-        },
+        stop.signal(),
     ));
     let (locator, binding) = locator_over(heads);
-    let (service_tx, service_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(rayservice::run(
         client.clone(),
         rayservice::Config {
@@ -102,15 +93,13 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
             metrics: metrics.clone(),
             ..rayservice::Config::default()
         },
-        async move {
-            let _ = service_rx.await;
-        },
+        stop.signal(),
     ));
     Fixture {
         client,
         ns,
         metrics,
-        shutdown: vec![cluster_tx, service_tx],
+        _stop: stop,
     }
 }
 
@@ -249,27 +238,12 @@ impl Fixture {
     }
 
     async fn event_reasons(&self) -> Vec<String> {
-        Api::<Event>::namespaced(self.client.clone(), &self.ns)
-            .list(&ListParams::default())
+        fixture::events(&self.client, &self.ns)
             .await
-            .expect("list events")
-            .items
             .into_iter()
             .filter_map(|e| e.reason)
             .collect()
     }
-}
-
-fn ready(status: &RayServiceStatus) -> bool {
-    conditions::find(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
-}
-
-fn active_name(status: &RayServiceStatus) -> Option<String> {
-    status
-        .active_service_status
-        .as_ref()?
-        .ray_cluster_name
-        .clone()
 }
 
 fn pending_name(status: &RayServiceStatus) -> Option<String> {
@@ -293,29 +267,7 @@ fn app_status(status: &RayServiceStatus, app: &str) -> Option<String> {
 
 /// POSTs to a head's Serve proxy until it answers 200 with `check` true; returns the body.
 async fn serve_answer(head: &RayHead, path: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
-    let url = format!("{}{path}", head.serve_url());
-    eventually(
-        WAIT,
-        &format!("Serve at {url} to give the expected answer"),
-        || {
-            let request = http.post(&url).body("hi");
-            let check = &check;
-            async move {
-                let response = request.send().await.ok()?;
-                if !response.status().is_success() {
-                    return None;
-                }
-                let body: Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
-                check(&body).then_some(body)
-            }
-        },
-    )
-    .await
+    fixture::serve_post(head, path, "hi", WAIT, check).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,10 +281,10 @@ async fn a_rayservice_becomes_ready_updates_in_place_and_recovers_a_head_that_lo
     // Ready: the cluster exists, Serve runs the app, the head Pod serves, endpoints counted.
     let status = fx
         .status_until("echo", "Ready", |s| {
-            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+            rayservice_ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
         })
         .await;
-    let active = active_name(&status).expect("an active cluster");
+    let active = active_cluster_name(&status).expect("an active cluster");
     assert!(active.starts_with("echo-"), "{active}");
     assert_eq!(pending_name(&status), None);
     assert_eq!(status.service_status.map(|_| "Running"), Some("Running"));
@@ -372,10 +324,10 @@ async fn a_rayservice_becomes_ready_updates_in_place_and_recovers_a_head_that_lo
     serve_answer(head, "/echo", |b| b["greeting"] == "bonjour").await;
     let status = fx
         .status_until("echo", "still ready on the same cluster", |s| {
-            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+            rayservice_ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
         })
         .await;
-    assert_eq!(active_name(&status), Some(active.clone()));
+    assert_eq!(active_cluster_name(&status), Some(active.clone()));
     assert_eq!(pending_name(&status), None);
     assert_eq!(
         fx.clusters().await.len(),
@@ -472,10 +424,10 @@ async fn a_cluster_spec_change_moves_traffic_to_a_new_cluster_then_deletes_the_o
         .await;
     let status = fx
         .status_until("up", "Ready on the first cluster", |s| {
-            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+            rayservice_ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
         })
         .await;
-    let old = active_name(&status).unwrap();
+    let old = active_cluster_name(&status).unwrap();
     serve_answer(head_a, "/echo", |b| b["greeting"] == "blue").await;
 
     // New image and new greeting at once: the new config must reach only the new cluster.
@@ -497,13 +449,15 @@ async fn a_cluster_spec_change_moves_traffic_to_a_new_cluster_then_deletes_the_o
     let new = pending_name(&during).unwrap();
     assert_ne!(new, old);
     assert!(
-        ready(&during),
+        rayservice_ready(&during),
         "the old cluster keeps serving during the upgrade"
     );
 
     let after = fx
         .status_until("up", "the new cluster to become active", |s| {
-            active_name(s).as_deref() == Some(new.as_str()) && pending_name(s).is_none() && ready(s)
+            active_cluster_name(s).as_deref() == Some(new.as_str())
+                && pending_name(s).is_none()
+                && rayservice_ready(s)
         })
         .await;
     assert_eq!(app_status(&after, "echo").as_deref(), Some("RUNNING"));
@@ -550,10 +504,10 @@ async fn upgrade_strategy_none_keeps_the_cluster_and_suspend_deletes_then_resume
     fx.create(&object).await;
     let status = fx
         .status_until("keep", "Ready", |s| {
-            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+            rayservice_ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
         })
         .await;
-    let first = active_name(&status).unwrap();
+    let first = active_cluster_name(&status).unwrap();
 
     let mut changed =
         echo_service("keep", "same", "rayproject/ray:2.60.0-py311")["spec"]["rayClusterConfig"]
@@ -563,8 +517,10 @@ async fn upgrade_strategy_none_keeps_the_cluster_and_suspend_deletes_then_resume
         .await;
     // Several passes later: still one cluster, no pending one.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let status = fx.status_until("keep", "a settled status", ready).await;
-    assert_eq!(active_name(&status), Some(first.clone()));
+    let status = fx
+        .status_until("keep", "a settled status", rayservice_ready)
+        .await;
+    assert_eq!(active_cluster_name(&status), Some(first.clone()));
     assert_eq!(pending_name(&status), None);
     assert_eq!(fx.clusters().await.len(), 1);
 
@@ -575,7 +531,7 @@ async fn upgrade_strategy_none_keeps_the_cluster_and_suspend_deletes_then_resume
             conditions::find(&s.conditions, "Suspended").is_some_and(|c| c.status == "True")
         })
         .await;
-    assert_eq!(active_name(&status), None);
+    assert_eq!(active_cluster_name(&status), None);
     assert_eq!(status.service_status, None);
     eventually(WAIT, "the clusters to be gone", || async {
         fx.clusters().await.is_empty().then_some(())
@@ -587,10 +543,10 @@ async fn upgrade_strategy_none_keeps_the_cluster_and_suspend_deletes_then_resume
     fx.patch_spec("keep", json!({"suspend": false})).await;
     let status = fx
         .status_until("keep", "Ready after resume", |s| {
-            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+            rayservice_ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
         })
         .await;
-    let resumed = active_name(&status).unwrap();
+    let resumed = active_cluster_name(&status).unwrap();
     assert_ne!(resumed, first);
     let suspended = conditions::find(&status.conditions, "Suspended").unwrap();
     assert_eq!(
@@ -608,10 +564,10 @@ async fn an_upgrade_that_cannot_progress_says_why_while_the_old_cluster_serves()
         .await;
     let status = fx
         .status_until("stuck", "Ready", |s| {
-            ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
+            rayservice_ready(s) && app_status(s, "echo").as_deref() == Some("RUNNING")
         })
         .await;
-    let old = active_name(&status).unwrap();
+    let old = active_cluster_name(&status).unwrap();
 
     // A head no node can hold: the new cluster's head Pod stays Pending.
     let mut config =
@@ -636,8 +592,8 @@ async fn an_upgrade_that_cannot_progress_says_why_while_the_old_cluster_serves()
     assert_eq!(upgrade.reason, "BothActivePendingClustersExist");
     assert!(upgrade.message.contains(&pending), "{}", upgrade.message);
     // Meanwhile the old cluster keeps the traffic and the RayService stays Ready.
-    assert!(ready(&status));
-    assert_eq!(active_name(&status), Some(old.clone()));
+    assert!(rayservice_ready(&status));
+    assert_eq!(active_cluster_name(&status), Some(old.clone()));
     assert_eq!(fx.service_selects("stuck-serve-svc").await, Some(old));
 }
 

@@ -17,16 +17,16 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
-use raypipe::api::conditions;
 use raypipe::api::rayservice::{RayService, RayServiceStatus};
 use raypipe::controllers::rayservice::build::HttpBinding;
 use raypipe::controllers::{raycluster, rayservice};
+use raypipe::devenv::ray::{RayHead, RayHeadOptions};
 use raypipe::pypackage::PythonPackage;
-use raypipe::ray::testenv::{RayHead, RayHeadOptions};
 use raypipe::ray::{DashboardLocator, DashboardUrl};
 use serde_json::{Value, json};
 
-use crate::support::{self, eventually};
+use crate::support;
+use crate::support::fixture::{self, active_cluster_name, rayservice_ready};
 
 /// Eight replicas and a runtime env download on two shared cores.
 const WAIT: Duration = Duration::from_secs(300);
@@ -38,15 +38,8 @@ const TEST_DAG_ARCHIVES: &str = "https://github.com/ray-project/test_dag/archive
 struct Fixture {
     client: kube::Client,
     ns: String,
-    shutdown: Vec<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        for tx in self.shutdown.drain(..) {
-            let _ = tx.send(());
-        }
-    }
+    /// Stops the test's controllers when the fixture is dropped.
+    _stop: fixture::Stopper,
 }
 
 /// Serves the stand-in `test_dag` working dir at `/test_dag/<anything>.zip` on 127.0.0.1;
@@ -93,7 +86,7 @@ async fn serve_test_dag() -> (String, Arc<AtomicU32>) {
 async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
-    let (cluster_tx, cluster_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut stop = fixture::Stopper::default();
     tokio::spawn(raycluster::run(
         client.clone(),
         raycluster::Config {
@@ -101,9 +94,7 @@ async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
             concurrency: 4,
             ..raycluster::Config::default()
         },
-        async move {
-            let _ = cluster_rx.await;
-        },
+        stop.signal(),
     ));
     let url = head.dashboard_url().as_str().to_owned();
     let authority = head.dashboard_url().authority();
@@ -114,7 +105,6 @@ async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
             port: serve_port,
         })
     });
-    let (service_tx, service_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(rayservice::run(
         client.clone(),
         rayservice::Config {
@@ -126,14 +116,12 @@ async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
             steady_poll: Duration::from_secs(2),
             ..rayservice::Config::default()
         },
-        async move {
-            let _ = service_rx.await;
-        },
+        stop.signal(),
     ));
     Fixture {
         client,
         ns,
-        shutdown: vec![cluster_tx, service_tx],
+        _stop: stop,
     }
 }
 
@@ -251,18 +239,6 @@ impl Fixture {
     }
 }
 
-fn ready(status: &RayServiceStatus) -> bool {
-    conditions::find(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
-}
-
-fn active_name(status: &RayServiceStatus) -> Option<String> {
-    status
-        .active_service_status
-        .as_ref()?
-        .ray_cluster_name
-        .clone()
-}
-
 fn active_apps(status: &RayServiceStatus) -> BTreeMap<String, String> {
     status
         .active_service_status
@@ -282,37 +258,17 @@ fn ready_with(status: &RayServiceStatus, apps: &[&str]) -> bool {
         .iter()
         .map(|a| ((*a).to_owned(), "RUNNING".to_owned()))
         .collect();
-    ready(status) && active_apps(status) == running
+    rayservice_ready(status) && active_apps(status) == running
 }
 
 /// POSTs `body` to the head's Serve proxy until it answers 200 with JSON; returns it.
 async fn serve_answer(head: &RayHead, path: &str, body: Value) -> Value {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
-    let url = format!("{}{path}", head.serve_url());
-    eventually(WAIT, &format!("Serve at {url} to answer {body}"), || {
-        let request = http.post(&url).body(body.to_string());
-        async move {
-            let response = request.send().await.ok()?;
-            if !response.status().is_success() {
-                return None;
-            }
-            serde_json::from_slice(&response.bytes().await.ok()?).ok()
-        }
-    })
-    .await
+    fixture::serve_post(head, path, &body.to_string(), WAIT, |_| true).await
 }
 
 /// Serve's view as the dashboard gives it (raw JSON: replicas and proxies per node).
 async fn serve_details(head: &RayHead) -> Value {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client");
+    let http = fixture::loopback_http(Duration::from_secs(10));
     let url = format!("{}/api/serve/applications/", head.dashboard_url());
     let bytes = http
         .get(&url)
@@ -404,7 +360,7 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
             ready_with(s, &["fruit_app", "math_app"])
         })
         .await;
-    let active = active_name(&status).expect("an active cluster");
+    let active = active_cluster_name(&status).expect("an active cluster");
     assert!(active.starts_with("rayservice-sample-"), "{active}");
     assert!(status.num_serve_endpoints.unwrap_or(0) >= 1, "{status:?}");
     fx.assert_traffic_goes_to(&name, &active).await;
@@ -439,7 +395,7 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
             ready_with(s, &["fruit_app"])
         })
         .await;
-    let active = active_name(&status).expect("an active cluster");
+    let active = active_cluster_name(&status).expect("an active cluster");
     assert!(active.starts_with("rayservice-ha-"), "{active}");
     fx.assert_traffic_goes_to(&name, &active).await;
     // The HA sample's own query: `["PEAR", 12]` to /fruit/.
@@ -472,7 +428,7 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
             ready_with(s, &["calc"])
         })
         .await;
-    let active = active_name(&status).expect("an active cluster");
+    let active = active_cluster_name(&status).expect("an active cluster");
     assert_eq!(
         fx.service_selects("rayservice-calc-serve").await,
         Some(active.clone()),

@@ -69,7 +69,7 @@ fn runtime_fixtures_match_current_rendering() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn python_runtime_tests_pass() {
     let _turn = support::ray_serve_lock().await;
-    let ray = tokio::task::spawn_blocking(raypipe::ray::testenv::locate_ray)
+    let ray = tokio::task::spawn_blocking(raypipe::devenv::ray::locate_ray)
         .await
         .expect("provisioning did not panic")
         .expect("the Ray test venv");

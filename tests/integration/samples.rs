@@ -104,14 +104,24 @@ const KINDS: &[&str] = &[
     "RayCronJob",
 ];
 
+/// Every `.rs` file under `tests/integration`, sub-modules (`source/`, `raycluster/`…) included.
 fn test_sources() -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration");
-    std::fs::read_dir(&dir)
-        .expect("the test sources")
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect()
+    fn read_all(dir: &Path, sources: &mut String) {
+        for entry in std::fs::read_dir(dir).expect("the test sources").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                read_all(&path, sources);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                sources.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    let mut sources = String::new();
+    read_all(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration"),
+        &mut sources,
+    );
+    sources
 }
 
 #[test]

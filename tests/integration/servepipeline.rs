@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use prost::Message;
@@ -12,7 +12,7 @@ use raypipe::api::{RayService, conditions};
 use raypipe::controllers::servepipeline::{self, Config};
 use serde_json::json;
 
-use crate::support::{self, eventually, registry::Registry, registry::sha256_hex};
+use crate::support::{self, eventually, fixture, registry::Registry, registry::sha256_hex};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -66,15 +66,8 @@ struct Fixture {
     controller_writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     ns: String,
     registry: Registry,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-    }
+    /// Stops the test's controllers when the fixture is dropped.
+    _stop: fixture::Stopper,
 }
 
 /// A namespace with a token Secret, a registry serving `sequence.pb`, and the controller
@@ -85,60 +78,26 @@ async fn fixture(prefix: &str, token: &str) -> Fixture {
     let ns = support::namespace(&client, prefix).await;
     let registry = Registry::start(token).await;
     registry.put("graphs/pipeline.pb", sample_graph("sequence"));
-    put_secret(&client, &ns, "registry-token", token).await;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    fixture::put_token_secret(&client, &ns, "registry-token", token).await;
+    let mut stop = fixture::Stopper::default();
     let config = Config {
         namespace: Some(ns.clone()),
         fetcher: support::loopback_fetcher(),
         ..Default::default()
     };
     let (controller_client, controller_writes) = support::counting_client().await;
-    tokio::spawn(servepipeline::run(controller_client, config, async move {
-        let _ = rx.await;
-    }));
+    tokio::spawn(servepipeline::run(controller_client, config, stop.signal()));
     Fixture {
         client,
         controller_writes,
         ns,
         registry,
-        shutdown: Some(tx),
+        _stop: stop,
     }
-}
-
-async fn put_secret(client: &kube::Client, ns: &str, name: &str, token: &str) {
-    let secret: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-        "stringData": {"token": token}
-    }))
-    .expect("a Secret");
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .patch(
-            name,
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .expect("apply Secret");
 }
 
 fn pipeline(name: &str, url: &str, source_extra: serde_json::Value) -> ServePipeline {
-    let mut source = json!({
-        "url": url,
-        "allowInsecureHttp": true,
-        "bearerTokenSecretRef": {"name": "registry-token", "key": "token"}
-    });
-    for (k, v) in source_extra.as_object().cloned().unwrap_or_default() {
-        source[k] = v;
-    }
-    serde_json::from_value(json!({
-        "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline", "metadata": {"name": name},
-        "spec": {
-            "source": source,
-            "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
-                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}
-        }
-    }))
-    .expect("a ServePipeline")
+    fixture::servepipeline(name, fixture::token_source(url, source_extra))
 }
 
 impl Fixture {
@@ -445,7 +404,7 @@ async fn an_invalid_graph_is_refused_and_the_rayservice_is_left_exactly_as_it_wa
 #[tokio::test]
 async fn a_wrong_token_is_reported_as_unauthorized_and_a_rotated_token_is_picked_up() {
     let f = fixture("sp-token", "the-right-token-0001").await;
-    put_secret(&f.client, &f.ns, "registry-token", "a-wrong-token-0002").await;
+    fixture::put_token_secret(&f.client, &f.ns, "registry-token", "a-wrong-token-0002").await;
     // No refresh interval: only the Secret watch can trigger the next fetch.
     f.create(&pipeline(
         "token",
@@ -469,7 +428,7 @@ async fn a_wrong_token_is_reported_as_unauthorized_and_a_rotated_token_is_picked
         "no RayService without a graph"
     );
 
-    put_secret(&f.client, &f.ns, "registry-token", "the-right-token-0001").await;
+    fixture::put_token_secret(&f.client, &f.ns, "registry-token", "the-right-token-0001").await;
     f.condition("token", "SourceReady", "True", "Fetched").await;
     f.rayservice("token").await;
 

@@ -117,11 +117,7 @@ impl Client {
 
 /// Sends requests one after another until `stop`; records every answer.
 async fn keep_sending(url: String, traffic: Arc<Traffic>, stop: Arc<AtomicBool>) {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .expect("an HTTP client");
+    let http = super::fixture::loopback_http(Duration::from_secs(20));
     while !stop.load(Ordering::SeqCst) {
         let result = http
             .post(&url)
@@ -131,12 +127,7 @@ async fn keep_sending(url: String, traffic: Arc<Traffic>, stop: Arc<AtomicBool>)
             .await;
         match result {
             Ok(response) if response.status().is_success() => {
-                let graph = response
-                    .headers()
-                    .get("x-raypipe-graph")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned();
+                let graph = graph_header(&response);
                 traffic.ok.fetch_add(1, Ordering::SeqCst);
                 traffic
                     .first_answers
@@ -156,13 +147,19 @@ async fn keep_sending(url: String, traffic: Arc<Traffic>, stop: Arc<AtomicBool>)
     }
 }
 
+/// The graph (`name@version`) that answered, from `x-raypipe-graph`; empty when absent.
+fn graph_header(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("x-raypipe-graph")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// One request: (status, `x-raypipe-graph`, JSON body).
 pub async fn post(url: &str) -> (reqwest::StatusCode, String, Value) {
-    let response = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
+    let response = super::fixture::loopback_http(Duration::from_secs(20))
         .post(url)
         .header("content-type", "application/json")
         .body(r#"{"text": "I love this"}"#)
@@ -170,12 +167,7 @@ pub async fn post(url: &str) -> (reqwest::StatusCode, String, Value) {
         .await
         .expect("Serve answers");
     let status = response.status();
-    let graph = response
-        .headers()
-        .get("x-raypipe-graph")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let graph = graph_header(&response);
     let body =
         serde_json::from_slice(&response.bytes().await.unwrap_or_default()).unwrap_or(Value::Null);
     (status, graph, body)
@@ -260,10 +252,10 @@ impl E2e {
     }
 }
 
-pub async fn ready_pipeline(head: &'static raypipe::ray::testenv::RayHead, prefix: &str) -> E2e {
+pub async fn ready_pipeline(head: &'static raypipe::devenv::ray::RayHead, prefix: &str) -> E2e {
     let client = super::client().await;
     let ns = super::namespace(&client, prefix).await;
-    let token = raypipe::testenv::random_token().unwrap();
+    let token = raypipe::devenv::random_token().unwrap();
     let registry = Registry::start(&token).await;
     registry.put(GRAPH_PATH, ensemble("1"));
     let secret: Secret = serde_json::from_value(json!({
@@ -293,23 +285,13 @@ pub async fn ready_pipeline(head: &'static raypipe::ray::testenv::RayHead, prefi
     };
     let operator = Operator::start(client.clone(), settings.clone());
 
-    let pipeline: ServePipeline = serde_json::from_value(json!({
-        "apiVersion": "raypipe.dev/v1alpha1", "kind": "ServePipeline",
-        "metadata": {"name": PIPELINE},
-        "spec": {
-            "source": {
-                "url": registry.url(GRAPH_PATH),
-                "allowInsecureHttp": true,
-                "bearerTokenSecretRef": {"name": "registry-token", "key": "token"},
-                "refreshInterval": "1s"
-            },
-            "serve": {"routePrefix": ROUTE},
-            "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
-                "containers": [{"name": "ray-head", "image": "rayproject/ray:2.60.0",
-                    "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}]}}}}
-        }
-    }))
-    .unwrap();
+    let pipeline = super::fixture::serving_pipeline(
+        PIPELINE,
+        super::fixture::token_source(&registry.url(GRAPH_PATH), json!({"refreshInterval": "1s"})),
+        ROUTE,
+        json!({"name": "ray-head", "image": "rayproject/ray:2.60.0",
+            "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}),
+    );
     let pipelines: Api<ServePipeline> = Api::namespaced(client.clone(), &ns);
     let created = Instant::now();
     pipelines

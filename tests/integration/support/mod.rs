@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
-use raypipe::testenv::{ControlPlane, ControlPlaneOptions};
+use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
-pub use raypipe::testenv::registry;
+pub use raypipe::devenv::registry;
 
 pub mod e2e;
+pub mod fixture;
 
 /// The control plane every test in this binary shares: etcd, kube-apiserver,
 /// kube-controller-manager, kube-scheduler and kwok, with raypipe's CRDs installed. Started by
@@ -208,8 +209,8 @@ where
 /// from the cached virtualenv (provisioned on first use); the Serve test apps in
 /// `tests/ray/apps` are on its PYTHONPATH. Started by the first test that asks, on its own
 /// runtime like the control plane; stopped by its process ids when the test binary exits.
-pub fn ray_head() -> &'static raypipe::ray::testenv::RayHead {
-    use raypipe::ray::testenv::{RayHead, RayHeadOptions, stop_at_exit};
+pub fn ray_head() -> &'static raypipe::devenv::ray::RayHead {
+    use raypipe::devenv::ray::{RayHead, RayHeadOptions, stop_at_exit};
     static HEAD: OnceLock<Result<RayHead, String>> = OnceLock::new();
     let head = HEAD.get_or_init(|| {
         raypipe::startup::init_crypto();

@@ -4,14 +4,7 @@
 //! Binaries are built from their Go modules once per machine (see `binaries`); the start-up
 //! timeout counts from when they exist, never the build.
 
-pub mod binaries;
-pub mod pki;
-pub mod process;
-pub mod registry;
-
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -19,38 +12,15 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-pub use binaries::Binaries;
-use pki::Pki;
-use process::ManagedProcess;
+use super::binaries::Binaries;
+use super::pki::Pki;
+use super::process::ManagedProcess;
+use super::{DevEnvError, free_port, random_token, write};
 
 /// Field manager under which the control plane installs CRDs.
 pub const CRD_FIELD_MANAGER: &str = "raypipe-crds";
 /// The fake Node that kwok manages when kwok runs.
 pub const KWOK_NODE: &str = "kwok-node-0";
-
-#[derive(Debug, thiserror::Error)]
-pub enum TestEnvError {
-    #[error("provisioning the control-plane binaries failed: {0}")]
-    Provision(String),
-    #[error("generating certificates failed: {0}")]
-    Pki(String),
-    #[error("{0}: {1}")]
-    Io(String, #[source] std::io::Error),
-    #[error("cannot start {0}: {1}")]
-    Spawn(String, String),
-    #[error("{name} exited during start-up ({status}); last log lines:\n{log}")]
-    Exited {
-        name: String,
-        status: String,
-        log: String,
-    },
-    #[error("timed out after {0:?} waiting for {1}")]
-    Timeout(Duration, String),
-    #[error("Kubernetes client: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("kubeconfig: {0}")]
-    Kubeconfig(#[from] kube::config::KubeconfigError),
-}
 
 /// What to start beside etcd and kube-apiserver.
 #[derive(Clone, Debug)]
@@ -111,61 +81,13 @@ pub struct ControlPlane {
     keep_dir: bool,
 }
 
-fn free_port() -> Result<u16, TestEnvError> {
-    let l = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| TestEnvError::Io("bind 127.0.0.1:0".into(), e))?;
-    let port = l
-        .local_addr()
-        .map_err(|e| TestEnvError::Io("local_addr".into(), e))?
-        .port();
-    Ok(port)
-}
-
-/// 24 random bytes from the kernel, hex-encoded.
-pub fn random_token() -> Result<String, TestEnvError> {
-    use std::io::Read;
-    let mut buf = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map_err(|e| TestEnvError::Io("read /dev/urandom".into(), e))?;
-    Ok(hex::encode(buf))
-}
-
-fn write(path: &Path, contents: &str) -> Result<(), TestEnvError> {
-    std::fs::write(path, contents)
-        .map_err(|e| TestEnvError::Io(format!("write {}", path.display()), e))
-}
-
-fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
 /// A fresh directory under `$TMPDIR/raypipe-testenv/`, after removing those left behind by
-/// processes that no longer run (a killed test run cannot clean up after itself).
-fn run_dir() -> Result<PathBuf, TestEnvError> {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
+/// processes that no longer run.
+fn run_dir() -> Result<PathBuf, DevEnvError> {
     let root = std::env::temp_dir().join("raypipe-testenv");
-    std::fs::create_dir_all(&root)
-        .map_err(|e| TestEnvError::Io(format!("create {}", root.display()), e))?;
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok())
-                && !pid_alive(pid)
-            {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
-    let dir = root.join(format!(
-        "{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
-    Ok(dir)
+    super::fresh_run_dir(&root, "", |abandoned| {
+        let _ = std::fs::remove_dir_all(abandoned);
+    })
 }
 
 /// A kubeconfig for `token` against `server`, with the CA inline.
@@ -180,7 +102,7 @@ pub fn kubeconfig_yaml(server: &str, ca_pem: &str, user: &str, token: &str) -> S
 impl ControlPlane {
     /// Starts a control plane; blocks the calling thread on process start-up, so call it from a
     /// blocking context (`spawn_blocking`) inside an async runtime.
-    pub async fn start(options: ControlPlaneOptions) -> Result<ControlPlane, TestEnvError> {
+    pub async fn start(options: ControlPlaneOptions) -> Result<ControlPlane, DevEnvError> {
         let need_full = options.needs_full_binaries();
         Self::start_located(options, move || Binaries::locate(need_full)).await
     }
@@ -189,12 +111,12 @@ impl ControlPlane {
     /// the caller: how tests stand in a slow first-time provisioning.
     pub async fn start_located(
         options: ControlPlaneOptions,
-        locate: impl FnOnce() -> Result<Binaries, TestEnvError> + Send + 'static,
-    ) -> Result<ControlPlane, TestEnvError> {
+        locate: impl FnOnce() -> Result<Binaries, DevEnvError> + Send + 'static,
+    ) -> Result<ControlPlane, DevEnvError> {
         let locating = Instant::now();
         let binaries = tokio::task::spawn_blocking(locate)
             .await
-            .map_err(|e| TestEnvError::Provision(e.to_string()))??;
+            .map_err(|e| DevEnvError::Provision(e.to_string()))??;
         tracing::debug!(
             seconds = locating.elapsed().as_secs_f64(),
             "control-plane binaries located"
@@ -339,7 +261,7 @@ impl ControlPlane {
                 "--node-ip=127.0.0.1".to_owned(),
             ];
             let mut stage_files: Vec<PathBuf> = std::fs::read_dir(stages)
-                .map_err(|e| TestEnvError::Io(format!("read {}", stages.display()), e))?
+                .map_err(|e| DevEnvError::Io(format!("read {}", stages.display()), e))?
                 .flatten()
                 .map(|e| e.path())
                 .collect();
@@ -367,7 +289,7 @@ impl ControlPlane {
     }
 
     /// A client for the admin user.
-    pub async fn client(&self) -> Result<kube::Client, TestEnvError> {
+    pub async fn client(&self) -> Result<kube::Client, DevEnvError> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
         let config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
@@ -387,10 +309,10 @@ impl ControlPlane {
         self.dir.join(format!("{component}.log"))
     }
 
-    fn check_processes(&mut self) -> Result<(), TestEnvError> {
+    fn check_processes(&mut self) -> Result<(), DevEnvError> {
         for proc in &mut self.processes {
             if let Some(status) = proc.exited() {
-                return Err(TestEnvError::Exited {
+                return Err(DevEnvError::Exited {
                     name: proc.name.clone(),
                     status,
                     log: proc.log_tail(30),
@@ -405,7 +327,7 @@ impl ControlPlane {
         client: &kube::Client,
         timeout: Duration,
         since: Instant,
-    ) -> Result<(), TestEnvError> {
+    ) -> Result<(), DevEnvError> {
         let deadline = since + timeout;
         let namespaces: Api<Namespace> = Api::all(client.clone());
         loop {
@@ -423,7 +345,7 @@ impl ControlPlane {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(TestEnvError::Timeout(
+                return Err(DevEnvError::Timeout(
                     timeout,
                     format!(
                         "kube-apiserver /readyz; log: {}",
@@ -440,13 +362,10 @@ impl ControlPlane {
     /// certificates and tokens, and clients made before keep working — and waits until it is
     /// ready. The old log is kept as `kube-apiserver-<n>.log`. Returns how long it was
     /// unreachable, from the stop to `/readyz` answering again.
-    pub async fn restart_apiserver(
-        &mut self,
-        down_for: Duration,
-    ) -> Result<Duration, TestEnvError> {
+    pub async fn restart_apiserver(&mut self, down_for: Duration) -> Result<Duration, DevEnvError> {
         const NAME: &str = "kube-apiserver";
         let Some(index) = self.processes.iter().position(|p| p.name == NAME) else {
-            return Err(TestEnvError::Spawn(
+            return Err(DevEnvError::Spawn(
                 NAME.into(),
                 "this control plane has no kube-apiserver".into(),
             ));
@@ -455,7 +374,7 @@ impl ControlPlane {
         // them), so they are read back rather than kept twice.
         let pid = self.processes[index].pid();
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map_err(|e| TestEnvError::Io(format!("read /proc/{pid}/cmdline"), e))?;
+            .map_err(|e| DevEnvError::Io(format!("read /proc/{pid}/cmdline"), e))?;
         let args: Vec<String> = cmdline
             .split(|b| *b == 0)
             .filter(|arg| !arg.is_empty())
@@ -481,7 +400,7 @@ impl ControlPlane {
         }
         let log = self.log_path(NAME);
         std::fs::rename(&log, self.dir.join(format!("{NAME}-{generation}.log")))
-            .map_err(|e| TestEnvError::Io(format!("rename {}", log.display()), e))?;
+            .map_err(|e| DevEnvError::Io(format!("rename {}", log.display()), e))?;
         tokio::time::sleep(down_for.saturating_sub(stopped.elapsed())).await;
 
         self.processes[index] =
@@ -511,7 +430,7 @@ impl Drop for ControlPlane {
     }
 }
 
-async fn create_kwok_node(client: &kube::Client) -> Result<(), TestEnvError> {
+async fn create_kwok_node(client: &kube::Client) -> Result<(), DevEnvError> {
     let node: Node = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",
@@ -541,7 +460,7 @@ pub async fn install_crds(
     client: &kube::Client,
     crds: &[CustomResourceDefinition],
     timeout: Duration,
-) -> Result<(), TestEnvError> {
+) -> Result<(), DevEnvError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(CRD_FIELD_MANAGER).force();
     for crd in crds {
@@ -558,9 +477,9 @@ pub async fn install_crds(
         tokio::time::timeout(timeout, established)
             .await
             .map_err(|_| {
-                TestEnvError::Timeout(timeout, format!("CRD {name} to become Established"))
+                DevEnvError::Timeout(timeout, format!("CRD {name} to become Established"))
             })?
-            .map_err(|e| TestEnvError::Timeout(timeout, format!("CRD {name}: {e}")))?;
+            .map_err(|e| DevEnvError::Timeout(timeout, format!("CRD {name}: {e}")))?;
     }
     Ok(())
 }

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::testenv::TestEnvError;
-use crate::testenv::binaries::cache_root;
-use crate::testenv::process::ManagedProcess;
+use crate::devenv::DevEnvError;
+use crate::devenv::binaries::cache_root;
+use crate::devenv::process::ManagedProcess;
 
-use super::{BearerToken, DashboardClientOptions, DashboardUrl, RayDashboardClient};
+use crate::ray::{BearerToken, DashboardClientOptions, DashboardUrl, RayDashboardClient};
 
 /// The `ray[serve]` version tests run (the one the reference notes were verified against).
 pub const RAY_VERSION: &str = "2.60.0";
@@ -28,14 +28,14 @@ pub const RAY_VERSION: &str = "2.60.0";
 pub const PYTEST_VERSION: &str = "9.2.0";
 
 /// The provisioning script, embedded so it works from any directory.
-pub const PROVISION_RAY_SCRIPT: &str = include_str!("testenv/provision-ray.sh");
+pub const PROVISION_RAY_SCRIPT: &str = include_str!("ray/provision-ray.sh");
 
 /// Loaded by every Python process of a head: moves the gRPC servers Ray Serve opens on every
 /// interface (no setting for that in Ray 2.60) to 127.0.0.1.
-const LOOPBACK_SITECUSTOMIZE: &str = include_str!("testenv/sitecustomize.py");
+const LOOPBACK_SITECUSTOMIZE: &str = include_str!("ray/sitecustomize.py");
 
 /// `ray start` for extra worker nodes: joins a cluster on 127.0.0.1 (see the script).
-const RAY_JOIN_SCRIPT: &str = include_str!("testenv/ray-join.py");
+const RAY_JOIN_SCRIPT: &str = include_str!("ray/ray-join.py");
 
 /// Path of a `ray` executable to use instead of the cached virtualenv.
 pub const RAY_BIN_ENV: &str = "RAYPIPE_RAY_BIN";
@@ -64,13 +64,13 @@ pub fn venv_dir() -> PathBuf {
 
 /// The `ray` executable: `$RAYPIPE_RAY_BIN`, else the cached virtualenv, provisioned on first
 /// use (blocking; about a minute cold, instant when warm).
-pub fn locate_ray() -> Result<PathBuf, TestEnvError> {
+pub fn locate_ray() -> Result<PathBuf, DevEnvError> {
     if let Some(bin) = std::env::var_os(RAY_BIN_ENV) {
         let bin = PathBuf::from(bin);
         return if bin.is_file() {
             Ok(bin)
         } else {
-            Err(TestEnvError::Provision(format!(
+            Err(DevEnvError::Provision(format!(
                 "{RAY_BIN_ENV}={} is not a file",
                 bin.display()
             )))
@@ -93,7 +93,7 @@ pub fn locate_ray() -> Result<PathBuf, TestEnvError> {
     if ray.is_file() {
         Ok(ray)
     } else {
-        Err(TestEnvError::Provision(format!(
+        Err(DevEnvError::Provision(format!(
             "{} is missing after provisioning",
             ray.display()
         )))
@@ -101,12 +101,12 @@ pub fn locate_ray() -> Result<PathBuf, TestEnvError> {
 }
 
 /// Runs the embedded provisioning script for `venv`, its progress going to stderr.
-pub fn provision_ray(venv: &Path) -> Result<(), TestEnvError> {
+pub fn provision_ray(venv: &Path) -> Result<(), DevEnvError> {
     eprintln!(
         "raypipe: installing ray[serve]=={RAY_VERSION} and pytest=={PYTEST_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
         venv.display()
     );
-    crate::testenv::binaries::run_embedded_script(
+    crate::devenv::binaries::run_embedded_script(
         "provision-ray.sh",
         PROVISION_RAY_SCRIPT,
         venv,
@@ -265,15 +265,15 @@ impl std::fmt::Debug for RayHead {
 impl RayHead {
     /// Provisions Ray if needed, starts `ray start --head --block` and waits until the
     /// dashboard serves the Serve and Jobs APIs.
-    pub async fn start(options: RayHeadOptions) -> Result<RayHead, TestEnvError> {
+    pub async fn start(options: RayHeadOptions) -> Result<RayHead, DevEnvError> {
         let started = Instant::now();
         let ray = tokio::task::spawn_blocking(locate_ray)
             .await
-            .map_err(|e| TestEnvError::Provision(e.to_string()))??;
+            .map_err(|e| DevEnvError::Provision(e.to_string()))??;
         let dir = run_dir()?;
         let ports = pick_ports()?;
         let dashboard_url = DashboardUrl::parse(&format!("http://{LOOPBACK}:{}", ports.dashboard))
-            .map_err(|e| TestEnvError::Spawn("ray".into(), e.to_string()))?;
+            .map_err(|e| DevEnvError::Spawn("ray".into(), e.to_string()))?;
 
         let env = node_environment(&ray, &dir, &options)?;
         let args = env_command(&env, &ray, ray_start_args(&ports, &dir, &options));
@@ -335,7 +335,7 @@ impl RayHead {
     pub fn client(
         &self,
         request_timeout: Duration,
-    ) -> Result<RayDashboardClient, super::DashboardError> {
+    ) -> Result<RayDashboardClient, crate::ray::DashboardError> {
         RayDashboardClient::new(
             self.dashboard_url.clone(),
             DashboardClientOptions {
@@ -485,11 +485,11 @@ impl RayHead {
         }
     }
 
-    async fn wait_ready(&self, timeout: Duration) -> Result<(), TestEnvError> {
+    async fn wait_ready(&self, timeout: Duration) -> Result<(), DevEnvError> {
         let deadline = Instant::now() + timeout;
         let client = self
             .client(Duration::from_secs(5))
-            .map_err(|e| TestEnvError::Spawn("ray".into(), e.to_string()))?;
+            .map_err(|e| DevEnvError::Spawn("ray".into(), e.to_string()))?;
         loop {
             self.check_running()?;
             // The Serve module of the dashboard starts lazily; the Jobs API needs the agent.
@@ -504,13 +504,13 @@ impl RayHead {
             };
             if Instant::now() > deadline {
                 let log = self.dir.join("head.log");
-                return Err(TestEnvError::Timeout(
+                return Err(DevEnvError::Timeout(
                     timeout,
                     format!(
                         "the Ray dashboard at {} ({last_error}); last lines of {}:\n{}",
                         self.dashboard_url,
                         log.display(),
-                        crate::testenv::process::log_tail(&log, 30)
+                        crate::devenv::process::log_tail(&log, 30)
                     ),
                 ));
             }
@@ -525,7 +525,7 @@ impl RayHead {
         ray: &Path,
         env: &BTreeMap<String, String>,
         options: &RayHeadOptions,
-    ) -> Result<(), TestEnvError> {
+    ) -> Result<(), DevEnvError> {
         let join_script = self.dir.join("python").join("ray-join.py");
         write_private(&join_script, RAY_JOIN_SCRIPT)?;
         let python = ray.with_file_name("python");
@@ -570,13 +570,13 @@ impl RayHead {
     }
 
     /// Waits until the head's state API lists `count` alive nodes.
-    async fn wait_for_nodes(&self, count: usize, timeout: Duration) -> Result<(), TestEnvError> {
+    async fn wait_for_nodes(&self, count: usize, timeout: Duration) -> Result<(), DevEnvError> {
         let deadline = Instant::now() + timeout;
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(5))
             .build()
-            .map_err(|e| TestEnvError::Spawn("ray".into(), e.to_string()))?;
+            .map_err(|e| DevEnvError::Spawn("ray".into(), e.to_string()))?;
         let url = format!("{}/api/v0/nodes?limit=100", self.dashboard_url);
         loop {
             self.check_running()?;
@@ -599,12 +599,12 @@ impl RayHead {
             }
             if Instant::now() > deadline {
                 let log = self.dir.join("worker-0.log");
-                return Err(TestEnvError::Timeout(
+                return Err(DevEnvError::Timeout(
                     timeout,
                     format!(
                         "{count} alive Ray nodes at {url} (saw {alive}); last lines of {}:\n{}",
                         log.display(),
-                        crate::testenv::process::log_tail(&log, 30)
+                        crate::devenv::process::log_tail(&log, 30)
                     ),
                 ));
             }
@@ -612,11 +612,11 @@ impl RayHead {
         }
     }
 
-    fn check_running(&self) -> Result<(), TestEnvError> {
+    fn check_running(&self) -> Result<(), DevEnvError> {
         let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
         for worker in workers.iter_mut() {
             if let Some(status) = worker.process.exited() {
-                return Err(TestEnvError::Exited {
+                return Err(DevEnvError::Exited {
                     name: "ray start --address (worker node)".into(),
                     status,
                     log: worker.process.log_tail(40),
@@ -628,7 +628,7 @@ impl RayHead {
         if let Some(process) = guard.as_mut()
             && let Some(status) = process.exited()
         {
-            return Err(TestEnvError::Exited {
+            return Err(DevEnvError::Exited {
                 name: "ray start --head".into(),
                 status,
                 log: process.log_tail(40),
@@ -679,7 +679,7 @@ fn node_environment(
     ray: &Path,
     dir: &Path,
     options: &RayHeadOptions,
-) -> Result<BTreeMap<String, String>, TestEnvError> {
+) -> Result<BTreeMap<String, String>, DevEnvError> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     // Without it Ray swaps 127.0.0.1 for the host's interface address (§8 of the notes).
     env.insert("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER".into(), "0".into());
@@ -692,7 +692,7 @@ fn node_environment(
     env.insert("PATH".into(), format!("{}:{path}", bin_dir.display()));
     let site_dir = dir.join("python");
     std::fs::create_dir_all(&site_dir)
-        .map_err(|e| TestEnvError::Io(format!("create {}", site_dir.display()), e))?;
+        .map_err(|e| DevEnvError::Io(format!("create {}", site_dir.display()), e))?;
     write_private(&site_dir.join("sitecustomize.py"), LOOPBACK_SITECUSTOMIZE)?;
     let python_path: Vec<String> = std::iter::once(&site_dir)
         .chain(&options.python_path)
@@ -799,12 +799,12 @@ fn ray_start_args(ports: &RayHeadPorts, dir: &Path, options: &RayHeadOptions) ->
 fn private_mount_command(
     mounts: &[(PathBuf, PathBuf)],
     args: Vec<String>,
-) -> Result<(PathBuf, Vec<String>), TestEnvError> {
+) -> Result<(PathBuf, Vec<String>), DevEnvError> {
     let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
     let mut script = String::from("set -e; ");
     for (source, target) in mounts {
         if !target.is_absolute() || !source.is_dir() {
-            return Err(TestEnvError::Spawn(
+            return Err(DevEnvError::Spawn(
                 "ray-head".into(),
                 format!(
                     "private mount {} at {}: the source must be a directory and the target absolute",
@@ -881,7 +881,7 @@ fn node_args(
     args
 }
 
-fn write_private(path: &Path, contents: &str) -> Result<(), TestEnvError> {
+fn write_private(path: &Path, contents: &str) -> Result<(), DevEnvError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -891,7 +891,7 @@ fn write_private(path: &Path, contents: &str) -> Result<(), TestEnvError> {
         .mode(0o600)
         .open(path)
         .and_then(|mut file| file.write_all(contents.as_bytes()))
-        .map_err(|e| TestEnvError::Io(format!("write {}", path.display()), e))
+        .map_err(|e| DevEnvError::Io(format!("write {}", path.display()), e))
 }
 
 /// A short temp root: `$TMPDIR` when short enough for Ray's socket paths, else `/tmp`.
@@ -906,32 +906,8 @@ fn temp_root() -> PathBuf {
 
 /// A fresh `rp-ray-<our pid>-<n>` directory, after cleaning up after heads whose test process
 /// died without stopping them.
-fn run_dir() -> Result<PathBuf, TestEnvError> {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let root = temp_root();
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let owner = name
-                .strip_prefix("rp-ray-")
-                .and_then(|rest| rest.split('-').next())
-                .and_then(|pid| pid.parse::<u32>().ok());
-            if let Some(owner) = owner
-                && !Path::new(&format!("/proc/{owner}")).exists()
-            {
-                clean_up_abandoned_head(&entry.path());
-            }
-        }
-    }
-    let dir = root.join(format!(
-        "rp-ray-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
-    Ok(dir)
+fn run_dir() -> Result<PathBuf, DevEnvError> {
+    super::fresh_run_dir(&temp_root(), "rp-ray-", clean_up_abandoned_head)
 }
 
 /// Kills what is left of a head whose owner is gone (see [`ray_processes_in_group`]), then
@@ -1112,7 +1088,7 @@ fn kill_and_wait(processes: &BTreeSet<ProcessIdentity>, grace: Duration) {
 
 /// Free loopback ports for every listener, and a worker port range that none of them (nor
 /// anything the kernel hands out later) falls into.
-fn pick_ports() -> Result<RayHeadPorts, TestEnvError> {
+fn pick_ports() -> Result<RayHeadPorts, DevEnvError> {
     let (min_worker, max_worker) = pick_worker_port_range(&[])?;
     let ports = free_ports(10, &[], (min_worker, max_worker))?;
     Ok(RayHeadPorts {
@@ -1137,7 +1113,7 @@ fn pick_ports() -> Result<RayHeadPorts, TestEnvError> {
 fn pick_worker_node_ports(
     taken: &[u16],
     worker_ranges: &[(u16, u16)],
-) -> Result<RayWorkerNodePorts, TestEnvError> {
+) -> Result<RayWorkerNodePorts, DevEnvError> {
     let (min_worker, max_worker) = pick_worker_port_range(worker_ranges)?;
     let mut ranges = worker_ranges.to_vec();
     ranges.push((min_worker, max_worker));
@@ -1167,16 +1143,16 @@ fn free_ports(
     count: usize,
     taken: &[u16],
     (min_worker, max_worker): (u16, u16),
-) -> Result<Vec<u16>, TestEnvError> {
+) -> Result<Vec<u16>, DevEnvError> {
     // Listeners stay open until all ports are chosen, so the kernel hands out distinct ones.
     let mut held: Vec<TcpListener> = Vec::new();
     let mut ports = Vec::new();
     while ports.len() < count {
         let listener = TcpListener::bind((LOOPBACK, 0))
-            .map_err(|e| TestEnvError::Io("bind 127.0.0.1:0".into(), e))?;
+            .map_err(|e| DevEnvError::Io("bind 127.0.0.1:0".into(), e))?;
         let port = listener
             .local_addr()
-            .map_err(|e| TestEnvError::Io("local_addr".into(), e))?
+            .map_err(|e| DevEnvError::Io("local_addr".into(), e))?
             .port();
         held.push(listener);
         if !(min_worker..=max_worker).contains(&port) && !taken.contains(&port) {
@@ -1202,7 +1178,7 @@ fn ephemeral_port_range() -> (u16, u16) {
 /// A block of [`WORKER_PORT_COUNT`] ports outside the ephemeral range that are free now and
 /// overlap none of `avoid`. The start depends on our pid and a counter, so heads of parallel
 /// test processes differ.
-fn pick_worker_port_range(avoid: &[(u16, u16)]) -> Result<(u16, u16), TestEnvError> {
+fn pick_worker_port_range(avoid: &[(u16, u16)]) -> Result<(u16, u16), DevEnvError> {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let (ephemeral_low, ephemeral_high) = ephemeral_port_range();
     let below = (
@@ -1215,7 +1191,7 @@ fn pick_worker_port_range(avoid: &[(u16, u16)]) -> Result<(u16, u16), TestEnvErr
     );
     let (low, high) = if below.1 > below.0 { below } else { above };
     if high <= low {
-        return Err(TestEnvError::Spawn(
+        return Err(DevEnvError::Spawn(
             "ray".into(),
             "no room for worker ports outside the ephemeral port range".into(),
         ));
@@ -1237,7 +1213,7 @@ fn pick_worker_port_range(avoid: &[(u16, u16)]) -> Result<(u16, u16), TestEnvErr
             return Ok((first, last));
         }
     }
-    Err(TestEnvError::Spawn(
+    Err(DevEnvError::Spawn(
         "ray".into(),
         format!("no free block of {WORKER_PORT_COUNT} worker ports found"),
     ))

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::TestEnvError;
+use super::DevEnvError;
 
 /// The provisioning script, embedded so `raypipe dev` works from any directory.
 pub const PROVISION_SCRIPT: &str = include_str!("provision.sh");
@@ -112,8 +112,8 @@ impl Lookup {
     pub fn locate(
         &self,
         need_full: bool,
-        provision: impl FnOnce(&Path) -> Result<(), TestEnvError>,
-    ) -> Result<Binaries, TestEnvError> {
+        provision: impl FnOnce(&Path) -> Result<(), DevEnvError>,
+    ) -> Result<Binaries, DevEnvError> {
         let complete = |b: &Binaries| {
             !need_full
                 || (b.kube_controller_manager.is_some()
@@ -139,7 +139,7 @@ impl Lookup {
         }
         provision(&self.cache)?;
         from_dir(&self.cache).filter(complete).ok_or_else(|| {
-            TestEnvError::Provision(format!(
+            DevEnvError::Provision(format!(
                 "{} is incomplete after provisioning",
                 self.cache.display()
             ))
@@ -152,13 +152,13 @@ impl Binaries {
     /// `KUBEBUILDER_ASSETS`, then the cache); builds them into the cache (printing progress)
     /// when nothing suitable is found. `need_full` asks for controller-manager, scheduler and
     /// kwok too.
-    pub fn locate(need_full: bool) -> Result<Binaries, TestEnvError> {
+    pub fn locate(need_full: bool) -> Result<Binaries, DevEnvError> {
         Lookup::from_env().locate(need_full, provision)
     }
 }
 
 /// Runs the embedded provisioning script into `dir`, streaming its progress to stderr.
-pub fn provision(dir: &Path) -> Result<(), TestEnvError> {
+pub fn provision(dir: &Path) -> Result<(), DevEnvError> {
     eprintln!(
         "raypipe: building the Kubernetes control plane (v{KUBE_VERSION}, etcd v{ETCD_VERSION}, kwok v{KWOK_VERSION}) into {} — the first time takes ~10-30 minutes, later runs reuse it",
         dir.display()
@@ -182,7 +182,7 @@ pub fn run_embedded_script(
     script: &str,
     target: &Path,
     env: &[(&str, &str)],
-) -> Result<(), TestEnvError> {
+) -> Result<(), DevEnvError> {
     let status = Command::new("bash")
         .arg("-c")
         .arg(script)
@@ -193,9 +193,9 @@ pub fn run_embedded_script(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()
-        .map_err(|e| TestEnvError::Provision(format!("cannot run bash: {e}")))?;
+        .map_err(|e| DevEnvError::Provision(format!("cannot run bash: {e}")))?;
     if !status.success() {
-        return Err(TestEnvError::Provision(format!(
+        return Err(DevEnvError::Provision(format!(
             "{name} failed ({status}); see its output above"
         )));
     }
@@ -282,9 +282,9 @@ mod script_tests {
             std::fs::write(interrupted.cache.join(name), b"").expect("write a stand-in");
         }
         let failed = interrupted
-            .locate(false, |_| Err(TestEnvError::Provision("no go".into())))
+            .locate(false, |_| Err(DevEnvError::Provision("no go".into())))
             .map(|_| ());
-        assert!(matches!(failed, Err(TestEnvError::Provision(m)) if m == "no go"));
+        assert!(matches!(failed, Err(DevEnvError::Provision(m)) if m == "no go"));
     }
 
     #[test]

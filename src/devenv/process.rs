@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::TestEnvError;
+use super::DevEnvError;
 
 /// A started server process.
 pub struct ManagedProcess {
@@ -47,12 +47,12 @@ impl ManagedProcess {
         program: &Path,
         args: &[String],
         log: &Path,
-    ) -> Result<ManagedProcess, TestEnvError> {
+    ) -> Result<ManagedProcess, DevEnvError> {
         let out = File::create(log)
-            .map_err(|e| TestEnvError::Io(format!("create {}", log.display()), e))?;
+            .map_err(|e| DevEnvError::Io(format!("create {}", log.display()), e))?;
         let err = out
             .try_clone()
-            .map_err(|e| TestEnvError::Io("dup log".into(), e))?;
+            .map_err(|e| DevEnvError::Io("dup log".into(), e))?;
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
         // SAFETY: only async-signal-safe libc calls between fork and exec.
@@ -68,14 +68,14 @@ impl ManagedProcess {
         let (tx, rx) = mpsc::channel();
         spawner()
             .lock()
-            .map_err(|_| TestEnvError::Spawn(name.to_owned(), "spawner lock poisoned".into()))?
+            .map_err(|_| DevEnvError::Spawn(name.to_owned(), "spawner lock poisoned".into()))?
             .send((cmd, tx))
-            .map_err(|_| TestEnvError::Spawn(name.to_owned(), "spawner thread gone".into()))?;
+            .map_err(|_| DevEnvError::Spawn(name.to_owned(), "spawner thread gone".into()))?;
         let child = rx
             .recv()
-            .map_err(|_| TestEnvError::Spawn(name.to_owned(), "spawner thread gone".into()))?
+            .map_err(|_| DevEnvError::Spawn(name.to_owned(), "spawner thread gone".into()))?
             .map_err(|e| {
-                TestEnvError::Spawn(name.to_owned(), format!("{}: {e}", program.display()))
+                DevEnvError::Spawn(name.to_owned(), format!("{}: {e}", program.display()))
             })?;
         Ok(ManagedProcess {
             name: name.to_owned(),

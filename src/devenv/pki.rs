@@ -5,7 +5,7 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
 
-use super::TestEnvError;
+use super::DevEnvError;
 
 /// PEM material for one control plane.
 pub struct Pki {
@@ -19,12 +19,12 @@ pub struct Pki {
     pub service_account_public_key: String,
 }
 
-fn err(e: rcgen::Error) -> TestEnvError {
-    TestEnvError::Pki(e.to_string())
+fn err(e: rcgen::Error) -> DevEnvError {
+    DevEnvError::Pki(e.to_string())
 }
 
 impl Pki {
-    pub fn generate() -> Result<Pki, TestEnvError> {
+    pub fn generate() -> Result<Pki, DevEnvError> {
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
         ca_params.distinguished_name = DistinguishedName::new();
         ca_params
