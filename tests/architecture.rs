@@ -19,7 +19,6 @@ const LAYERS: &[(&str, u8)] = &[
     ("cli", 1),         // argument parsing and subcommands; nothing imports it
     ("startup", 2),     // tracing and the rustls crypto provider, set up once by the binary
     ("devenv", 2),      // the dev environment behind the `dev` feature (`raypipe dev`)
-    ("testenv", 2),     // the dev/test harness until it becomes `devenv`; delete this line then
     ("config", 3),      // every setting; builds each controller's `Config`
     ("controllers", 4), // the five reconcilers and their shared frame
     ("webhook", 4),     // admission: turns validation problems into an answer
@@ -31,9 +30,10 @@ const LAYERS: &[(&str, u8)] = &[
     ("graph", 5),       // the model graph: decode, validate
     ("pypackage", 5),   // the Python graph runtime package
     ("validation", 5),  // pure, collect-every-problem validation of every kind
-    ("k8s", 5),         // Kubernetes helpers (apply, events, conditions)
     ("kuberay", 6),     // the shared Ray vocabulary: keys, names, quantities, spec predicates
-    ("api", 6),         // the custom resource types (lowest)
+    ("k8s", 7),         // Kubernetes helpers (apply, events, conditions, stable hashes)
+    ("tls", 7),         // installs the rustls crypto provider once, for any caller
+    ("api", 8),         // the custom resource types (lowest)
 ];
 
 /// The arrows allowed between two modules of the same layer (all others within a layer fail).
@@ -44,7 +44,6 @@ const SAME_LAYER: &[(&str, &str)] = &[
     ("serve", "graph"),       // renders a validated graph
     ("source", "graph"),      // bounds a download by the graph size limit
     ("validation", "source"), // validates a ServePipeline's source settings with its own rules
-    ("kuberay", "api"),       // spec predicates read the API types
 ];
 
 /// One `crate::<to>` reference found in `file` at `line`.

@@ -126,6 +126,7 @@ impl ControllerSettings {
             status_check_timeout: switches.rayjob_status_check_timeout_seconds,
             transition_grace_period: switches
                 .rayjob_deployment_status_transition_grace_period_seconds,
+            metrics: self.metrics.clone(),
             ..rayjob::Config::default()
         })
     }
@@ -134,6 +135,7 @@ impl ControllerSettings {
         raycronjob::Config {
             namespace,
             concurrency: self.concurrency,
+            metrics: self.metrics.clone(),
             ..raycronjob::Config::default()
         }
     }

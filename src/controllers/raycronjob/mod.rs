@@ -144,6 +144,8 @@ pub struct Config {
     pub clock: Arc<dyn Clock>,
     /// The zone of schedules without `timeZone` (KubeRay: the operator's local zone).
     pub default_time_zone: TimeZone,
+    /// Where reconciles are recorded.
+    pub metrics: crate::admin::Metrics,
 }
 
 impl Default for Config {
@@ -153,6 +155,7 @@ impl Default for Config {
             concurrency: 4,
             clock: Arc::new(SystemClock),
             default_time_zone: TimeZone::system(),
+            metrics: crate::admin::Metrics::new(),
         }
     }
 }
@@ -187,14 +190,14 @@ pub async fn run(
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
     let concurrency = config.concurrency.max(1);
+    // Failures back off from KubeRay's 5 s retry.
+    let frame = Frame::new("raycronjob", &config.metrics)
+        .with_backoff(Backoff::starting_at(Duration::from_secs(5)));
     let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(client.clone(), "raycronjob-controller"),
         client,
         config,
-        // Config has no metrics handle yet: recorded, not exported, until it gets one.
-        // Failures back off from KubeRay's 5 s retry.
-        frame: Frame::new("raycronjob", &crate::admin::Metrics::new())
-            .with_backoff(Backoff::starting_at(Duration::from_secs(5))),
+        frame,
     });
     let (store, writer) = reflector::store();
     let cron_events = watcher(crons, watcher::Config::default())

@@ -146,6 +146,8 @@ pub struct Config {
     pub transition_grace_period: Duration,
     /// How long after the submitter finished the Ray job may stay non-terminal.
     pub submitter_finished_timeout: Duration,
+    /// Where reconciles are recorded.
+    pub metrics: crate::admin::Metrics,
 }
 
 impl Default for Config {
@@ -163,6 +165,7 @@ impl Default for Config {
             status_check_timeout: Duration::from_secs(300),
             transition_grace_period: Duration::from_secs(300),
             submitter_finished_timeout: Duration::from_secs(30),
+            metrics: crate::admin::Metrics::new(),
         }
     }
 }
@@ -186,9 +189,8 @@ pub async fn run(
     let clusters: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let submitters: Api<Job> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let concurrency = config.concurrency.max(1);
-    // rayjob::Config carries no metrics handle yet: the frame's numbers are not exported.
-    let frame = Frame::new("rayjob", &crate::admin::Metrics::new())
-        .with_backoff(Backoff::starting_at(config.requeue));
+    let frame =
+        Frame::new("rayjob", &config.metrics).with_backoff(Backoff::starting_at(config.requeue));
     let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(client.clone(), "rayjob-controller"),
         client,
