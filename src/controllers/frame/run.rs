@@ -17,8 +17,7 @@
 //! // In `run`:
 //! let frame = Frame::new("raything", &config.metrics);        // or Metrics::new() if none
 //! let queue = frame.queue().clone();  // mark changes seen by the watches: queue.changed(..)
-//! Controller::for_stream(..)
-//!     .run(frame::run::reconciler(reconcile), frame::run::error_policy(), ctx)
+//! frame::run::drive(Controller::for_stream(..).owns_stream(..), reconcile, ctx).await;
 //!
 //! // reconcile is the bare stage sequence: no span, no metrics, no failure bookkeeping.
 //! async fn reconcile(thing: Arc<RayThing>, ctx: Arc<Context>) -> Result<Action, Error>
@@ -234,6 +233,38 @@ where
             retry.action()
         })(object, error, ctx)
     }
+}
+
+/// Runs `controller` (its watches already set up) until its shutdown signal, with the framed
+/// `reconcile` and the one [`error_policy`]. A failed loop item (a watch hiccup, an object that
+/// left the cache) is logged at debug: kube-runtime retries those by itself.
+pub async fn drive<K, C, E, F, Fut>(
+    controller: kube::runtime::Controller<K>,
+    reconcile: F,
+    ctx: Arc<C>,
+) where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    C: Framed<K> + 'static,
+    E: ReconcileError + 'static,
+    F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    use futures::StreamExt;
+    let controller_name = ctx.frame().controller;
+    controller
+        .run(reconciler(reconcile), error_policy(), ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, controller = controller_name, "reconcile loop");
+            }
+        })
+        .await;
 }
 
 #[cfg(test)]

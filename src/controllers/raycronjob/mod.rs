@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::validation::cron::Schedule;
-use futures::StreamExt;
 use k8s_openapi::jiff::tz::TimeZone;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
@@ -31,7 +30,6 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use tracing::debug;
 
 use crate::api::raycronjob::RayCronJob;
 use crate::api::rayjob::RayJob;
@@ -210,22 +208,12 @@ pub async fn run(
     let job_events = watcher(jobs, watcher::Config::default().labels(CRONJOB_NAME_LABEL))
         .backoff(crate::k8s::watch_backoff())
         .touched_objects();
-    Controller::for_stream(cron_events, store)
+    let controller = Controller::for_stream(cron_events, store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(job_events)
         .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(
-            run::reconciler(reconcile::reconcile),
-            run::error_policy(),
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "raycronjob reconcile loop");
-            }
-        })
-        .await;
+        .graceful_shutdown_on(shutdown);
+    crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
 }
 
 impl run::Framed<RayCronJob> for Context {

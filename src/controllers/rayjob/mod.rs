@@ -29,7 +29,6 @@ pub mod transitions;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -39,7 +38,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::api::RayCluster;
 use crate::api::raycluster::{ClusterState, MANAGED_BY_KUBERAY};
@@ -218,23 +217,13 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
 
-    Controller::for_stream(job_events, store)
+    let controller = Controller::for_stream(job_events, store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(cluster_events)
         .owns_stream(submitter_events)
         .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(
-            crate::controllers::frame::run::reconciler(reconcile::reconcile),
-            crate::controllers::frame::run::error_policy(),
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "rayjob reconcile loop");
-            }
-        })
-        .await;
+        .graceful_shutdown_on(shutdown);
+    crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
 }
 
 #[cfg(test)]

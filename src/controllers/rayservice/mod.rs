@@ -43,7 +43,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::api::conditions::{FALSE, TRUE};
 use crate::api::raycluster::{ClusterState, RayCluster, condition_types as cluster_conditions};
@@ -266,21 +266,11 @@ pub async fn run(
             queue.owner_changed(s.meta(), "RayService");
         }
     });
-    Controller::for_stream(rayservice_events, rayservice_store)
+    let controller = Controller::for_stream(rayservice_events, rayservice_store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(cluster_events)
         .owns_stream(service_events)
         .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(
-            crate::controllers::frame::run::reconciler(reconcile::reconcile),
-            crate::controllers::frame::run::error_policy(),
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "rayservice reconcile loop");
-            }
-        })
-        .await;
+        .graceful_shutdown_on(shutdown);
+    crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
 }

@@ -228,7 +228,7 @@ pub async fn run(
         fetches,
     });
 
-    Controller::for_stream(pipeline_stream, pipeline_store)
+    let controller = Controller::for_stream(pipeline_stream, pipeline_store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .with_config(controller_config)
         .owns_stream(rayservice_events)
@@ -247,18 +247,8 @@ pub async fn run(
                 })
                 .collect::<Vec<_>>()
         })
-        .graceful_shutdown_on(shutdown)
-        .run(
-            run::reconciler(reconcile::reconcile),
-            run::error_policy(),
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "servepipeline reconcile loop");
-            }
-        })
-        .await;
+        .graceful_shutdown_on(shutdown);
+    crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
 }
 
 fn references_secret(pipeline: &ServePipeline, secret: &str) -> bool {
