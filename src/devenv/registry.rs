@@ -1,28 +1,79 @@
-//! A model registry for tests, benchmarks and `raypipe dev`: HTTP on 127.0.0.1, bearer-token auth, strong ETags (the
-//! content's sha256) with If-None-Match, replaceable content and token, request counters.
+//! The one model registry for tests, benchmarks and `raypipe dev`: HTTP or HTTPS on a loopback
+//! address, bearer-token auth (or open, no token), strong ETags (the content's sha256) with
+//! If-None-Match, replaceable content and token, request counters and a log of every request.
+//! Per-path routes script the faults the source tests need (statuses, redirects, slow or
+//! endless bodies, retries that succeed late).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::{StreamExt as _, stream};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
 use sha2::{Digest, Sha256};
+
+/// What the registry answers on one path.
+#[derive(Clone)]
+pub enum Route {
+    /// 200 with the bytes, their sha256 as a strong ETag and a protobuf content type; 304 when
+    /// `If-None-Match` names the ETag. What [`Registry::put`] stores.
+    Object(Bytes),
+    /// 200 with the body (and ETag); 304 when `If-None-Match` names the ETag.
+    Graph {
+        body: Bytes,
+        etag: Option<String>,
+        /// Sent as a stream, so without Content-Length.
+        chunked: bool,
+    },
+    /// Always this status.
+    Status(u16),
+    /// 500 for the first `failures` requests, then the graph.
+    FailingThenGraph { failures: usize, body: Bytes },
+    /// 302 to `location`.
+    Redirect { location: String },
+    /// Answers with `body` only after `delay`.
+    SlowHeaders { delay: Duration, body: Bytes },
+    /// Sends `len` bytes, one every `interval`.
+    TrickleBody { len: usize, interval: Duration },
+    /// Streams `total` bytes without Content-Length, counting what it produced.
+    HugeChunked { chunk: usize, total: usize },
+    /// Declares this Content-Length, sends a few bytes, then nothing.
+    DeclaredLength(u64),
+}
+
+/// One request as the registry saw it.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    /// The URL path without its leading `/`.
+    pub path: String,
+    pub authorization: Option<String>,
+    pub if_none_match: Option<String>,
+}
 
 #[derive(Default)]
 struct Inner {
-    token: String,
-    objects: HashMap<String, Vec<u8>>,
-    requests: u64,
+    /// The token every request must carry; `None` for an open registry.
+    token: Option<String>,
+    routes: HashMap<String, Route>,
+    seen: Vec<SeenRequest>,
     not_modified: u64,
     unauthorized: u64,
+    /// Bytes streamed by [`Route::HugeChunked`] routes.
+    produced_bytes: u64,
 }
 
 /// A running registry; it runs until the runtime it was started on ends.
 #[derive(Clone)]
 pub struct Registry {
     pub addr: SocketAddr,
+    scheme: &'static str,
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -30,43 +81,149 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-async fn serve_object(
-    State(inner): State<Arc<Mutex<Inner>>>,
-    Path(path): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let mut inner = inner.lock().expect("registry lock");
-    inner.requests += 1;
-    let expected = format!("Bearer {}", inner.token);
-    if headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        != Some(expected.as_str())
-    {
-        inner.unauthorized += 1;
-        return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response();
-    }
-    let Some(body) = inner.objects.get(&path).cloned() else {
-        return (StatusCode::NOT_FOUND, "no such graph").into_response();
+/// Routes and the request log are keyed by the path without its leading `/`, so callers may
+/// write either form.
+fn route_key(path: &str) -> &str {
+    path.strip_prefix('/').unwrap_or(path)
+}
+
+fn lock(inner: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    inner.lock().expect("registry lock")
+}
+
+async fn handle(State(inner): State<Arc<Mutex<Inner>>>, uri: Uri, headers: HeaderMap) -> Response {
+    let header_text = |name| {
+        headers
+            .get(name)
+            .and_then(|value: &HeaderValue| value.to_str().ok())
+            .map(str::to_owned)
     };
-    let etag = format!("\"{}\"", sha256_hex(&body));
-    if headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        == Some(etag.as_str())
-    {
-        inner.not_modified += 1;
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+    let seen = SeenRequest {
+        path: route_key(uri.path()).to_owned(),
+        authorization: header_text(header::AUTHORIZATION),
+        if_none_match: header_text(header::IF_NONE_MATCH),
+    };
+    let (route, earlier_requests) = {
+        let mut inner = lock(&inner);
+        inner.seen.push(seen.clone());
+        if let Some(token) = &inner.token
+            && seen.authorization.as_deref() != Some(format!("Bearer {token}").as_str())
+        {
+            inner.unauthorized += 1;
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "missing or wrong bearer token",
+            )
+                .into_response();
+        }
+        let earlier = inner.seen.iter().filter(|s| s.path == seen.path).count() - 1;
+        (inner.routes.get(&seen.path).cloned(), earlier)
+    };
+    let if_none_match = seen.if_none_match.as_deref();
+    let response = match route {
+        None => (StatusCode::NOT_FOUND, "no such graph").into_response(),
+        Some(Route::Object(body)) => {
+            let etag = format!("\"{}\"", sha256_hex(&body));
+            let mut response = graph_response(body, Some(&etag), false, if_none_match);
+            if response.status() == StatusCode::OK {
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/x-protobuf"),
+                );
+            }
+            response
+        }
+        Some(Route::Graph {
+            body,
+            etag,
+            chunked,
+        }) => graph_response(body, etag.as_deref(), chunked, if_none_match),
+        Some(Route::Status(code)) => StatusCode::from_u16(code)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            .into_response(),
+        Some(Route::FailingThenGraph { failures, body }) => {
+            if earlier_requests < failures {
+                StatusCode::INTERNAL_SERVER_ERROR.into_response()
+            } else {
+                graph_response(body, None, false, None)
+            }
+        }
+        Some(Route::Redirect { location }) => {
+            (StatusCode::FOUND, [(header::LOCATION, location)]).into_response()
+        }
+        Some(Route::SlowHeaders { delay, body }) => {
+            tokio::time::sleep(delay).await;
+            body.into_response()
+        }
+        Some(Route::TrickleBody { len, interval }) => {
+            let bytes = stream::unfold(0, move |sent| async move {
+                if sent == len {
+                    return None;
+                }
+                tokio::time::sleep(interval).await;
+                Some((Ok::<_, std::io::Error>(Bytes::from_static(b"x")), sent + 1))
+            });
+            Body::from_stream(bytes).into_response()
+        }
+        Some(Route::HugeChunked { chunk, total }) => {
+            let counter = inner.clone();
+            let bytes = stream::unfold(0, move |sent| {
+                let inner = counter.clone();
+                async move {
+                    if sent >= total {
+                        return None;
+                    }
+                    lock(&inner).produced_bytes += chunk as u64;
+                    let data = Bytes::from(vec![b'z'; chunk]);
+                    Some((Ok::<_, std::io::Error>(data), sent + chunk))
+                }
+            });
+            Body::from_stream(bytes).into_response()
+        }
+        Some(Route::DeclaredLength(declared)) => declared_length_response(declared),
+    };
+    if response.status() == StatusCode::NOT_MODIFIED {
+        lock(&inner).not_modified += 1;
     }
-    (
-        StatusCode::OK,
-        [
-            (header::ETAG, etag),
-            (header::CONTENT_TYPE, "application/x-protobuf".to_owned()),
-        ],
-        body,
-    )
-        .into_response()
+    response
+}
+
+fn declared_length_response(declared: u64) -> Response {
+    let first = stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"abc"))]);
+    let body = Body::from_stream(first.chain(stream::pending()));
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(declared));
+    response
+}
+
+fn graph_response(
+    body: Bytes,
+    etag: Option<&str>,
+    chunked: bool,
+    if_none_match: Option<&str>,
+) -> Response {
+    let etag = etag.and_then(|etag| HeaderValue::from_str(etag).ok());
+    if let Some(etag) = &etag
+        && if_none_match == etag.to_str().ok()
+    {
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag.clone())]).into_response();
+    }
+    let mut response = if chunked {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = body
+            .chunks(7)
+            .map(|piece| Ok(Bytes::copy_from_slice(piece)))
+            .collect();
+        Body::from_stream(stream::iter(chunks)).into_response()
+    } else {
+        body.into_response()
+    };
+    if let Some(etag) = etag {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    response
 }
 
 impl Registry {
@@ -77,41 +234,136 @@ impl Registry {
 
     /// Starts a registry on `127.0.0.1:port` (0: ephemeral) that accepts `token`.
     pub async fn start_on(port: u16, token: &str) -> std::io::Result<Registry> {
+        Registry::bind("127.0.0.1", port, Some(token), None).await
+    }
+
+    /// Plain HTTP on `ip` (a 127.0.0.0/8 address), ephemeral port; `None`: an open registry.
+    pub async fn http(ip: &str, token: Option<&str>) -> Registry {
+        Registry::bind(ip, 0, token, None)
+            .await
+            .expect("bind loopback")
+    }
+
+    /// HTTPS with `tls` on `ip` (a 127.0.0.0/8 address), ephemeral port; `None`: open.
+    pub async fn https(ip: &str, token: Option<&str>, tls: Arc<rustls::ServerConfig>) -> Registry {
+        Registry::bind(ip, 0, token, Some(tls))
+            .await
+            .expect("bind loopback")
+    }
+
+    /// Binds `ip:port` and serves, over TLS when `tls` is given. Tests stay on the loopback, so
+    /// any other address is refused.
+    pub async fn bind(
+        ip: &str,
+        port: u16,
+        token: Option<&str>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> std::io::Result<Registry> {
+        if !ip.starts_with("127.") {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("the registry serves on the loopback only, not {ip}"),
+            ));
+        }
         let inner = Arc::new(Mutex::new(Inner {
-            token: token.to_owned(),
+            token: token.map(str::to_owned),
             ..Default::default()
         }));
         let app = axum::Router::new()
-            .route("/{*path}", axum::routing::get(serve_object))
+            .fallback(handle)
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let listener = tokio::net::TcpListener::bind((ip, port)).await?;
         let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Registry { addr, inner })
+        let scheme =
+            match tls {
+                None => {
+                    tokio::spawn(async move {
+                        let _ = axum::serve(listener, app).await;
+                    });
+                    "http"
+                }
+                Some(tls) => {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+                    tokio::spawn(async move {
+                        loop {
+                            let Ok((tcp, _)) = listener.accept().await else {
+                                continue;
+                            };
+                            let acceptor = acceptor.clone();
+                            let app = app.clone();
+                            tokio::spawn(async move {
+                                // Fails when the client rejects our certificate: some tests want that.
+                                let Ok(tls) = acceptor.accept(tcp).await else {
+                                    return;
+                                };
+                                let _ = hyper_util::server::conn::auto::Builder::new(
+                                    TokioExecutor::new(),
+                                )
+                                .serve_connection(TokioIo::new(tls), TowerToHyperService::new(app))
+                                .await;
+                            });
+                        }
+                    });
+                    "https"
+                }
+            };
+        Ok(Registry {
+            addr,
+            scheme,
+            inner,
+        })
     }
 
-    /// `http://127.0.0.1:PORT/<path>`.
+    /// `http(s)://IP:PORT/<path>`; `path` may start with `/`.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}/{path}", self.addr)
+        format!("{}://{}/{}", self.scheme, self.addr, route_key(path))
     }
 
+    /// Serves `bytes` on `path` as a [`Route::Object`].
     pub fn put(&self, path: &str, bytes: Vec<u8>) {
-        self.inner
-            .lock()
-            .expect("registry lock")
-            .objects
-            .insert(path.to_owned(), bytes);
+        self.route(path, Route::Object(Bytes::from(bytes)));
+    }
+
+    /// Answers requests for `path` as `route` says, replacing what was there.
+    pub fn route(&self, path: &str, route: Route) -> &Self {
+        lock(&self.inner)
+            .routes
+            .insert(route_key(path).to_owned(), route);
+        self
     }
 
     pub fn set_token(&self, token: &str) {
-        self.inner.lock().expect("registry lock").token = token.to_owned();
+        lock(&self.inner).token = Some(token.to_owned());
     }
 
     /// (all requests, 304 answers, 401 answers).
     pub fn counts(&self) -> (u64, u64, u64) {
-        let inner = self.inner.lock().expect("registry lock");
-        (inner.requests, inner.not_modified, inner.unauthorized)
+        let inner = lock(&self.inner);
+        (
+            inner.seen.len() as u64,
+            inner.not_modified,
+            inner.unauthorized,
+        )
+    }
+
+    /// Every request seen for `path` (with or without its leading `/`), oldest first.
+    pub fn requests(&self, path: &str) -> Vec<SeenRequest> {
+        let key = route_key(path);
+        lock(&self.inner)
+            .seen
+            .iter()
+            .filter(|seen| seen.path == key)
+            .cloned()
+            .collect()
+    }
+
+    /// How many requests the registry has seen, on any path.
+    pub fn all_requests(&self) -> usize {
+        lock(&self.inner).seen.len()
+    }
+
+    /// Bytes streamed so far by [`Route::HugeChunked`] routes.
+    pub fn produced_bytes(&self) -> u64 {
+        lock(&self.inner).produced_bytes
     }
 }

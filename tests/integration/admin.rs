@@ -12,7 +12,8 @@ use raypipe::config::ControllerKind;
 use raypipe::config::ControllerSettings;
 use serde_json::json;
 
-use crate::support::{self, eventually, fixture, registry::Registry};
+use crate::support::{self, eventually, fixture};
+use raypipe::devenv::registry::Registry;
 
 pub(crate) const WAIT: Duration = Duration::from_secs(60);
 

@@ -21,7 +21,8 @@ use raypipe::ray::ApplicationStatus;
 use serde_json::json;
 
 use crate::support::e2e::{self, Client, E2e, GRAPH_PATH, PIPELINE, WAIT, digest, ensemble};
-use crate::support::{self, eventually, fixture, registry::Registry};
+use crate::support::{self, eventually, fixture};
+use raypipe::devenv::registry::Registry;
 
 /// Bounds asserted (generous: this machine's 2 cores are shared with other suites).
 const OPERATOR_RESTART_BOUND: Duration = Duration::from_secs(30);

@@ -12,7 +12,8 @@ use raypipe::api::{RayService, conditions};
 use raypipe::controllers::servepipeline::{self, Config};
 use serde_json::json;
 
-use crate::support::{self, eventually, fixture, registry::Registry, registry::sha256_hex};
+use crate::support::{self, eventually, fixture};
+use raypipe::devenv::registry::{Registry, sha256_hex};
 
 const WAIT: Duration = Duration::from_secs(30);
 

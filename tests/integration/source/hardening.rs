@@ -87,7 +87,7 @@ async fn a_declared_terabyte_and_an_endless_body_stop_at_the_hard_ceiling() {
         }
     );
     assert_eq!(registry.requests("/endless.pb").len(), 1, "not retried");
-    let produced = registry.state.produced_bytes.load(Ordering::Relaxed);
+    let produced = registry.produced_bytes();
     assert!(
         produced < 2 * MAX_MAX_BYTES,
         "server produced {produced} bytes"
@@ -289,7 +289,7 @@ async fn one_fetch_with_all_its_retries_ends_at_the_fetch_ceiling() {
 #[tokio::test]
 async fn default_policy_refuses_loopback_literals_and_names_before_any_request() {
     let pki = TestPki::new();
-    let registry = TestRegistry::https("127.0.0.1", None, &pki).await;
+    let registry = Registry::https("127.0.0.1", None, pki.server_config.clone()).await;
     registry.route("/graph.pb", graph_route(None));
     let closed = TcpListener::bind("127.0.0.1:0")
         .await
@@ -351,8 +351,8 @@ async fn default_policy_refuses_loopback_literals_and_names_before_any_request()
 #[tokio::test]
 async fn a_redirect_hop_to_a_refused_address_is_not_followed() {
     let pki = TestPki::new();
-    let origin = TestRegistry::https("127.0.0.2", None, &pki).await;
-    let internal = TestRegistry::https("127.0.0.1", None, &pki).await;
+    let origin = Registry::https("127.0.0.2", None, pki.server_config.clone()).await;
+    let internal = Registry::https("127.0.0.1", None, pki.server_config.clone()).await;
     internal.route("/secret", graph_route(None));
     origin
         .route(

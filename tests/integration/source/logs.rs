@@ -39,8 +39,8 @@ async fn logs_carry_url_status_and_size_but_never_the_token_or_url_secrets() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let pki = TestPki::new();
-    let origin = TestRegistry::https("127.0.0.1", Some(TOKEN), &pki).await;
-    let elsewhere = TestRegistry::https("127.0.0.2", None, &pki).await;
+    let origin = Registry::https("127.0.0.1", Some(TOKEN), pki.server_config.clone()).await;
+    let elsewhere = Registry::https("127.0.0.2", None, pki.server_config.clone()).await;
     elsewhere.route("/blob", graph_route(None));
     origin
         .route("/graph.pb", graph_route(Some("\"v9\"")))

@@ -15,7 +15,7 @@ async fn the_operator_refuses_internal_sources_and_names_the_reason_in_the_condi
 
     let client = crate::support::client().await;
     let ns = crate::support::namespace(&client, "source-ssrf").await;
-    let registry = crate::support::registry::Registry::start("ssrf-token").await;
+    let registry = Registry::start("ssrf-token").await;
     registry.put("g.pb", GRAPH.to_vec());
     let (stop_tx, operator) = crate::support::spawn_operator(
         client.clone(),

@@ -8,7 +8,13 @@ use super::*;
 #[tokio::test]
 async fn slow_server_hits_the_total_timeout_and_is_retried() {
     let registry = protected_http_registry().await;
-    registry.route("/slow.pb", Route::SlowHeaders(Duration::from_secs(30)));
+    registry.route(
+        "/slow.pb",
+        Route::SlowHeaders {
+            delay: Duration::from_secs(30),
+            body: Bytes::from_static(GRAPH),
+        },
+    );
     let token = token();
     let url = registry.url("/slow.pb");
     let request = FetchRequest {

@@ -8,7 +8,7 @@ use super::*;
 #[tokio::test]
 async fn https_with_the_ca_bundle_succeeds() {
     let pki = TestPki::new();
-    let registry = TestRegistry::https("127.0.0.1", Some(TOKEN), &pki).await;
+    let registry = Registry::https("127.0.0.1", Some(TOKEN), pki.server_config.clone()).await;
     registry.route("/graph.pb", graph_route(Some("\"v1\"")));
     let token = token();
     let url = registry.url("/graph.pb");
@@ -33,7 +33,7 @@ async fn https_with_the_ca_bundle_succeeds() {
 #[tokio::test]
 async fn https_without_the_ca_bundle_is_a_tls_error_not_retried() {
     let pki = TestPki::new();
-    let registry = TestRegistry::https("127.0.0.1", Some(TOKEN), &pki).await;
+    let registry = Registry::https("127.0.0.1", Some(TOKEN), pki.server_config.clone()).await;
     registry.route("/graph.pb", graph_route(None));
     let token = token();
     let url = registry.url("/graph.pb?sig=urlsecret-41d8cd98");
@@ -64,7 +64,7 @@ async fn https_without_the_ca_bundle_is_a_tls_error_not_retried() {
 #[tokio::test]
 async fn invalid_ca_bundle_is_refused_before_connecting() {
     let pki = TestPki::new();
-    let registry = TestRegistry::https("127.0.0.1", Some(TOKEN), &pki).await;
+    let registry = Registry::https("127.0.0.1", Some(TOKEN), pki.server_config.clone()).await;
     let token = token();
     let url = registry.url("/graph.pb");
     let fetcher = fetcher();

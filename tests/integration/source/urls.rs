@@ -91,7 +91,7 @@ async fn same_host_redirect_keeps_the_token() {
 #[tokio::test]
 async fn cross_host_http_redirect_does_not_forward_the_token() {
     let origin = protected_http_registry().await;
-    let elsewhere = TestRegistry::http("127.0.0.2", None).await;
+    let elsewhere = Registry::http("127.0.0.2", None).await;
     elsewhere.route("/graph.pb", graph_route(None));
     origin.route(
         "/graph.pb",
@@ -126,8 +126,8 @@ async fn cross_host_http_redirect_does_not_forward_the_token() {
 #[tokio::test]
 async fn cross_host_https_redirect_does_not_forward_the_token() {
     let pki = TestPki::new();
-    let origin = TestRegistry::https("127.0.0.1", Some(TOKEN), &pki).await;
-    let elsewhere = TestRegistry::https("127.0.0.2", None, &pki).await;
+    let origin = Registry::https("127.0.0.1", Some(TOKEN), pki.server_config.clone()).await;
+    let elsewhere = Registry::https("127.0.0.2", None, pki.server_config.clone()).await;
     elsewhere.route("/blob", graph_route(None));
     origin.route(
         "/graph.pb",
@@ -158,8 +158,8 @@ async fn cross_host_https_redirect_does_not_forward_the_token() {
 #[tokio::test]
 async fn redirect_from_https_to_http_is_refused() {
     let pki = TestPki::new();
-    let origin = TestRegistry::https("127.0.0.1", Some(TOKEN), &pki).await;
-    let plain = TestRegistry::http("127.0.0.1", None).await;
+    let origin = Registry::https("127.0.0.1", Some(TOKEN), pki.server_config.clone()).await;
+    let plain = Registry::http("127.0.0.1", None).await;
     plain.route("/graph.pb", graph_route(None));
     origin.route(
         "/graph.pb",

@@ -19,7 +19,8 @@ use raypipe::config::ControllerKind;
 use raypipe::config::ControllerSettings;
 use serde_json::{Value, json};
 
-use super::{eventually, registry::Registry};
+use super::eventually;
+use raypipe::devenv::registry::{Registry, sha256_hex};
 
 pub const WAIT: Duration = Duration::from_secs(240);
 pub const GRAPH_PATH: &str = "graphs/ensemble.pb";
@@ -56,7 +57,7 @@ pub fn cyclic_ensemble() -> Vec<u8> {
 }
 
 pub fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", super::registry::sha256_hex(bytes))
+    format!("sha256:{}", sha256_hex(bytes))
 }
 
 /// What a client saw: answers, the first answer from each graph version (`x-raypipe-graph`,

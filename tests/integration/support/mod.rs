@@ -7,8 +7,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
-pub use raypipe::devenv::registry;
-
 pub mod e2e;
 pub mod fixture;
 
