@@ -112,6 +112,19 @@ impl Context {
     }
 }
 
+/// Whether `cluster` is the controller (owner reference with `controller: true`) of `meta`:
+/// only such objects are written, deleted or read as the cluster's own.
+pub(super) fn owned_by(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    cluster: &RayCluster,
+) -> bool {
+    let uid = cluster.uid();
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

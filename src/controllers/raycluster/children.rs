@@ -399,3 +399,20 @@ async fn create_service(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_suffixes_use_the_kubernetes_alphabet() {
+        let a = super::super::pods::random_suffix();
+        assert_eq!(a.len(), 5);
+        assert!(
+            a.bytes()
+                .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b))
+        );
+        assert_ne!(a, super::super::pods::random_suffix());
+        assert_eq!(random_token().expect("urandom").len(), 44);
+    }
+}

@@ -1,7 +1,8 @@
 //! The RayCluster controller, compatible with KubeRay: get → validate → build (pure, in
 //! `builders`) → apply (RBAC, Ingress, Secret, Services by server-side apply; Pods by create and
-//! delete, guarded by scale expectations) → status (computed in `status`, written only when it
-//! changed).
+//! delete, guarded by scale expectations) → status (computed in `status`, written by
+//! `status_write` only when it changed). The error type lives in `error`, the context and
+//! the per-cluster memory in `context`.
 //!
 //! Ownership (issue 14): only objects the cluster controls are written, deleted or read as its
 //! own. A child's name taken by someone else is a `<Kind>Conflict` (Warning event and the
@@ -17,12 +18,15 @@ mod apply;
 pub mod builders;
 mod cache;
 mod children;
+mod context;
 mod deletion;
+mod error;
 pub mod expectations;
 mod pods;
 mod reconcile;
 pub mod scaling;
 pub mod status;
+mod status_write;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,14 +57,15 @@ use crate::api::raycluster::{
     condition_types,
 };
 use crate::controllers::frame::memory::ObjectMemory;
-use crate::controllers::frame::policy::ReconcileError;
 use crate::controllers::frame::run::{self, Frame};
 use crate::k8s::field_managers;
 use crate::kuberay::keys::{annotations, labels, reasons};
 use crate::kuberay::names;
+use builders::BuildOptions;
 use builders::pod::WorkerReplica;
-use builders::{BuildError, BuildOptions};
-use cache::{trim_pod, trim_service};
+use cache::{owned_by, trim_pod, trim_service};
+use context::Context;
+use error::Error;
 use expectations::{Action as ScaleAction, ClusterKey, Group, ScaleExpectations};
 use scaling::DeleteReason;
 use status::Outcome;
@@ -71,75 +76,6 @@ const SHORT_REQUEUE: Duration = Duration::from_secs(2);
 const HEAD_TERMINATION_REQUEUE: Duration = Duration::from_secs(10);
 /// How long a reconcile waits for the Pod and Service caches after start-up.
 const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{action}: {source}")]
-    Kube {
-        action: String,
-        /// The `ReplicaFailure` reason when a Pod could not be created or deleted.
-        replica_failure: Option<&'static str>,
-        // Boxed: kube::Error is large and this enum travels through every reconcile.
-        #[source]
-        source: Box<kube::Error>,
-    },
-    #[error(transparent)]
-    Apply(#[from] crate::k8s::K8sError),
-    #[error(transparent)]
-    Build(#[from] BuildError),
-    /// Objects in the way: two head Pods, a Service of the same name owned by someone else.
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
-    InvalidStatus(String),
-    #[error("the Pod and Service caches did not sync within {0:?}")]
-    CacheNotReady(Duration),
-    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
-    #[error(transparent)]
-    Panicked(#[from] crate::controllers::frame::Panicked),
-}
-
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Kube { .. } | Error::Apply(_) => "apply",
-            Error::Build(_) => "build",
-            Error::Conflict(_) => "conflict",
-            Error::InvalidStatus(_) => "status",
-            Error::CacheNotReady(_) => "cache",
-            Error::Panicked(_) => "panic",
-        }
-    }
-}
-
-impl Error {
-    fn kube(action: impl Into<String>, source: kube::Error) -> Error {
-        Error::Kube {
-            action: action.into(),
-            replica_failure: None,
-            source: Box::new(source),
-        }
-    }
-
-    fn replica(reason: &'static str, action: impl Into<String>, source: kube::Error) -> Error {
-        Error::Kube {
-            action: action.into(),
-            replica_failure: Some(reason),
-            source: Box::new(source),
-        }
-    }
-
-    fn replica_failure(&self) -> Option<&'static str> {
-        match self {
-            Error::Kube {
-                replica_failure, ..
-            } => *replica_failure,
-            // An object in the way of a child blocks the cluster as a failed Pod would.
-            Error::Apply(e) => e.conflict_reason(),
-            _ => None,
-        }
-    }
-}
 
 /// Operator-level settings (KubeRay's flags and environment switches, built by `config`).
 #[derive(Clone, Debug)]
@@ -175,29 +111,6 @@ impl Default for Config {
             metrics: crate::admin::Metrics::new(),
         }
     }
-}
-
-/// What the controller remembers about one cluster between reconciles. Lost on restart, which
-/// costs one status write and one existence check per owned object.
-#[derive(Default)]
-struct ClusterMemory {
-    /// The status last written: the base of the next one, even before the cache shows it.
-    last_status: Option<RayClusterStatus>,
-    /// Objects known to exist (kind/name → hash of what was desired, when checked), so that a
-    /// settled cluster costs no API calls for them.
-    ensured: HashMap<String, (String, Instant)>,
-}
-
-pub struct Context {
-    client: kube::Client,
-    config: Config,
-    recorder: Recorder,
-    pods: Store<Pod>,
-    services: Store<Service>,
-    expectations: ScaleExpectations,
-    /// Per cluster, reset when its uid changes (see `frame::memory`).
-    memory: ObjectMemory<ClusterMemory>,
-    frame: Frame<RayCluster>,
 }
 
 fn key_of(cluster: &RayCluster) -> ClusterKey {
@@ -325,76 +238,11 @@ pub async fn run(
         .await;
 }
 
-impl run::Framed<RayCluster> for Context {
-    fn frame(&self) -> &Frame<RayCluster> {
-        &self.frame
-    }
-}
-
-impl crate::controllers::frame::ReportPanic<RayCluster> for Context {
-    fn report_panic(
-        &self,
-        object: Arc<RayCluster>,
-        message: String,
-    ) -> futures::future::BoxFuture<'static, ()> {
-        crate::controllers::frame::panic_event(&self.recorder, object, message)
-    }
-}
-
-impl Context {
-    fn with_memory<T>(&self, cluster: &RayCluster, f: impl FnOnce(&mut ClusterMemory) -> T) -> T {
-        self.memory.with(cluster, f)
-    }
-
-    fn forget(&self, key: &ClusterKey) {
-        self.expectations.forget(key);
-        self.memory.forget(key);
-        self.frame.forget(key);
-    }
-
-    async fn event(
-        &self,
-        cluster: &RayCluster,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        crate::k8s::publish_event(&self.recorder, cluster, type_, reason, action, note).await;
-    }
-
-    fn recently_ensured(&self, cluster: &RayCluster, object: &str, hash: &str) -> bool {
-        let period = self.config.requeue_after;
-        self.with_memory(cluster, |m| {
-            m.ensured
-                .get(object)
-                .is_some_and(|(h, at)| h == hash && at.elapsed() < period)
-        })
-    }
-
-    fn remember_ensured(&self, cluster: &RayCluster, object: String, hash: String) {
-        self.with_memory(cluster, |m| {
-            m.ensured.insert(object, (hash, Instant::now()));
-        });
-    }
-}
-
 /// The current time in whole seconds, as the API server stores it: a status computed from the
 /// last written one then compares equal to what the cache shows.
 fn now() -> Time {
     let now = k8s_openapi::jiff::Timestamp::now();
     Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
-}
-
-fn owned_by(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    cluster: &RayCluster,
-) -> bool {
-    let uid = cluster.uid();
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
 }
 
 #[cfg(test)]
@@ -420,18 +268,6 @@ mod tests {
             crate::kuberay::keys::GCS_FT_REDIS_CLEANUP_FINALIZER.into(),
         ]);
         assert_ne!(crate::k8s::spec_or_metadata_changed(&cluster), before);
-    }
-
-    #[test]
-    fn random_suffixes_use_the_kubernetes_alphabet() {
-        let a = pods::random_suffix();
-        assert_eq!(a.len(), 5);
-        assert!(
-            a.bytes()
-                .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b))
-        );
-        assert_ne!(a, pods::random_suffix());
-        assert_eq!(children::random_token().expect("urandom").len(), 44);
     }
 
     #[test]

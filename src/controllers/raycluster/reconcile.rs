@@ -34,7 +34,7 @@ pub(super) async fn reconcile(
         .with_memory(cluster, |m| m.last_status.clone())
         .or_else(|| cluster.status.clone());
     let outcome = apply::apply_children(cluster, ctx, base_status.as_ref()).await;
-    let written = status::update(cluster, ctx, base_status.as_ref(), &outcome).await?;
+    let written = status_write::update(cluster, ctx, base_status.as_ref(), &outcome).await?;
     match outcome {
         Err(e) => Err(e),
         Ok(Outcome::Clean) if !written => Ok(Action::requeue(ctx.config.requeue_after)),

@@ -1,0 +1,225 @@
+//! Real Ray heads on 127.0.0.1 for tests and `raypipe dev`.
+//!
+//! Ray comes from PyPI: a pinned `ray[serve]` in a virtualenv cached outside the repository
+//! (`<raypipe cache>/ray/venv-<version>`, filled once by the embedded `provision-ray.sh`).
+//! Each [`RayHead`] gets its own ports, its own short temp dir and an environment that keeps
+//! every Ray process on loopback; it is stopped by the process ids it started, never with
+//! `ray stop` (which stops every Ray on the machine). A head may bring extra worker nodes
+//! (more `ray start` processes on the same machine joining its GCS), for Serve configs that
+//! spread replicas over nodes (`max_replicas_per_node`).
+//!
+//! This file holds the virtualenv provisioning and the head's types; the stages live in
+//! `head` (start, wait until ready, worker nodes, inspect, stop), `command` (each node's
+//! command line and environment), `ports` (picking loopback ports and worker port ranges)
+//! and `processes` (the run directory and finding, identifying and killing a head's
+//! processes by `/proc`).
+
+mod command;
+mod head;
+pub mod ports;
+mod processes;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once, PoisonError};
+use std::time::Duration;
+
+use crate::devenv::DevEnvError;
+use crate::devenv::binaries::cache_root;
+use crate::devenv::process::ManagedProcess;
+
+use crate::ray::{BearerToken, DashboardUrl};
+
+use ports::{RayHeadPorts, RayWorkerNodePorts};
+
+/// The `ray[serve]` version tests run (the one the reference notes were verified against).
+pub const RAY_VERSION: &str = "2.60.0";
+
+/// The `pytest` the venv also gets, for the graph runtime's tests (`runtime/tests`).
+pub const PYTEST_VERSION: &str = "9.2.0";
+
+/// The provisioning script, embedded so it works from any directory.
+pub const PROVISION_RAY_SCRIPT: &str = include_str!("provision-ray.sh");
+
+/// Path of a `ray` executable to use instead of the cached virtualenv.
+pub const RAY_BIN_ENV: &str = "RAYPIPE_RAY_BIN";
+
+/// Only loopback, for every listener and every advertised address.
+const LOOPBACK: &str = "127.0.0.1";
+
+/// The virtualenv `provision-ray.sh` fills for [`RAY_VERSION`].
+pub fn venv_dir() -> PathBuf {
+    cache_root().join("ray").join(format!("venv-{RAY_VERSION}"))
+}
+
+/// The `ray` executable: `$RAYPIPE_RAY_BIN`, else the cached virtualenv, provisioned on first
+/// use (blocking; about a minute cold, instant when warm).
+pub fn locate_ray() -> Result<PathBuf, DevEnvError> {
+    if let Some(bin) = std::env::var_os(RAY_BIN_ENV) {
+        let bin = PathBuf::from(bin);
+        return if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(DevEnvError::Provision(format!(
+                "{RAY_BIN_ENV}={} is not a file",
+                bin.display()
+            )))
+        };
+    }
+    let venv = venv_dir();
+    let ray = venv.join("bin").join("ray");
+    let marker = std::fs::read_to_string(venv.join(".raypipe-provisioned")).unwrap_or_default();
+    // `bin/python` is a symlink to the interpreter the venv was made with: gone means rebuild.
+    let interpreter_present = venv.join("bin").join("python").exists();
+    if ray.is_file()
+        && interpreter_present
+        && marker.starts_with(&format!(
+            "ray[serve]=={RAY_VERSION} pytest=={PYTEST_VERSION} "
+        ))
+    {
+        return Ok(ray);
+    }
+    provision_ray(&venv)?;
+    if ray.is_file() {
+        Ok(ray)
+    } else {
+        Err(DevEnvError::Provision(format!(
+            "{} is missing after provisioning",
+            ray.display()
+        )))
+    }
+}
+
+/// Runs the embedded provisioning script for `venv`, its progress going to stderr.
+pub fn provision_ray(venv: &Path) -> Result<(), DevEnvError> {
+    eprintln!(
+        "raypipe: installing ray[serve]=={RAY_VERSION} and pytest=={PYTEST_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
+        venv.display()
+    );
+    crate::devenv::binaries::run_embedded_script(
+        "provision-ray.sh",
+        PROVISION_RAY_SCRIPT,
+        venv,
+        &[
+            ("RAY_VERSION", RAY_VERSION),
+            ("PYTEST_VERSION", PYTEST_VERSION),
+        ],
+    )
+}
+
+#[derive(Clone, Debug)]
+pub struct RayHeadOptions {
+    /// Directories put on `PYTHONPATH` of every Ray process, so Serve configs and jobs can
+    /// import local test code by import path (Serve refuses local `working_dir` paths).
+    pub python_path: Vec<PathBuf>,
+    /// More environment for every Ray process; wins over what the head sets (so put import
+    /// paths in `python_path`, not in a `PYTHONPATH` here).
+    pub env: Vec<(String, String)>,
+    /// Logical CPUs the head offers; `None` lets Ray count the machine's.
+    pub num_cpus: Option<u32>,
+    pub object_store_memory_bytes: u64,
+    /// Start the head with token authentication (`RAY_AUTH_MODE=token`) and this token.
+    pub auth_token: Option<BearerToken>,
+    /// Until the dashboard answers for Serve and Jobs (provisioning not included), and again
+    /// until the extra worker nodes have joined.
+    pub startup_timeout: Duration,
+    /// Extra Ray worker nodes on this machine (each its own `ray start --address=…` with its
+    /// own loopback ports), started once the head is ready.
+    pub worker_nodes: u32,
+    /// Logical CPUs each worker node offers; `None` lets Ray count the machine's.
+    pub worker_node_num_cpus: Option<u32>,
+    /// Custom Ray resources the head offers (`ray start --resources`).
+    pub resources: BTreeMap<String, f64>,
+    /// `(host directory, path)`: the head runs in a private mount namespace (`unshare`) where
+    /// each host directory is bind-mounted at its path, so job entrypoints find files where a
+    /// Pod would have them mounted (e.g. a ConfigMap at `/home/ray/samples`). A path that does
+    /// not exist on the host gets its mount point on an empty tmpfs laid over its nearest
+    /// existing ancestor, inside that namespace only. The host is never changed.
+    pub private_mounts: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Default for RayHeadOptions {
+    fn default() -> Self {
+        RayHeadOptions {
+            python_path: Vec::new(),
+            env: Vec::new(),
+            num_cpus: None,
+            // Ray's default is 30 % of RAM; tests move almost nothing through the object store.
+            object_store_memory_bytes: 200 * 1000 * 1000,
+            auth_token: None,
+            startup_timeout: Duration::from_secs(120),
+            worker_nodes: 0,
+            worker_node_num_cpus: None,
+            resources: BTreeMap::new(),
+            private_mounts: Vec::new(),
+        }
+    }
+}
+
+/// One extra worker node of a head: `ray start --address=<gcs> --block` and what it spawned.
+struct WorkerNode {
+    process: ManagedProcess,
+    root_pid: u32,
+    ports: RayWorkerNodePorts,
+}
+
+/// A running Ray head. Dropping it (or [`RayHead::stop`]) stops every process it started.
+pub struct RayHead {
+    dir: PathBuf,
+    dashboard_url: DashboardUrl,
+    ports: RayHeadPorts,
+    auth_token: Option<BearerToken>,
+    process: Mutex<Option<ManagedProcess>>,
+    root_pid: u32,
+    /// Extra worker nodes, stopped before the head.
+    workers: Mutex<Vec<WorkerNode>>,
+    keep_dir: bool,
+}
+
+impl std::fmt::Debug for RayHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RayHead")
+            .field("dir", &self.dir)
+            .field("dashboard_url", &self.dashboard_url)
+            .field("ports", &self.ports)
+            .field("root_pid", &self.root_pid)
+            .field("auth_token", &self.auth_token)
+            .finish()
+    }
+}
+
+impl Drop for RayHead {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Stops `head` when the process exits normally. For heads kept in statics, which are never
+/// dropped: a test binary's shared head would otherwise outlive the run (parts of Ray survive
+/// the parent-death signal that ends `ray start`).
+pub fn stop_at_exit(head: &'static RayHead) {
+    static REGISTER: Once = Once::new();
+    HEADS_TO_STOP_AT_EXIT
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(head);
+    REGISTER.call_once(|| {
+        // SAFETY: registers a plain function; it only signals processes and removes files.
+        unsafe {
+            libc::atexit(stop_heads_at_exit);
+        }
+    });
+}
+
+static HEADS_TO_STOP_AT_EXIT: Mutex<Vec<&'static RayHead>> = Mutex::new(Vec::new());
+
+extern "C" fn stop_heads_at_exit() {
+    let heads: Vec<&'static RayHead> = std::mem::take(
+        &mut *HEADS_TO_STOP_AT_EXIT
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    for head in heads {
+        head.stop();
+    }
+}
