@@ -218,24 +218,14 @@ pub async fn run(
         }
     });
 
-    Controller::for_stream(cluster_events, cluster_store)
+    let controller = Controller::for_stream(cluster_events, cluster_store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(pod_events)
         .owns_stream(service_events)
         .owns_stream(job_events)
         .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(
-            run::reconciler(reconcile::reconcile),
-            run::error_policy(),
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "raycluster reconcile loop");
-            }
-        })
-        .await;
+        .graceful_shutdown_on(shutdown);
+    run::drive(controller, reconcile::reconcile, ctx).await;
 }
 
 /// The current time in whole seconds, as the API server stores it: a status computed from the
