@@ -509,12 +509,7 @@ async fn the_namespace_scoped_rbac_is_enough_for_the_operator_and_no_more() {
         other => panic!("the operator can list Secrets in its own namespace: {other:?}"),
     }
 
-    let _ = stop_tx.send(());
-    let result = tokio::time::timeout(WAIT, operator)
-        .await
-        .expect("the operator stops")
-        .expect("the operator task ran");
-    assert!(result.is_ok(), "{result:?}");
+    crate::support::stop_operator(stop_tx, operator, WAIT).await;
 
     for doc in docs
         .iter()

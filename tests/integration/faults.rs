@@ -503,12 +503,7 @@ async fn apiserver_restarted_under_the_operator_with_changes_in_flight_converges
         "converged in {converged:?} after the restart, bound {APISERVER_RESTART_BOUND:?}"
     );
 
-    let _ = stop_operator.send(());
-    let stopped = tokio::time::timeout(WAIT, operator)
-        .await
-        .expect("the operator stops")
-        .expect("the operator task ran");
-    assert!(stopped.is_ok(), "{stopped:?}");
+    crate::support::stop_operator(stop_operator, operator, WAIT).await;
 }
 
 /// What was seen from a fault until the pipeline recovered.

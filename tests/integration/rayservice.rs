@@ -71,16 +71,12 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
     let ns = support::namespace(&client, prefix).await;
     let mut stop = fixture::Stopper::default();
     let metrics = raypipe::admin::Metrics::new();
-    tokio::spawn(raycluster::run(
-        client.clone(),
-        raycluster::Config {
-            namespace: Some(ns.clone()),
-            concurrency: 4,
-            metrics: metrics.clone(),
-            ..raycluster::Config::default()
-        },
-        stop.signal(),
-    ));
+    let cluster_config = raycluster::Config {
+        concurrency: 4,
+        metrics: metrics.clone(),
+        ..raycluster::Config::default()
+    };
+    fixture::spawn_raycluster_controller(&client, &ns, cluster_config, &mut stop);
     let (locator, binding) = locator_over(heads);
     tokio::spawn(rayservice::run(
         client.clone(),
@@ -193,29 +189,7 @@ impl Fixture {
         what: &str,
         check: impl Fn(&RayServiceStatus) -> bool,
     ) -> RayServiceStatus {
-        let api = self.services();
-        let last = Mutex::new(None::<RayServiceStatus>);
-        let result = tokio::time::timeout(WAIT, async {
-            loop {
-                if let Ok(service) = api.get(name).await
-                    && let Some(status) = service.status
-                {
-                    if check(&status) {
-                        return status;
-                    }
-                    *last.lock().unwrap() = Some(status);
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-        .await;
-        match result {
-            Ok(status) => status,
-            Err(_) => panic!(
-                "RayService {name}: {what} did not happen within {WAIT:?}; last status: {}",
-                serde_json::to_string_pretty(&*last.lock().unwrap()).unwrap()
-            ),
-        }
+        fixture::rayservice_status_until(&self.client, &self.ns, name, what, WAIT, check).await
     }
 
     async fn clusters(&self) -> Vec<RayCluster> {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
-use raypipe::api::rayservice::{RayService, RayServiceStatus};
+use raypipe::api::rayservice::RayServiceStatus;
 use raypipe::controllers::rayservice::build::HttpBinding;
 use raypipe::controllers::{raycluster, rayservice};
 use raypipe::devenv::ray::{RayHead, RayHeadOptions};
@@ -87,15 +87,11 @@ async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
     let mut stop = fixture::Stopper::default();
-    tokio::spawn(raycluster::run(
-        client.clone(),
-        raycluster::Config {
-            namespace: Some(ns.clone()),
-            concurrency: 4,
-            ..raycluster::Config::default()
-        },
-        stop.signal(),
-    ));
+    let cluster_config = raycluster::Config {
+        concurrency: 4,
+        ..raycluster::Config::default()
+    };
+    fixture::spawn_raycluster_controller(&client, &ns, cluster_config, &mut stop);
     let url = head.dashboard_url().as_str().to_owned();
     let authority = head.dashboard_url().authority();
     let serve_port = head.ports().serve_http;
@@ -170,31 +166,14 @@ impl Fixture {
         service.unwrap_or_else(|| panic!("{file} has no RayService"))
     }
 
+    /// Waits until the status satisfies `check`; returns it.
     async fn status_until(
         &self,
         name: &str,
         what: &str,
         check: impl Fn(&RayServiceStatus) -> bool,
     ) -> RayServiceStatus {
-        let api: Api<RayService> = Api::namespaced(self.client.clone(), &self.ns);
-        let mut last = None::<RayServiceStatus>;
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Ok(service) = api.get(name).await
-                && let Some(status) = service.status
-            {
-                if check(&status) {
-                    return status;
-                }
-                last = Some(status);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "RayService {name}: {what} did not happen within {WAIT:?}; last status: {}",
-                serde_json::to_string_pretty(&last).unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        fixture::rayservice_status_until(&self.client, &self.ns, name, what, WAIT, check).await
     }
 
     async fn service_selects(&self, name: &str) -> Option<String> {

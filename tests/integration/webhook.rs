@@ -385,12 +385,7 @@ async fn raypipe_run_generates_its_certificate_fills_in_the_ca_bundle_and_serves
         "{message}"
     );
 
-    let _ = stop_tx.send(());
-    let result = tokio::time::timeout(WAIT, operator)
-        .await
-        .expect("the operator stops")
-        .expect("the operator task ran");
-    assert!(result.is_ok(), "{result:?}");
+    crate::support::stop_operator(stop_tx, operator, WAIT).await;
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .delete(&configuration_name, &DeleteParams::default())
         .await

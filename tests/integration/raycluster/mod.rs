@@ -14,10 +14,10 @@ use kube::{Resource, ResourceExt};
 use raypipe::api::RayCluster;
 use raypipe::api::conditions;
 use raypipe::api::raycluster::ClusterState;
+use raypipe::controllers::raycluster::Config;
 use raypipe::controllers::raycluster::builders::pod::{WorkerReplica, head_pod, worker_pod};
 use raypipe::controllers::raycluster::builders::{BuildOptions, service};
 use raypipe::controllers::raycluster::status::desired_workers;
-use raypipe::controllers::raycluster::{self, Config};
 use raypipe::kuberay::{names, spec::spec_hash};
 use raypipe::validation::raycluster::controller as validate;
 use serde_json::{Value, json};
@@ -45,11 +45,10 @@ async fn fixture(prefix: &str) -> Fixture {
     let ns = support::namespace(&client, prefix).await;
     let mut stop = fixture::Stopper::default();
     let config = Config {
-        namespace: Some(ns.clone()),
         concurrency: 4,
         ..Config::default()
     };
-    tokio::spawn(raycluster::run(client.clone(), config, stop.signal()));
+    fixture::spawn_raycluster_controller(&client, &ns, config, &mut stop);
     Fixture {
         client,
         ns,

@@ -55,14 +55,7 @@ async fn fixture_with(prefix: &str, concurrency: u16) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
     let mut stop = fixture::Stopper::default();
-    tokio::spawn(raycluster::run(
-        client.clone(),
-        raycluster::Config {
-            namespace: Some(ns.clone()),
-            ..raycluster::Config::default()
-        },
-        stop.signal(),
-    ));
+    fixture::spawn_raycluster_controller(&client, &ns, raycluster::Config::default(), &mut stop);
     let url = head.dashboard_url().to_string();
     let silent = silent_dashboard();
     let mine = ns.clone();

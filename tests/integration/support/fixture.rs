@@ -45,6 +45,23 @@ impl Drop for Stopper {
     }
 }
 
+/// Starts a RayCluster controller on `config` that watches only `ns`; it stops with `stop`.
+pub fn spawn_raycluster_controller(
+    client: &kube::Client,
+    ns: &str,
+    config: raypipe::controllers::raycluster::Config,
+    stop: &mut Stopper,
+) {
+    tokio::spawn(raypipe::controllers::raycluster::run(
+        client.clone(),
+        raypipe::controllers::raycluster::Config {
+            namespace: Some(ns.to_owned()),
+            ..config
+        },
+        stop.signal(),
+    ));
+}
+
 /// Server-side applies `doc` (any kind the API server serves) into `ns`, as `field_manager`.
 pub async fn apply(client: &kube::Client, ns: &str, doc: &Value, field_manager: &str) {
     let api_version = doc["apiVersion"].as_str().expect("apiVersion");
@@ -141,6 +158,37 @@ pub fn token_source(url: &str, extra: Value) -> Value {
         source[k] = v;
     }
     source
+}
+
+/// Polls RayService `name` in `ns` until its status satisfies `check` and returns that status;
+/// after `wait` fails naming `what` and the last status seen.
+pub async fn rayservice_status_until(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    wait: Duration,
+    check: impl Fn(&RayServiceStatus) -> bool,
+) -> RayServiceStatus {
+    let api: Api<raypipe::api::rayservice::RayService> = Api::namespaced(client.clone(), ns);
+    let mut last = None::<RayServiceStatus>;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if let Ok(service) = api.get(name).await
+            && let Some(status) = service.status
+        {
+            if check(&status) {
+                return status;
+            }
+            last = Some(status);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "RayService {name}: {what} did not happen within {wait:?}; last status: {}",
+            serde_json::to_string_pretty(&last).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// The RayService's `Ready` condition is True.

@@ -276,6 +276,20 @@ pub fn loopback_fetcher() -> raypipe::source::Fetcher {
     })
 }
 
+/// Stops an operator started by [`spawn_operator`] and asserts it ended cleanly within `wait`.
+pub async fn stop_operator(
+    stop_tx: tokio::sync::oneshot::Sender<()>,
+    operator: tokio::task::JoinHandle<anyhow::Result<()>>,
+    wait: std::time::Duration,
+) {
+    let _ = stop_tx.send(());
+    let result = tokio::time::timeout(wait, operator)
+        .await
+        .expect("the operator stops")
+        .expect("the operator task ran");
+    assert!(result.is_ok(), "{result:?}");
+}
+
 /// Runs `raypipe run FLAGS…` in-process on `client`, as the binary would; the operator stops
 /// when the returned sender is used (or dropped). Graph fetches may reach the loopback unless
 /// the flags set `--source-allowed-destinations` themselves.
