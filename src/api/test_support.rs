@@ -292,3 +292,31 @@ pub fn assert_installable_size(crd: &CustomResourceDefinition) {
         crd.metadata.name
     );
 }
+
+/// Merges `patch` into `doc`: objects key by key, anything else replaced.
+pub fn json_merge(doc: &mut Value, patch: Value) {
+    match (doc, patch) {
+        (Value::Object(doc), Value::Object(patch)) => {
+            for (key, value) in patch {
+                json_merge(doc.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (doc, patch) => *doc = patch,
+    }
+}
+
+/// A small valid RayJob `ns/rj` (uid set, label `team: a`) with `extra` merged in.
+pub fn rayjob(extra: Value) -> crate::api::rayjob::RayJob {
+    let mut doc = serde_json::json!({
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "rj", "namespace": "ns", "uid": "u-1", "labels": {"team": "a"}},
+        "spec": {
+            "entrypoint": " python -c 'print(1)' ",
+            "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.52.0",
+                 "ports": [{"name": "dashboard", "containerPort": 8266}]}]}}}}
+        }
+    });
+    json_merge(&mut doc, extra);
+    serde_json::from_value(doc).expect("a RayJob")
+}

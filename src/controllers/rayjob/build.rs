@@ -419,29 +419,7 @@ pub(crate) mod tests {
     use serde_json::json;
 
     pub(crate) fn job(extra: serde_json::Value) -> RayJob {
-        let mut doc = json!({
-            "apiVersion": "ray.io/v1", "kind": "RayJob",
-            "metadata": {"name": "rj", "namespace": "ns", "uid": "u-1", "labels": {"team": "a"}},
-            "spec": {
-                "entrypoint": " python -c 'print(1)' ",
-                "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                    {"name": "ray-head", "image": "rayproject/ray:2.52.0",
-                     "ports": [{"name": "dashboard", "containerPort": 8266}]}]}}}}
-            }
-        });
-        json_patch(&mut doc, extra);
-        serde_json::from_value(doc).expect("a RayJob")
-    }
-
-    fn json_patch(doc: &mut serde_json::Value, patch: serde_json::Value) {
-        match (doc, patch) {
-            (serde_json::Value::Object(d), serde_json::Value::Object(p)) => {
-                for (k, v) in p {
-                    json_patch(d.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            (d, p) => *d = p,
-        }
+        crate::api::test_support::rayjob(extra)
     }
 
     #[test]

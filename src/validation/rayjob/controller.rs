@@ -293,28 +293,7 @@ mod tests {
 
     /// A small valid RayJob with `extra` merged in (objects merge, anything else replaces).
     fn job(extra: Value) -> RayJob {
-        fn merge(doc: &mut Value, patch: Value) {
-            match (doc, patch) {
-                (Value::Object(doc), Value::Object(patch)) => {
-                    for (k, v) in patch {
-                        merge(doc.entry(k).or_insert(Value::Null), v);
-                    }
-                }
-                (doc, patch) => *doc = patch,
-            }
-        }
-        let mut doc = json!({
-            "apiVersion": "ray.io/v1", "kind": "RayJob",
-            "metadata": {"name": "rj", "namespace": "ns", "uid": "u-1", "labels": {"team": "a"}},
-            "spec": {
-                "entrypoint": " python -c 'print(1)' ",
-                "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                    {"name": "ray-head", "image": "rayproject/ray:2.52.0",
-                     "ports": [{"name": "dashboard", "containerPort": 8266}]}]}}}}
-            }
-        });
-        merge(&mut doc, extra);
-        serde_json::from_value(doc).expect("a RayJob")
+        crate::api::test_support::rayjob(extra)
     }
 
     #[test]
