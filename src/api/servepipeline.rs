@@ -26,6 +26,9 @@ use super::rayservice::RayServiceUpgradeStrategy;
     printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.graph.nodes"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.graph.version"}"#,
     printcolumn = r#"{"name":"RayService","type":"string","jsonPath":".status.rayServiceName"}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"Canary","type":"string","jsonPath":".status.rollout.canary.version"}"#,
+    printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".status.rollout.canary.weight"}"#,
     printcolumn = r#"{"name":"Digest","type":"string","priority":1,"jsonPath":".status.source.digest"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -381,6 +384,9 @@ pub struct RolloutOutcome {
     pub node: Option<String>,
     pub message: String,
     pub at: Time,
+    /// The gates' readings of the last step it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readings: Option<GateReadings>,
 }
 
 /// Condition types.

@@ -106,6 +106,14 @@ const SAMPLE_GRAPHS: &[(&str, &[u8])] = &[
         include_bytes!("../../samples/graphs/ensemble.pb"),
     ),
     (
+        "ensemble-v2.pb",
+        include_bytes!("../../samples/graphs/ensemble-v2.pb"),
+    ),
+    (
+        "ensemble-broken.pb",
+        include_bytes!("../../samples/graphs/ensemble-broken.pb"),
+    ),
+    (
         "sequence.pb",
         include_bytes!("../../samples/graphs/sequence.pb"),
     ),

@@ -11,7 +11,7 @@
 //! by the stable version.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use raypipe::api::servepipeline::{RolloutOutcome, RolloutStatus, ServePipeline};
 use serde_json::{Value, json};
@@ -28,26 +28,52 @@ fn rollout_of(p: &ServePipeline) -> Option<RolloutStatus> {
 }
 
 /// Waits until the rollout of `bytes` ended in `result` and the leaving version is gone;
-/// fails at once when it ended otherwise.
-async fn outcome(e2e: &E2e, bytes: &[u8], result: &str) -> RolloutOutcome {
+/// fails at once when it ended otherwise. Also returns when each step was first seen and when
+/// it ended, counted from `pushed` (for BENCHMARKS.md).
+async fn outcome(
+    e2e: &E2e,
+    bytes: &[u8],
+    result: &str,
+    pushed: Instant,
+) -> (RolloutOutcome, Vec<(String, Duration)>) {
     let wanted = digest(bytes);
     let what = format!("the rollout of {wanted} to end in {result}");
     let pipelines = e2e.pipelines.clone();
-    eventually(ROLLOUT_WAIT, &what, || {
+    let milestones = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, Duration)>::new()));
+    let last = eventually(ROLLOUT_WAIT, &what, || {
         let pipelines = pipelines.clone();
         let wanted = wanted.clone();
+        let milestones = milestones.clone();
         async move {
             let p = pipelines.get(PIPELINE).await.ok()?;
             let rollout = rollout_of(&p)?;
+            let mut seen = milestones.lock().unwrap();
+            if let Some(c) = rollout
+                .canary
+                .as_ref()
+                .filter(|c| c.version.digest == wanted)
+            {
+                let step = format!("step {} ({} %)", c.step, c.weight);
+                if !seen.iter().any(|(s, _)| *s == step) {
+                    seen.push((step, pushed.elapsed()));
+                }
+            }
             let last = rollout.last.clone()?;
             if last.digest != wanted {
                 return None;
             }
             assert_eq!(last.result, result, "the rollout ended otherwise: {last:?}");
+            if !seen.iter().any(|(s, _)| s == "ended") {
+                seen.push(("ended".to_owned(), pushed.elapsed()));
+            }
             (rollout.phase == "Stable").then_some(last)
         }
     })
-    .await
+    .await;
+    let mut seen = milestones.lock().unwrap().clone();
+    seen.push(("old version retired".to_owned(), pushed.elapsed()));
+    eprintln!("canary e2e: {wanted} {result}: {seen:?}");
+    (last, seen)
 }
 
 /// The replica ids of the executor of Serve application `app` on the shared head.
@@ -128,7 +154,7 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     // 1. A good version: every step, then promoted; answers come from it.
     let good = ensemble("2");
     e2e.registry.put(GRAPH_PATH, good.clone());
-    let promoted = outcome(&e2e, &good, "Promoted").await;
+    let (promoted, _) = outcome(&e2e, &good, "Promoted", Instant::now()).await;
     assert_eq!(promoted.reason, "Promoted");
     eventually(e2e::WAIT, "answers from version 2", || {
         let traffic = traffic.clone();
@@ -164,7 +190,7 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     // 2. A model that cannot start: rolled back naming the node, before it took any traffic.
     let broken = ensemble_with_model_a("3", "fail_at_start: true");
     e2e.registry.put(GRAPH_PATH, broken.clone());
-    let rolled_back = outcome(&e2e, &broken, "RolledBack").await;
+    let (rolled_back, _) = outcome(&e2e, &broken, "RolledBack", Instant::now()).await;
     assert_eq!(rolled_back.reason, "DeploymentFailed", "{rolled_back:?}");
     assert_eq!(rolled_back.node.as_deref(), Some("model_a"));
     let p = e2e.pipeline().await;
@@ -184,13 +210,20 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     // the canary's failures.
     let flaky = ensemble_with_model_a("4", "error_share: 0.3");
     e2e.registry.put(GRAPH_PATH, flaky.clone());
-    let rolled_back = outcome(&e2e, &flaky, "RolledBack").await;
+    let (rolled_back, _) = outcome(&e2e, &flaky, "RolledBack", Instant::now()).await;
     assert_eq!(rolled_back.reason, "ErrorRate", "{rolled_back:?}");
+    let readings = rolled_back
+        .readings
+        .expect("the readings of the failed step");
+    assert!(
+        readings.canary_errors >= 1 && readings.retried_on_stable == readings.canary_errors,
+        "every canary failure was answered by the stable version: {readings:?}"
+    );
 
     // 4. Slow: 150 ms more per request trips the latency gate (p95 against stable's).
     let slow = ensemble_with_model_a("5", "delay_ms: 150");
     e2e.registry.put(GRAPH_PATH, slow.clone());
-    let rolled_back = outcome(&e2e, &slow, "RolledBack").await;
+    let (rolled_back, _) = outcome(&e2e, &slow, "RolledBack", Instant::now()).await;
     assert_eq!(rolled_back.reason, "Latency", "{rolled_back:?}");
 
     // 5. The registry goes back to the stable graph mid-rollout: aborted, and the stable
@@ -202,7 +235,7 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     e2e.registry.put(GRAPH_PATH, next.clone());
     canary_at_step(&e2e, &next, 1).await;
     e2e.registry.put(GRAPH_PATH, good.clone());
-    let aborted = outcome(&e2e, &next, "Aborted").await;
+    let (aborted, _) = outcome(&e2e, &next, "Aborted", Instant::now()).await;
     assert_eq!(aborted.reason, "Reverted");
     assert_eq!(stable_application(&e2e).await, stable_app);
     assert_eq!(executor_replicas(&stable_app).await, replicas);
@@ -213,7 +246,7 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
         e2e.registry.put(GRAPH_PATH, bytes.clone());
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
-    outcome(&e2e, &pushes[2], "Promoted").await;
+    outcome(&e2e, &pushes[2], "Promoted", Instant::now()).await;
     let rs = e2e.rayservices.get(PIPELINE).await.unwrap();
     assert_eq!(
         raypipe::serve::rollout::applications_of(rs.spec.serve_config_v2.as_deref().unwrap()).len(),
@@ -230,7 +263,7 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     let (b, a) = (before.canary.unwrap(), after.canary.unwrap());
     assert_eq!(a.started_at, b.started_at, "the rollout was not restarted");
     assert!(a.step >= b.step);
-    outcome(&e2e, &resumed, "Promoted").await;
+    outcome(&e2e, &resumed, "Promoted", Instant::now()).await;
 
     let (ok, failed) = client.stop().await;
     eprintln!("canary e2e: {ok} answers, {failed} failures");

@@ -415,6 +415,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
                 node,
                 message,
                 at: now.clone(),
+                readings: canary.readings.clone(),
             });
         };
         let stable_digest = status.stable.as_ref().map(|s| s.digest.clone());
