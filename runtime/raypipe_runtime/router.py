@@ -18,6 +18,11 @@ counters every 0.5 s to the single `raypipe-rollout-stats` replica, which answer
 `GET <route>/-/raypipe/rollout[?generation=g]` with the sum over replicas, so the operator can
 judge the canary on its own traffic.
 
+A malformed user_config is refused naming every bad field. Before any good config that fails
+the replica's start (Serve shows the message); after one, the router keeps routing by the last
+good config and reports the refusal as `config_error` in its `routers` entry of the snapshot,
+because Serve answers a raising `reconfigure` by stopping the replica, route and all.
+
 The choice, counting, histograms, merging and config checks are plain classes and functions
 below (tested without Ray); only `RolloutRouter`, `RolloutStats` and `build` touch Serve.
 """
@@ -155,8 +160,9 @@ def parse_config(raw) -> RouterConfig:
         canary_obj = obj["canary"]
         canary = _target(canary_obj, f"{where}.canary", problems, extra=("weight",))
         raw_weight = canary_obj.get("weight") if isinstance(canary_obj, dict) else None
+        # The range check also refuses NaN and infinities (and never converts a huge int).
         if (isinstance(raw_weight, bool) or not isinstance(raw_weight, (int, float))
-                or not math.isfinite(raw_weight) or not 0 <= raw_weight <= 100):
+                or not 0 <= raw_weight <= 100):
             problems.append((f"{where}.canary.weight", f"must be a number from 0 to 100, not {raw_weight!r}"[:200]))
         else:
             weight = float(raw_weight)
@@ -209,7 +215,7 @@ class Counters:
             values = [int(other[k]) for k in ("requests", "errors", "retried")]
             sum_ms = float(other["sum_ms"])
             buckets = [int(b) for b in other["buckets"]]
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return
         if len(buckets) != len(self.buckets) or not math.isfinite(sum_ms):
             return
@@ -264,11 +270,14 @@ class StatsBook:
     def __init__(self, keep: int = STATS_GENERATIONS):
         self.keep = keep
         self.by_generation: "OrderedDict[str, dict]" = OrderedDict()  # generation -> replica -> roles
-        self.routers: dict = {}  # replica -> (seq, generation, heard at)
+        self.routers: dict = {}  # replica -> (seq, generation, heard at, config error)
 
     def accept(self, report: dict, now: float) -> None:
-        """A router's cumulative report: {replica, seq, generation, counters: {g: {role: ...}}}.
+        """A router's cumulative report: {replica, seq, generation, config_error, counters: {g:
+        {role: ...}}}.
         An older report (lower seq) than one already taken from that replica is ignored."""
+        if not isinstance(report, dict):
+            return
         replica, seq = report.get("replica"), report.get("seq")
         if not isinstance(replica, str) or isinstance(seq, bool) or not isinstance(seq, int):
             return
@@ -276,7 +285,9 @@ class StatsBook:
         if known is not None and known[0] >= seq:
             return
         generation = report.get("generation")
-        self.routers[replica] = (seq, generation if isinstance(generation, str) else None, now)
+        error = report.get("config_error")
+        self.routers[replica] = (seq, generation if isinstance(generation, str) else None, now,
+                                 error[:engine.MAX_MESSAGE] if isinstance(error, str) else None)
         counters = report.get("counters")
         for gen, roles in (counters.items() if isinstance(counters, dict) else ()):
             if not isinstance(gen, str) or not isinstance(roles, dict):
@@ -295,14 +306,15 @@ class StatsBook:
             for role in ROLES:
                 if isinstance(roles.get(role), dict):
                     totals[role].add(roles[role])
-        routers = {replica: {"generation": gen, "age_s": round(now - at, 3)}
-                   for replica, (_, gen, at) in sorted(self.routers.items())
+        routers = {replica: {"generation": gen, "age_s": round(now - at, 3),
+                             **({"config_error": error} if error else {})}
+                   for replica, (_, gen, at, error) in sorted(self.routers.items())
                    if now - at <= ROUTER_LISTED_S}
         return {"generation": generation, "bounds_ms": list(BOUNDS_MS), "routers": routers,
                 **{role: totals[role].to_dict() for role in ROLES}}
 
     def _forget(self, now: float) -> None:
-        for replica in [r for r, (_, _, at) in self.routers.items() if now - at > ROUTER_FORGOTTEN_S]:
+        for replica in [r for r, (_, _, at, _) in self.routers.items() if now - at > ROUTER_FORGOTTEN_S]:
             del self.routers[replica]
 
 
@@ -383,6 +395,7 @@ class RolloutRouter:
         self.report_to_stats = _ray_caller(stats, "report")
         self.stats_snapshot = _ray_caller(stats, "snapshot")
         self.config: Optional[RouterConfig] = None
+        self.config_error: Optional[str] = None  # why the latest user_config was refused
         self.ledger = Ledger()
         self.callers: dict = {}  # (app, deployment) -> caller of the version's handle_request
         self.seq = 0
@@ -390,9 +403,19 @@ class RolloutRouter:
         self.last_warning = -math.inf
 
     async def reconfigure(self, user_config) -> None:
-        # Parsed before anything changes: a bad config leaves the running one in place (and
-        # Serve reports the error as the deployment's health).
-        config = parse_config(user_config)
+        try:
+            config = parse_config(user_config)
+        except RouterConfigError as error:
+            if self.config is None:
+                raise  # nothing to keep: Serve reports the replica's start failing with this
+            # Serve stops a replica whose reconfigure raises (and its replacements fail the
+            # same way), which would take the pipeline's route down: keep routing by the last
+            # good config and say why in every report instead.
+            self.config_error = str(error)[:engine.MAX_MESSAGE]
+            logger.error("raypipe router: keeping generation %s: %s", self.config.generation, error)
+            self._ensure_reporter()
+            return
+        self.config_error = None
         self.ledger.activate(config.generation)
         wanted = _callable_targets(config)
         self.callers = {key: caller for key, caller in self.callers.items() if key in wanted}
@@ -470,6 +493,7 @@ class RolloutRouter:
         self.seq += 1
         await self.report_to_stats({"replica": self.replica, "seq": self.seq,
                                     "generation": self.config.generation if self.config else None,
+                                    "config_error": self.config_error,
                                     "counters": self.ledger.report()})
 
     def _ensure_reporter(self) -> None:

@@ -70,7 +70,7 @@ def test_malformed_configs_name_every_field():
                              "user_config.extra"}
     assert "0 to 100" in problems["user_config.canary.weight"]
 
-    for weight in (True, float("nan"), -1, "10", None):
+    for weight in (True, float("nan"), float("inf"), 10**400, -1, "10", None):
         assert "user_config.canary.weight" in problems_of({**CONFIG, "canary": {**CONFIG["canary"], "weight": weight}})
     assert "user_config.stable" in problems_of({**CONFIG, "stable": ["pipe"]})
     assert "user_config.canary.app" in problems_of({**CONFIG, "canary": {**CONFIG["stable"], "weight": 5}})
@@ -125,6 +125,8 @@ def test_counters_record_and_merge():
     total.add(d)
     total.add({"requests": 1})  # malformed: ignored, not half-added
     total.add({**d, "buckets": [1, 2]})
+    total.add({**d, "sum_ms": 10**400})
+    total.add({**d, "buckets": [float("inf")] * 25})
     assert total.to_dict() == {**d, "requests": 6, "errors": 2, "retried": 2, "sum_ms": 80025.0,
                                "buckets": [2 * b for b in d["buckets"]]}
 
@@ -183,8 +185,14 @@ def test_stats_sum_the_latest_report_of_every_router():
     assert (g2[STABLE]["requests"], g2[CANARY]["requests"], g2[CANARY]["errors"]) == (0, 1, 0)
     assert g2["routers"]["r1"]["generation"] == "g2" and g2["routers"]["r2"]["generation"] == "g1"
 
+    # A router that refused its newest config says why, on the generation it still routes by.
+    book.accept({**report("r2", 2, "g1", {}), "config_error": "user_config.canary.weight: ..."}, now=2.5)
+    listed = book.snapshot("g1", now=3.0)["routers"]
+    assert listed["r2"] == {"generation": "g1", "age_s": 0.5, "config_error": "user_config.canary.weight: ..."}
+    assert "config_error" not in listed["r1"]
+
     # A silent router drops out of the listing after ROUTER_LISTED_S; its counts remain.
-    later = book.snapshot("g1", now=0.6 + ROUTER_LISTED_S + 1)
+    later = book.snapshot("g1", now=2.5 + ROUTER_LISTED_S + 1)
     assert "r2" not in later["routers"] and later[STABLE]["requests"] == 3
 
 
@@ -195,7 +203,7 @@ def test_stats_are_bounded_and_tolerate_junk():
     assert list(book.by_generation) == ["g2", "g3", "g4"]
     assert book.snapshot("g0", now=5.0)[STABLE] == Counters().to_dict()
     assert book.snapshot("unknown", now=5.0)[CANARY]["requests"] == 0
-    for junk in ({}, {"replica": "r9", "seq": True}, {"replica": "r9", "seq": 1, "counters": [1]},
+    for junk in (None, {}, {"replica": "r9", "seq": True}, {"replica": "r9", "seq": 1, "counters": [1]},
                  {"replica": "r9", "seq": 2, "counters": {"g4": {STABLE: "x", CANARY: {"requests": "many"}}}}):
         book.accept(junk, now=5.0)
     assert book.snapshot("g4", now=5.0)[STABLE]["requests"] == 1
