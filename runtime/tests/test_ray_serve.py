@@ -6,15 +6,13 @@ Skipped when Ray is not importable (e.g. a plain `python -m pytest` outside the 
 RAYPIPE_REQUIRE_RAY=1 (set by tests/integration/runtime.rs) turns that into a failure.
 """
 
-import json
 import os
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from conftest import REPO_ROOT, RUNTIME_DIR, rendered
+from loopback_http import post
 from rayhead import LOOPBACK, RayHead, loopback_env
 
 # conftest.py has set the loopback environment before anything imported Ray; check it held.
@@ -27,21 +25,6 @@ except ImportError:  # pragma: no cover - depends on the interpreter
     if os.environ.get("RAYPIPE_REQUIRE_RAY") == "1":
         raise
     pytest.skip("ray[serve] is not installed in this interpreter", allow_module_level=True)
-
-# Never through a proxy: every request stays on 127.0.0.1.
-HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def post(url, body, headers=None, timeout=30):
-    data = json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="POST",
-                                     headers={"content-type": "application/json", **(headers or {})})
-    try:
-        with HTTP.open(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read()), dict(response.headers)
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null"), dict(error.headers)
-
 
 @pytest.fixture(scope="module")
 def head():
