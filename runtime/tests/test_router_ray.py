@@ -51,12 +51,12 @@ def router_config(generation: str, weight: float, retry: bool, stable_app: str =
 
 
 def serve_config(head: RayHead, user_config: dict) -> dict:
-    small = {"ray_actor_options": {"num_cpus": 0.1}}
+    # As src/serve/rollout.rs renders it (the router's CPU share is the code's default).
     router = {"name": PIPELINE, "route_prefix": ROUTE, "import_path": "raypipe_runtime.router:build",
               "args": {"api_version": "raypipe.router.v1"},
               "deployments": [{"name": "raypipe-router", "user_config": user_config,
-                               "num_replicas": ROUTER_REPLICAS, **small},
-                              {"name": "raypipe-rollout-stats", **small}]}
+                               "num_replicas": ROUTER_REPLICAS},
+                              {"name": "raypipe-rollout-stats", "num_replicas": 1}]}
     return {"proxy_location": "HeadOnly",
             "http_options": {"host": LOOPBACK, "port": head.ports["serve_http"]},
             "applications": [version_app(STABLE_APP, failing=False),
