@@ -68,6 +68,7 @@ STATS_GENERATIONS = 8         # generations the stats deployment keeps
 MAX_LABEL = 128
 MAX_APP_NAME = 253
 WARN_EVERY_S = 60.0
+LIGHT_NUM_CPUS = 0.1
 
 
 class RouterConfigError(ValueError):
@@ -540,9 +541,11 @@ def build(args: dict):
     from .app import EXECUTOR_MAX_ONGOING_REQUESTS
 
     parse_router_args(args)
-    # Both mostly wait or do little per call, so like the executor they take many at once.
-    stats = serve.deployment(RolloutStats, name=STATS_DEPLOYMENT, num_replicas=1,
-                             max_ongoing_requests=EXECUTOR_MAX_ONGOING_REQUESTS)
-    router = serve.deployment(RolloutRouter, name=ROUTER_DEPLOYMENT,
-                              max_ongoing_requests=EXECUTOR_MAX_ONGOING_REQUESTS)
+    # Both mostly wait or do little per call, so like the executor they take many at once, and
+    # reserve a tenth of a CPU rather than Serve's default of a whole one. The Serve config's
+    # `deployments` entries override both.
+    light = {"max_ongoing_requests": EXECUTOR_MAX_ONGOING_REQUESTS,
+             "ray_actor_options": {"num_cpus": LIGHT_NUM_CPUS}}
+    stats = serve.deployment(RolloutStats, name=STATS_DEPLOYMENT, num_replicas=1, **light)
+    router = serve.deployment(RolloutRouter, name=ROUTER_DEPLOYMENT, **light)
     return router.bind(args, stats.bind())

@@ -302,3 +302,15 @@ def test_no_config_answer():
     body = json.loads(content)
     assert (status, media, body["error"]["code"], body["error"]["node"]) == (503, "application/json", "UNAVAILABLE", None)
     assert "no configuration yet" in body["error"]["message"]
+
+
+def test_build_binds_the_router_to_its_stats_deployment():
+    pytest.importorskip("ray.serve", reason="ray[serve] is not installed in this interpreter")
+    from raypipe_runtime.router import build
+
+    router = build({"api_version": "raypipe.router.v1"})._bound_deployment
+    stats = router._replica_config.init_args[1]._bound_deployment
+    assert (router.name, router.max_ongoing_requests, router.ray_actor_options["num_cpus"]) == ("raypipe-router", 100, 0.1)
+    assert (stats.name, stats.num_replicas, stats.ray_actor_options["num_cpus"]) == ("raypipe-rollout-stats", 1, 0.1)
+    with pytest.raises(RouterConfigError):
+        build({"api_version": "raypipe.v1"})

@@ -2,8 +2,9 @@
 deployed the way the operator deploys it: one Serve config PUT to the dashboard with a stable
 version application (the rendered `sequence` graph, no route), a canary version whose classifier
 fails on every request (tests/rollout_models.py), and the router application on the pipeline's
-route. Each step changes only the router's user_config (a live reconfigure) and checks what
-clients saw against the router's own rollout snapshot.
+route, with two router replicas (so the snapshot sums one replica's flushed counters and the
+other's background reports). Each step changes only the router's user_config (a live
+reconfigure) and checks what clients saw against the rollout snapshot.
 
 Skipped when Ray is not importable, unless RAYPIPE_REQUIRE_RAY=1 (then it fails).
 """
@@ -28,6 +29,7 @@ TESTS_DIR = RUNTIME_DIR / "tests"
 PIPELINE = "pipe"
 STABLE_APP, CANARY_APP = "pipe--aaaaaaaaaaaa", "pipe--bbbbbbbbbbbb"
 ROUTE = "/pipe"
+ROUTER_REPLICAS = 2
 SENT = 40  # per step; at weight 50 a version gets none with probability 2 * 0.5**40
 DOCUMENT = {"text": "I love this great product"}
 
@@ -49,11 +51,12 @@ def router_config(generation: str, weight: float, retry: bool, stable_app: str =
 
 
 def serve_config(head: RayHead, user_config: dict) -> dict:
-    small = {"ray_actor_options": {"num_cpus": 0.1}}
+    # As src/serve/rollout.rs renders it (the router's CPU share is the code's default).
     router = {"name": PIPELINE, "route_prefix": ROUTE, "import_path": "raypipe_runtime.router:build",
               "args": {"api_version": "raypipe.router.v1"},
-              "deployments": [{"name": "raypipe-router", "user_config": user_config, **small},
-                              {"name": "raypipe-rollout-stats", **small}]}
+              "deployments": [{"name": "raypipe-router", "user_config": user_config,
+                               "num_replicas": ROUTER_REPLICAS},
+                              {"name": "raypipe-rollout-stats", "num_replicas": 1}]}
     return {"proxy_location": "HeadOnly",
             "http_options": {"host": LOOPBACK, "port": head.ports["serve_http"]},
             "applications": [version_app(STABLE_APP, failing=False),
@@ -69,19 +72,39 @@ class Rollout:
         self.url = head.serve_url + ROUTE
 
     def apply(self, user_config: dict) -> None:
-        """PUTs the whole Serve config (as the operator does) and waits until the router
-        routes under the new generation."""
+        """PUTs the whole Serve config (as the operator does) and waits, as the operator does
+        before it deletes a version, until every router reports the new generation."""
+        self.put(user_config)
+        generation = user_config["generation"]
+        self.wait_for(lambda: self.router_generations() == {generation}, f"every router on {generation}")
+
+    def put(self, user_config: dict) -> None:
         status, body, _ = request("PUT", f"{self.dashboard}/api/serve/applications/",
                                   serve_config(self.head, user_config))
         assert status == 200, body
-        self.wait_for(lambda: self.snapshot()["generation"] == user_config["generation"],
-                      f"the router taking generation {user_config['generation']}")
 
     def snapshot(self, generation=None) -> dict:
         query = f"?generation={generation}" if generation else ""
         status, body, _ = request("GET", f"{self.url}/-/raypipe/rollout{query}")
         assert status == 200, (status, body)
         return body
+
+    def router_generations(self) -> set:
+        snap = self.snapshot()
+        assert len(snap["routers"]) == ROUTER_REPLICAS, snap["routers"]
+        return {entry["generation"] for entry in snap["routers"].values()} | {snap["generation"]}
+
+    def counted(self, stable: int, canary: int) -> dict:
+        """The snapshot once it counts this many version calls: the replica that answers the
+        GET flushes its own counters, the other's arrive with its next report (0.5 s)."""
+        found = {}
+
+        def complete():
+            found.update(self.snapshot())
+            return (found["stable"]["requests"], found["canary"]["requests"]) == (stable, canary)
+
+        self.wait_for(complete, f"the snapshot counting {stable} stable and {canary} canary calls", timeout=10)
+        return found
 
     def send(self, count: int = SENT):
         """(how many answers per x-raypipe-rollout value, the answers)."""
@@ -122,23 +145,22 @@ def rollout():
         head.stop()
 
 
-def only_router(snapshot: dict) -> str:
-    (replica,) = snapshot["routers"]
-    return replica
+def routers(snapshot: dict) -> set:
+    return set(snapshot["routers"])
 
 
 def test_weight_0_sends_everything_to_stable(rollout):
     seen, answers = rollout.send()
     assert seen == {"stable": SENT}, seen
     assert all(status == 200 and headers["x-raypipe-version"] == "v1" for status, _, headers in answers)
-    snap = rollout.snapshot()
-    assert (snap["stable"]["requests"], snap["stable"]["errors"], snap["canary"]["requests"]) == (SENT, 0, 0)
+    snap = rollout.counted(stable=SENT, canary=0)
+    assert snap["stable"]["errors"] == 0
     assert sum(snap["stable"]["buckets"]) == SENT and snap["stable"]["sum_ms"] > 0
-    assert snap["routers"][only_router(snap)]["generation"] == "g0"
+    assert len(routers(snap)) == ROUTER_REPLICAS
 
 
 def test_weight_50_reaches_both_versions_and_the_snapshot_counts_them(rollout):
-    before = only_router(rollout.snapshot())
+    before = routers(rollout.snapshot())
     rollout.apply(router_config("g1", weight=50, retry=False))
     seen, answers = rollout.send()
     assert seen["stable"] > 0 and seen["canary"] > 0 and seen["stable"] + seen["canary"] == SENT, seen
@@ -147,33 +169,31 @@ def test_weight_50_reaches_both_versions_and_the_snapshot_counts_them(rollout):
             assert (status, headers["x-raypipe-version"]) == (200, "v1"), body
         else:  # the canary's own answer: its failing classifier, named by its executor
             assert (status, headers["x-raypipe-version"], body["error"]["node"]) == (502, "v2", "classify"), body
-    snap = rollout.snapshot()
-    assert snap["generation"] == "g1"
-    assert (snap["stable"]["requests"], snap["stable"]["errors"]) == (seen["stable"], 0)
-    assert snap["canary"]["requests"] == snap["canary"]["errors"] == seen["canary"]
-    assert snap["canary"]["retried"] == 0
+    snap = rollout.counted(stable=seen["stable"], canary=seen["canary"])
+    assert snap["generation"] == "g1" and snap["stable"]["errors"] == 0
+    assert snap["canary"]["errors"] == seen["canary"] and snap["canary"]["retried"] == 0
     assert sum(snap["canary"]["buckets"]) == seen["canary"]
-    # The new weight came by reconfigure: the same router replica, now on g1; g0 keeps its counts.
-    assert only_router(snap) == before and snap["routers"][before]["generation"] == "g1"
+    # The new weight came by reconfigure: the same router replicas, now on g1; g0 keeps its counts.
+    assert routers(snap) == before
     assert rollout.snapshot("g0")["stable"]["requests"] == SENT
 
 
 def test_a_failing_canary_is_retried_on_stable_so_no_client_sees_it(rollout):
-    before = only_router(rollout.snapshot())
+    before = routers(rollout.snapshot())
     rollout.apply(router_config("g2", weight=50, retry=True))
     seen, answers = rollout.send()
     assert all(status == 200 for status, _, _ in answers), [a for a in answers if a[0] != 200][:2]
     assert seen["retried"] > 0 and seen["stable"] + seen["retried"] == SENT, seen
     assert all(headers["x-raypipe-version"] == "v1" for _, _, headers in answers)
-    snap = rollout.snapshot()
-    assert snap["canary"]["requests"] == snap["canary"]["errors"] == snap["canary"]["retried"] == seen["retried"]
     # Stable served every client request: its own picks and the retries.
-    assert (snap["stable"]["requests"], snap["stable"]["errors"]) == (SENT, 0)
-    assert only_router(snap) == before and snap["routers"][before]["generation"] == "g2"
+    snap = rollout.counted(stable=SENT, canary=seen["retried"])
+    assert snap["canary"]["errors"] == snap["canary"]["retried"] == seen["retried"]
+    assert snap["stable"]["errors"] == 0
+    assert routers(snap) == before
 
 
 def test_a_missing_stable_application_is_503_unavailable(rollout):
-    rollout.apply({**router_config("g3", weight=0, retry=True, stable_app="pipe--cccccccccccc")})
+    rollout.apply(router_config("g3", weight=0, retry=True, stable_app="pipe--cccccccccccc"))
     status, body, headers = post(rollout.url, DOCUMENT, timeout=20)
     assert status == 503, body
     assert body["error"]["code"] == "UNAVAILABLE" and "pipe--cccccccccccc" in body["error"]["message"]
@@ -182,21 +202,21 @@ def test_a_missing_stable_application_is_503_unavailable(rollout):
 
 def test_a_malformed_config_is_refused_and_the_router_keeps_routing(rollout):
     rollout.apply(router_config("g4", weight=0, retry=True))
-    before = only_router(rollout.snapshot())
-    bad = router_config("g5", weight=250, retry=True)
-    status, body, _ = request("PUT", f"{rollout.dashboard}/api/serve/applications/",
-                              serve_config(rollout.head, bad))
-    assert status == 200, body
-    rollout.wait_for(lambda: "config_error" in rollout.snapshot()["routers"][before],
-                     "the router reporting the refused config")
-    snap = rollout.snapshot()
-    assert snap["generation"] == "g4" and snap["routers"][before]["generation"] == "g4"
-    assert "user_config.canary.weight" in snap["routers"][before]["config_error"]
+    before = routers(rollout.snapshot())
+    rollout.put(router_config("g5", weight=250, retry=True))
+
+    def refused():
+        entries = rollout.snapshot()["routers"].values()
+        return all("user_config.canary.weight" in entry.get("config_error", "") for entry in entries)
+
+    rollout.wait_for(refused, "every router reporting the refused config")
+    assert rollout.router_generations() == {"g4"}
     # Serve itself sees a reconfigure that returned: nothing is wrong from its side.
     rollout.wait_for(lambda: rollout.apps()[PIPELINE][0] == "RUNNING", "the router app RUNNING")
     seen, answers = rollout.send(10)
     assert seen == {"stable": 10} and all(status == 200 for status, _, _ in answers), seen
-    # The next good config is taken by the same replica and clears the refusal.
+    # The next good config is taken by the same replicas and clears the refusal.
     rollout.apply(router_config("g6", weight=0, retry=True))
     snap = rollout.snapshot()
-    assert only_router(snap) == before and "config_error" not in snap["routers"][before]
+    assert routers(snap) == before
+    assert not any("config_error" in entry for entry in snap["routers"].values())
