@@ -158,15 +158,19 @@ pub struct VersionCounters {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct RouterReplica {
-    pub generation: String,
+    /// `None` before the replica got a configuration.
+    pub generation: Option<String>,
     pub age_s: f64,
+    /// A configuration the replica refused (it keeps routing by its last good one).
+    pub config_error: Option<String>,
 }
 
 /// What `GET <route>/-/raypipe/rollout` answers.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct RouterStats {
-    pub generation: String,
+    /// `None` before the answering router got a configuration.
+    pub generation: Option<String>,
     pub bounds_ms: Vec<f64>,
     pub routers: std::collections::BTreeMap<String, RouterReplica>,
     pub stable: VersionCounters,
@@ -176,7 +180,11 @@ pub struct RouterStats {
 impl RouterStats {
     /// Whether every router that reported lately runs `generation` (and at least one did).
     pub fn all_routers_on(&self, generation: &str) -> bool {
-        !self.routers.is_empty() && self.routers.values().all(|r| r.generation == generation)
+        !self.routers.is_empty()
+            && self
+                .routers
+                .values()
+                .all(|r| r.generation.as_deref() == Some(generation))
     }
 }
 

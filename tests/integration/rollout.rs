@@ -133,9 +133,13 @@ async fn canary_at_step(e2e: &E2e, bytes: &[u8], step: i32) -> RolloutStatus {
 async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_failed_request() {
     let head = support::ray_head();
     let _serve = support::ray_serve_lock().await;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("raypipe=info"))
+        .with_test_writer()
+        .try_init();
     let policy = json!({"rollout": {
         "strategy": "Canary",
-        "steps": [{"weight": 30, "pause": "4s"}, {"weight": 60, "pause": "4s"}],
+        "steps": [{"weight": 30, "pause": "8s"}, {"weight": 60, "pause": "6s"}],
         "gates": {"minRequests": 8, "maxErrorRate": 0.1},
         "progressDeadline": "240s"
     }});
@@ -148,8 +152,11 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     );
     assert!(first.last.is_none(), "the first graph is not a rollout");
 
+    // Two clients: enough requests per step for the latency percentiles of both versions.
     let client = Client::start(e2e.url.clone());
+    let second_client = Client::start(e2e.url.clone());
     let traffic = client.traffic.clone();
+    let second_traffic = second_client.traffic.clone();
 
     // 1. A good version: every step, then promoted; answers come from it.
     let good = ensemble("2");
@@ -220,8 +227,9 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
         "every canary failure was answered by the stable version: {readings:?}"
     );
 
-    // 4. Slow: 150 ms more per request trips the latency gate (p95 against stable's).
-    let slow = ensemble_with_model_a("5", "delay_ms: 150");
+    // 4. Slow: 300 ms more per request (several times the graph's own latency here) trips the
+    // latency gate (p95 against stable's over the step).
+    let slow = ensemble_with_model_a("5", "delay_ms: 300");
     e2e.registry.put(GRAPH_PATH, slow.clone());
     let (rolled_back, _) = outcome(&e2e, &slow, "RolledBack", Instant::now()).await;
     assert_eq!(rolled_back.reason, "Latency", "{rolled_back:?}");
@@ -266,7 +274,13 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     outcome(&e2e, &resumed, "Promoted", Instant::now()).await;
 
     let (ok, failed) = client.stop().await;
-    eprintln!("canary e2e: {ok} answers, {failed} failures");
+    let (ok2, failed2) = second_client.stop().await;
+    eprintln!(
+        "canary e2e: {} answers, {} failures",
+        ok + ok2,
+        failed + failed2
+    );
     assert_eq!(failed, 0, "failures: {:?}", traffic.failures());
-    assert!(ok > 100, "the client kept sending ({ok} answers)");
+    assert_eq!(failed2, 0, "failures: {:?}", second_traffic.failures());
+    assert!(ok > 100 && ok2 > 100, "the clients kept sending ({ok}, {ok2} answers)");
 }

@@ -256,7 +256,7 @@ fn running(app: Option<&ApplicationStatus>) -> bool {
 /// The readings of the current step from the routers' counters (zeros when they report
 /// another generation).
 pub fn readings(stats: Option<&RouterStats>, generation: &str, policy: &Policy) -> GateReadings {
-    let Some(stats) = stats.filter(|s| s.generation == generation) else {
+    let Some(stats) = stats.filter(|s| s.generation.as_deref() == Some(generation)) else {
         return GateReadings::default();
     };
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -286,7 +286,15 @@ pub enum Verdict {
     },
 }
 
-pub fn judge(r: &GateReadings, policy: &Policy) -> Verdict {
+/// Fewest samples on each side before latency percentiles are compared: below it a p95 is
+/// the single slowest request (often a cold start of the new replicas).
+pub const MIN_LATENCY_SAMPLES: u64 = 20;
+
+/// The gates on one step's readings. Errors fail at once; latency is compared only over a whole
+/// step window (`window_over`) and with at least [`MIN_LATENCY_SAMPLES`] (or `minRequests`)
+/// requests on both sides, so the first requests to new replicas do not decide alone. A step
+/// at 100 % has no stable traffic to compare with, so only its errors count.
+pub fn judge(r: &GateReadings, policy: &Policy, window_over: bool, weight: i32) -> Verdict {
     let requests = u64::try_from(r.canary_requests).unwrap_or(0);
     if requests < policy.min_requests {
         return Verdict::NoEvidence;
@@ -304,10 +312,17 @@ pub fn judge(r: &GateReadings, policy: &Policy) -> Verdict {
             ),
         };
     }
-    // Latency is compared only with enough stable requests in the same window.
-    let stable_enough = u64::try_from(r.stable_requests).unwrap_or(0) >= policy.min_requests;
-    if let (Some(canary), Some(stable), true) =
-        (r.canary_latency_ms, r.stable_latency_ms, stable_enough)
+    if weight >= 100 {
+        return Verdict::Pass;
+    }
+    let samples = policy.min_requests.max(MIN_LATENCY_SAMPLES);
+    if requests < samples || u64::try_from(r.stable_requests).unwrap_or(0) < samples {
+        return Verdict::NoEvidence;
+    }
+    if !window_over {
+        return Verdict::Pass;
+    }
+    if let (Some(canary), Some(stable)) = (r.canary_latency_ms, r.stable_latency_ms)
         && canary > stable * policy.max_latency_ratio
         && canary - stable > policy.latency_tolerance_ms
     {
@@ -462,18 +477,18 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
             );
         } else {
             let readings = readings(inputs.stats, &status.generation, policy);
-            let verdict = if canary.step == 0 {
-                Verdict::NoEvidence
-            } else {
-                judge(&readings, policy)
-            };
-            canary.readings = (canary.step > 0).then(|| readings.clone());
             let over_deadline = elapsed(now, &canary.started_at) >= policy.progress_deadline;
             let step_over = canary.step > 0
                 && usize::try_from(canary.step - 1)
                     .ok()
                     .and_then(|i| policy.steps.get(i))
                     .is_none_or(|(_, pause)| elapsed(now, &canary.step_started_at) >= *pause);
+            let verdict = if canary.step == 0 {
+                Verdict::NoEvidence
+            } else {
+                judge(&readings, policy, step_over, canary.weight)
+            };
+            canary.readings = (canary.step > 0).then(|| readings.clone());
             match verdict {
                 Verdict::Fail { reason, message } => end(
                     &mut status,
@@ -489,8 +504,12 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
                         (
                             reasons::NO_TRAFFIC,
                             format!(
-                                "step {} saw {} canary requests, fewer than the {} needed, before the deadline",
-                                canary.step, readings.canary_requests, policy.min_requests
+                                "step {} saw {} canary and {} stable requests before the deadline, too few to judge (the gates need {} canary requests, and {} on each side to compare latency)",
+                                canary.step,
+                                readings.canary_requests,
+                                readings.stable_requests,
+                                policy.min_requests,
+                                policy.min_requests.max(MIN_LATENCY_SAMPLES)
                             ),
                         )
                     } else {
