@@ -5,8 +5,9 @@ models joined by a third, a switch that picks one of two models feeding a third)
 callers that are plain coroutines answering at once, and reports per request:
 
 - microseconds of wall time (median and best of the rounds), sequential requests on one loop;
-- Python function calls and C calls (`sys.setprofile` events), asyncio tasks created, timers
-  scheduled and event-loop turns (calls of asyncio's `create_task`, `call_at`, `_run_once`).
+- Python function calls and C calls (`sys.setprofile` events), asyncio tasks created (a task
+  factory), timers scheduled and event-loop turns (calls of asyncio's `call_at` and
+  `_run_once`; uvloop does both in C, so they show as n/a there).
 
 Two caller styles: `at once` (the coroutine returns without awaiting anything: the engine's
 cost alone) and `suspends` (the caller awaits one `asyncio.sleep(0)`, as a call over a
@@ -14,9 +15,10 @@ DeploymentHandle always suspends, so loop turns show).
 
 With `--baseline REV` the runtime package of git revision REV is loaded beside the working
 tree's (as `raypipe_runtime_base`), and both run in the same process, round after round in
-alternating order, so machine load hits both alike. One run:
+alternating order, so machine load hits both alike. `--uvloop` runs on uvloop, the loop Serve
+replicas use when it is installed (as with ray[serve]). One run:
 
-    ~/.cache/raypipe/ray/venv-2.60.0/bin/python benches/engine_overhead.py --baseline main
+    ~/.cache/raypipe/ray/venv-2.60.0/bin/python benches/engine_overhead.py --baseline main [--uvloop]
 
 Timings are for comparison on one machine in one run; nothing here asserts a time.
 """
@@ -140,7 +142,7 @@ async def timed(executor, requests: int) -> float:
 class Counter:
     """A profile hook counting Python calls, C calls and a few asyncio functions by name."""
 
-    WATCHED = {"create_task": "tasks", "call_at": "timers", "_run_once": "loop turns"}
+    WATCHED = {"call_at": "timers", "_run_once": "loop turns"}
 
     def __init__(self):
         self.counts = {"py calls": 0, "c calls": 0, "tasks": 0, "timers": 0, "loop turns": 0}
@@ -159,6 +161,13 @@ class Counter:
 async def counted(executor, requests: int) -> dict:
     counter = Counter()
     run = executor.run
+    loop = asyncio.get_running_loop()
+
+    def count_task(loop, coro, **kwargs):
+        counter.counts["tasks"] += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(count_task)
     # Let the loop go round once under the hook's eyes so the count holds only what requests do.
     await asyncio.sleep(0)
     sys.setprofile(counter)
@@ -168,7 +177,11 @@ async def counted(executor, requests: int) -> dict:
         await asyncio.sleep(0)
     finally:
         sys.setprofile(None)
-    return {k: v / requests for k, v in counter.counts.items()}
+        loop.set_task_factory(None)
+    counts = {k: v / requests for k, v in counter.counts.items()}
+    if not isinstance(loop, asyncio.BaseEventLoop):  # uvloop: timers and turns are C, unseen
+        counts["timers"] = counts["loop turns"] = None
+    return counts
 
 
 async def main(args) -> None:
@@ -194,15 +207,17 @@ async def main(args) -> None:
             samples[case].append(await timed(built[case], args.requests))
     counts = {case: await counted(built[case], args.count_requests) for case in cases}
 
-    print(f"python {sys.version.split()[0]}, {args.rounds} rounds x {args.requests} sequential requests per case, "
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    print(f"python {sys.version.split()[0]} ({loop} loop), {args.rounds} rounds x {args.requests} sequential requests per case, "
           f"counts over {args.count_requests} requests")
     header = ("engine", "callers", "graph", "µs median", "µs best", "py calls", "c calls", "tasks", "timers", "loop turns")
     rows = []
     for case in cases:
         times = samples[case]
         c = counts[case]
+        seen = [("n/a" if c[k] is None else f"{c[k]:.1f}") for k in ("tasks", "timers", "loop turns")]
         rows.append((*case, f"{statistics.median(times):.1f}", f"{min(times):.1f}", f"{c['py calls']:.0f}",
-                     f"{c['c calls']:.0f}", f"{c['tasks']:.1f}", f"{c['timers']:.1f}", f"{c['loop turns']:.1f}"))
+                     f"{c['c calls']:.0f}", *seen))
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
     print("-|-".join("-" * w for w in widths))
@@ -216,4 +231,11 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=2000, help="sequential requests per case and round")
     parser.add_argument("--count-requests", type=int, default=200, help="requests per case under the profile hook")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop instead of asyncio's own loop")
+    arguments = parser.parse_args()
+    if arguments.uvloop:
+        import uvloop
+
+        uvloop.run(main(arguments))
+    else:
+        asyncio.run(main(arguments))
