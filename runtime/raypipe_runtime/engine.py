@@ -18,8 +18,9 @@ tests (plain coroutines). Semantics (proto/raypipe/v1/pipeline.proto, graph-sema
 - The request deadline is one timer around the whole request; a node's own `timeout_ms` is
   one more (`asyncio.timeout`) around each of its attempts, set only when it ends before the
   deadline. Retries with exponential backoff and full jitter, only for the listed failure
-  classes, never past the deadline. on_error FAIL fails the request (in-flight work is cancelled), SKIP makes the node
-  skipped, FALLBACK makes its output `fallback_value`. An error is never passed on as data.
+  classes, never past the deadline. on_error FAIL fails the request (in-flight work is
+  cancelled), SKIP makes the node skipped, FALLBACK makes its output `fallback_value`. An
+  error is never passed on as data.
 - Shadow nodes (and nodes fed only by them) run on a sample of requests; the response never
   waits for them and their failures are only logged.
 - The OUTPUT node's assembled input is the response; dead optional parts are listed in the

@@ -677,3 +677,13 @@ def test_only_backpressure_sets_retry_after():
     result = run(Executor(g, {"m": Recorder().fn("m", None, fail=Unavailable("gone"))}).run({}))
     assert result.status == 502
     assert "retry-after" not in result.headers
+
+
+def test_the_python_3_10_stand_in_for_asyncio_timeout_keeps_timeouts_and_deadlines(monkeypatch):
+    # Ray 2.60 still runs on Python 3.10, which has no asyncio.timeout: the engine brings its own.
+    monkeypatch.setattr(engine, "_timeout_at", engine._Timeout)
+    test_node_timeout_names_the_node()
+    test_the_request_deadline_bounds_every_call()
+    test_a_node_timeout_beyond_the_deadline_ends_as_the_deadline()
+    test_a_shadow_call_is_bounded_by_the_request_deadline()
+    test_a_timeout_error_of_the_model_itself_is_an_application_error()
