@@ -7,17 +7,14 @@ Skipped when Ray is not importable (e.g. a plain `python -m pytest` outside the 
 RAYPIPE_REQUIRE_RAY=1 (set by tests/integration/runtime.rs) turns that into a failure.
 """
 
-import json
 import os
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT, RUNTIME_DIR, rendered
+from loopback_http import post, request
 from rayhead import LOOPBACK, RayHead, loopback_env
 
 # conftest.py has set the loopback environment before anything imported Ray; check it held.
@@ -32,21 +29,7 @@ except ImportError:  # pragma: no cover - depends on the interpreter
     pytest.skip("ray[serve] is not installed in this interpreter", allow_module_level=True)
 
 # Where overload_models.py lives: on the head's PYTHONPATH, so Serve replicas import it.
-TESTS_DIR = Path(__file__).resolve().parent
-
-# Never through a proxy: every request stays on 127.0.0.1.
-HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def post(url, body, headers=None, timeout=30):
-    data = json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="POST",
-                                     headers={"content-type": "application/json", **(headers or {})})
-    try:
-        with HTTP.open(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read()), dict(response.headers)
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null"), dict(error.headers)
+TESTS_DIR = RUNTIME_DIR / "tests"
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +93,9 @@ def test_ensemble_answers_over_http(head):
 
 def put_config(head, config):
     """PUTs a Serve config to the head's dashboard, the way raypipe's RayService controller does."""
-    request = urllib.request.Request(f"http://{LOOPBACK}:{head.ports['dashboard']}/api/serve/applications/",
-                                     data=json.dumps(config).encode(), method="PUT",
-                                     headers={"content-type": "application/json"})
-    with HTTP.open(request, timeout=60) as response:
-        assert response.status == 200, response.read()
+    status, body, _ = request("PUT", f"http://{LOOPBACK}:{head.ports['dashboard']}/api/serve/applications/",
+                              config, timeout=60)
+    assert status == 200, body
 
 
 def wait_running(name, timeout=240):
@@ -173,7 +154,7 @@ def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
         assert body["error"]["code"] == "BACKPRESSURE", body
         assert body["error"]["node"] == "preprocess", body
         assert "max_queued_requests=20" in body["error"]["message"], body
-        assert {k.lower(): v for k, v in headers.items()}.get("retry-after") == "1", headers
+        assert headers.get("retry-after") == "1", headers
 
     for answer in turned_away:
         check_rejection(*answer)
