@@ -10,8 +10,8 @@ HTTP: the request body is parsed as JSON (an empty body is null; a body that is 
 handed on as text, and reading inside it is a 400). The response is the OUTPUT node's value as
 JSON with status 200, or `{"error": {code, node, message, attempts}}` with the status of the
 failure (400 INVALID_INPUT, 422 NO_ROUTE / OUTPUT_SKIPPED, a user exception's own 4xx
-`status_code`, 502 NODE_FAILED / UNAVAILABLE / SELECT_MISSING, 503 BACKPRESSURE, 504 TIMEOUT /
-DEADLINE). Headers: x-raypipe-graph, x-raypipe-route (switch/split choices), x-raypipe-partial
+`status_code`, 502 NODE_FAILED / UNAVAILABLE / SELECT_MISSING, 503 BACKPRESSURE with
+`Retry-After`, 504 TIMEOUT / DEADLINE). Headers: x-raypipe-graph, x-raypipe-route (switch/split choices), x-raypipe-partial
 (skipped optional parts), x-raypipe-fallback, and x-raypipe-trace when the request sends
 `x-raypipe-trace: 1`. The same answer is available by handle as `handle_request(body, headers)`
 -> (status, bytes, media type, headers), which the rollout router (router.py) calls on a
@@ -154,7 +154,7 @@ def _ray_caller(handle, method: str):
             response.cancel()
             raise
         except sex.BackPressureError as exc:
-            raise engine.Backpressure(str(exc)) from None
+            raise engine.Backpressure(str(exc), retry_after_s=getattr(exc, "retry_after_s", None)) from None
         except unavailable as exc:
             raise engine.Unavailable(type(exc).__name__) from None
         except rex.RayTaskError as exc:
