@@ -64,6 +64,10 @@ REPORT_TIMEOUT_S = 5.0
 ROUTER_LISTED_S = 30.0        # the snapshot lists routers heard from this recently
 ROUTER_FORGOTTEN_S = 300.0    # after this the stats forget a silent router entirely
 LEDGER_GENERATIONS = 4        # generations one router keeps counters for
+# A router's first calls to a version it has not called before reach replicas that are still
+# cold (first handle use, first request through each model): their latency says nothing about
+# the version, so they are counted as requests and errors but left out of its latency.
+WARMUP_CALLS = 5
 STATS_GENERATIONS = 8         # generations the stats deployment keeps
 MAX_LABEL = 128
 MAX_APP_NAME = 253
@@ -202,13 +206,15 @@ class Counters:
         self.sum_ms = 0.0
         self.buckets = [0] * (len(BOUNDS_MS) + 1)
 
-    def record(self, latency_ms: float, failed: bool, retried: bool = False) -> None:
-        latency_ms = max(0.0, latency_ms)
+    def record(self, latency_ms: Optional[float], failed: bool, retried: bool = False) -> None:
+        """`latency_ms` None: a warm-up call, counted but not in the latency figures."""
         self.requests += 1
         self.errors += failed
         self.retried += retried
-        self.sum_ms += latency_ms
-        self.buckets[bucket_index(latency_ms)] += 1
+        if latency_ms is not None:
+            latency_ms = max(0.0, latency_ms)
+            self.sum_ms += latency_ms
+            self.buckets[bucket_index(latency_ms)] += 1
 
     def add(self, other: dict) -> None:
         """Adds counters in their dict form (a router's report); ignores a malformed one."""
@@ -237,12 +243,24 @@ class Ledger:
     def __init__(self, keep: int = LEDGER_GENERATIONS):
         self.keep = keep
         self.generations: "OrderedDict[str, dict]" = OrderedDict()
+        self.calls_per_app: "OrderedDict[str, int]" = OrderedDict()
+
+    def warm(self, app: str) -> bool:
+        """Counts a call to `app`; False for its first WARMUP_CALLS (see WARMUP_CALLS)."""
+        calls = self.calls_per_app.get(app, 0)
+        if calls >= WARMUP_CALLS:
+            return True
+        self.calls_per_app[app] = calls + 1
+        self.calls_per_app.move_to_end(app)
+        while len(self.calls_per_app) > 4 * self.keep:
+            self.calls_per_app.popitem(last=False)
+        return False
 
     def activate(self, generation: str) -> None:
         """The router now routes under `generation`: it becomes the newest kept."""
         self._roles(generation, newest=True)
 
-    def record(self, generation: str, role: str, latency_ms: float, failed: bool,
+    def record(self, generation: str, role: str, latency_ms: Optional[float], failed: bool,
                retried: bool = False) -> None:
         self._roles(generation, newest=False)[role].record(latency_ms, failed, retried)
 
@@ -372,12 +390,14 @@ async def route_request(config: RouterConfig, ledger: Ledger, call: VersionCall,
     reply, failed, latency_ms = await _timed_call(call, target, body, headers)
     if role == CANARY:
         retry = failed and config.retry_on_stable
-        ledger.record(config.generation, CANARY, latency_ms, failed, retried=retry)
+        counted = latency_ms if ledger.warm(target.app) else None
+        ledger.record(config.generation, CANARY, counted, failed, retried=retry)
         if not retry:
             return _labelled(reply, target, CANARY)
         target = config.stable
         reply, failed, latency_ms = await _timed_call(call, target, body, headers)
-    ledger.record(config.generation, STABLE, latency_ms, failed)
+    counted = latency_ms if ledger.warm(target.app) else None
+    ledger.record(config.generation, STABLE, counted, failed)
     return _labelled(reply, target, RETRIED if role == CANARY else STABLE)
 
 

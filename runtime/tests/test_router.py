@@ -314,3 +314,17 @@ def test_build_binds_the_router_to_its_stats_deployment():
     assert (stats.name, stats.num_replicas, stats.ray_actor_options["num_cpus"]) == ("raypipe-rollout-stats", 1, 0.1)
     with pytest.raises(RouterConfigError):
         build({"api_version": "raypipe.v1"})
+
+
+def test_the_first_calls_to_a_version_count_but_leave_its_latency_alone():
+    from raypipe_runtime.router import WARMUP_CALLS, Counters, Ledger
+
+    ledger = Ledger()
+    warm = [ledger.warm("pipe--a") for _ in range(WARMUP_CALLS + 2)]
+    assert warm == [False] * WARMUP_CALLS + [True, True]
+    assert ledger.warm("pipe--b") is False, "each version warms up on its own"
+    c = Counters()
+    c.record(None, failed=True)
+    c.record(3.0, failed=False)
+    d = c.to_dict()
+    assert (d["requests"], d["errors"], sum(d["buckets"]), d["sum_ms"]) == (2, 1, 1, 3.0)

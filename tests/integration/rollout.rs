@@ -40,24 +40,37 @@ async fn outcome(
     let what = format!("the rollout of {wanted} to end in {result}");
     let pipelines = e2e.pipelines.clone();
     let milestones = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, Duration)>::new()));
+    let url = e2e.url.clone();
     let last = eventually(ROLLOUT_WAIT, &what, || {
         let pipelines = pipelines.clone();
         let wanted = wanted.clone();
         let milestones = milestones.clone();
+        let url = url.clone();
         async move {
             let p = pipelines.get(PIPELINE).await.ok()?;
             let rollout = rollout_of(&p)?;
-            let mut seen = milestones.lock().unwrap();
             if let Some(c) = rollout
                 .canary
                 .as_ref()
                 .filter(|c| c.version.digest == wanted)
             {
                 let step = format!("step {} ({} %)", c.step, c.weight);
-                if !seen.iter().any(|(s, _)| *s == step) {
-                    seen.push((step, pushed.elapsed()));
+                let new = {
+                    let mut seen = milestones.lock().unwrap();
+                    let new = !seen.iter().any(|(s, _)| *s == step);
+                    if new {
+                        seen.push((step.clone(), pushed.elapsed()));
+                    }
+                    new
+                };
+                if new && c.step > 0 {
+                    eprintln!(
+                        "canary e2e: {step}: previous step's routers: {}",
+                        routers(&url).await
+                    );
                 }
             }
+            let mut seen = milestones.lock().unwrap();
             let last = rollout.last.clone()?;
             if last.digest != wanted {
                 return None;
@@ -74,6 +87,34 @@ async fn outcome(
     seen.push(("old version retired".to_owned(), pushed.elapsed()));
     eprintln!("canary e2e: {wanted} {result}: {seen:?}");
     (last, seen)
+}
+
+/// The routers' counters of their current generation, in a line: requests and p50/p95 per
+/// version (for the log of a run).
+async fn routers(url: &str) -> String {
+    let answer = support::fixture::loopback_http(Duration::from_secs(5))
+        .get(format!("{url}/-/raypipe/rollout"))
+        .send()
+        .await;
+    let Ok(answer) = answer else {
+        return "unreadable".to_owned();
+    };
+    let stats: raypipe::serve::rollout::RouterStats =
+        serde_json::from_slice(&answer.bytes().await.unwrap_or_default()).unwrap_or_default();
+    let line = |name: &str, c: &raypipe::serve::rollout::VersionCounters| {
+        format!(
+            "{name} {} requests, {} errors, p50 {:?} p95 {:?} ms",
+            c.requests,
+            c.errors,
+            c.percentile_ms(&stats.bounds_ms, 50.0),
+            c.percentile_ms(&stats.bounds_ms, 95.0)
+        )
+    };
+    format!(
+        "{}; {}",
+        line("stable", &stats.stable),
+        line("canary", &stats.canary)
+    )
 }
 
 /// The replica ids of the executor of Serve application `app` on the shared head.
@@ -133,10 +174,6 @@ async fn canary_at_step(e2e: &E2e, bytes: &[u8], step: i32) -> RolloutStatus {
 async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_failed_request() {
     let head = support::ray_head();
     let _serve = support::ray_serve_lock().await;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("raypipe=info"))
-        .with_test_writer()
-        .try_init();
     let policy = json!({"rollout": {
         "strategy": "Canary",
         "steps": [{"weight": 30, "pause": "8s"}, {"weight": 60, "pause": "6s"}],
@@ -282,5 +319,8 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     );
     assert_eq!(failed, 0, "failures: {:?}", traffic.failures());
     assert_eq!(failed2, 0, "failures: {:?}", second_traffic.failures());
-    assert!(ok > 100 && ok2 > 100, "the clients kept sending ({ok}, {ok2} answers)");
+    assert!(
+        ok > 100 && ok2 > 100,
+        "the clients kept sending ({ok}, {ok2} answers)"
+    );
 }

@@ -249,13 +249,19 @@ fn a_slow_canary_trips_the_latency_gate_over_a_whole_window() {
     // Canary p95 in the 20 ms bucket, stable in the 5 ms one: 4× and 15 ms slower; judged
     // when the window is over, not on its first requests.
     w.traffic((20, 0, 2), (100, 0));
-    assert_eq!(w.pass(12, Some(&newest(NEW))).status.canary.unwrap().step, 1);
+    assert_eq!(
+        w.pass(12, Some(&newest(NEW))).status.canary.unwrap().step,
+        1
+    );
     let d = w.pass(20, Some(&newest(NEW)));
     assert_eq!(d.status.last.unwrap().reason, reasons::LATENCY);
     // Too few samples for a percentile: the step waits for more.
     let mut w = canary_at_step_one();
     w.traffic((12, 0, 2), (100, 0));
-    assert_eq!(w.pass(20, Some(&newest(NEW))).status.canary.unwrap().step, 1);
+    assert_eq!(
+        w.pass(20, Some(&newest(NEW))).status.canary.unwrap().step,
+        1
+    );
     // Within the tolerance it passes: 10 ms against 5 ms is 2× but only 5 ms slower.
     let mut w = canary_at_step_one();
     w.traffic((20, 0, 1), (100, 0));
