@@ -282,6 +282,38 @@ async fn a_new_graph_at_the_registry_rolls_out_within_the_refresh_interval() {
     .await;
 }
 
+/// A new source URL is fetched when the pipeline changes, and what it brings is applied when
+/// the fetch ends, not at the next refresh (an hour away here).
+#[tokio::test]
+async fn a_changed_source_is_applied_when_its_fetch_ends_not_at_the_next_refresh() {
+    let f = fixture("sp-moved", "token-moved-1").await;
+    f.create(&pipeline(
+        "moved",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({"refreshInterval": "1h"}),
+    ))
+    .await;
+    let v2 = sample_graph_version("sequence", "v2-moved");
+    f.registry.put("graphs/moved.pb", v2.clone());
+    let patch = json!({"spec": {"source": {"url": f.registry.url("graphs/moved.pb")}}});
+    f.pipelines()
+        .patch(
+            "moved",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("patched");
+    let want = expected_serve_config(&v2, "moved");
+    let api = f.rayservices();
+    eventually(WAIT, "the RayService to carry the graph at the new URL", || {
+        let api = api.clone();
+        let want = want.clone();
+        async move { (serve_config(&api.get("moved").await.expect("get")) == want).then_some(()) }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn an_unchanged_source_writes_nothing_to_the_api_server() {
     let f = fixture("sp-steady", "token-steady-1").await;

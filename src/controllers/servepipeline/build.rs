@@ -116,6 +116,21 @@ pub struct AppliedGraph {
     pub version: Option<String>,
 }
 
+/// The applied graph as a status describes it (`source` and `graph`), when it has both.
+pub fn applied_from_status(status: &ServePipelineStatus) -> Option<AppliedGraph> {
+    let (source, graph) = (status.source.as_ref()?, status.graph.as_ref()?);
+    Some(AppliedGraph {
+        digest: source.digest.clone(),
+        etag: source.etag.clone(),
+        size: u64::try_from(source.bytes).unwrap_or(0),
+        fetched_at: source.fetched_at.clone()?,
+        nodes: usize::try_from(graph.nodes).unwrap_or(0),
+        edges: usize::try_from(graph.edges).unwrap_or(0),
+        ingress: graph.ingress.clone(),
+        version: graph.version.clone(),
+    })
+}
+
 /// A problem of the latest attempt: which condition it belongs to, reason and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
@@ -645,6 +660,21 @@ mod tests {
             !is_up_to_date(&a, &other),
             "a new config changes the applied hash"
         );
+    }
+
+    #[test]
+    fn the_applied_graph_is_read_back_from_the_status_it_wrote() {
+        let p = pipeline("p");
+        let status = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&applied()),
+            problem: None,
+            rayservice: None,
+            rollout: None,
+            now: at(1),
+        });
+        assert_eq!(applied_from_status(&status), Some(applied()));
+        assert_eq!(applied_from_status(&ServePipelineStatus::default()), None);
     }
 
     #[test]

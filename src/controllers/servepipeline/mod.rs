@@ -150,6 +150,8 @@ struct PipelineState {
     source_inputs: String,
     last_checked: Instant,
     good: Option<GoodGraph>,
+    /// With a canary policy: the graph of the stable version, while it is in memory.
+    stable: Option<GoodGraph>,
     /// The last problem an Event was published for, so a persisting failure is announced once.
     announced_problem: Option<(String, String)>,
     /// The latest fetch's problem (and whether it is transient), shown while the next fetch runs.

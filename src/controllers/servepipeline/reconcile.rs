@@ -135,7 +135,7 @@ pub(super) async fn reconcile(
     let has_stable = rollout.as_ref().is_some_and(|r| r.stable.is_some());
     let outcome = if canary_strategy {
         if rollout_may_run && (good.is_some() || has_stable) {
-            let stable_graph = previous_state.as_ref().and_then(|s| s.good.as_ref());
+            let stable_graph = previous_state.as_ref().and_then(|s| s.stable.as_ref());
             let result = canary::apply(
                 &pipeline,
                 &ctx,
@@ -176,10 +176,31 @@ pub(super) async fn reconcile(
             problem = Some(p);
         }
     }
+    // With a canary policy the status's source and graph describe the version that serves
+    // (the stable one); the version being tried is in `status.rollout.canary`.
+    let stable_digest = rollout
+        .as_ref()
+        .and_then(|r| r.stable.as_ref())
+        .map(|s| s.digest.clone());
+    let mut stable = previous_state.as_ref().and_then(|s| s.stable.clone());
+    if let Some(g) = good.as_ref().filter(|g| Some(&g.applied.digest) == stable_digest.as_ref()) {
+        stable = Some(g.clone());
+    }
+    stable = stable.filter(|g| Some(&g.applied.digest) == stable_digest.as_ref());
+    let described = if canary_strategy {
+        stable.as_ref().map(|g| g.applied.clone()).or_else(|| {
+            // Not in memory (a restart, or the newest graph was rolled back): as the status
+            // last described it, when that is still the stable version.
+            build::applied_from_status(pipeline.status.as_ref()?)
+                .filter(|a| Some(&a.digest) == stable_digest.as_ref())
+        })
+    } else {
+        good.as_ref().map(|g| g.applied.clone())
+    };
     status::update(
         &ctx,
         &pipeline,
-        good.as_ref(),
+        described.as_ref(),
         problem.as_ref(),
         rayservice.as_ref(),
         rollout.as_ref(),
@@ -202,14 +223,21 @@ pub(super) async fn reconcile(
             source_inputs: source_inputs.clone(),
             last_checked: Instant::now(),
             good: None,
+            stable: None,
             announced_problem: None,
             last_problem: None,
         });
-        entry.source_inputs = source_inputs;
+        // While a fetch for new inputs runs, the old inputs stay remembered: the fetch's
+        // wake-up then finds the source still due and takes the outcome at once (remembering
+        // the new ones here left it waiting for the refresh interval).
+        if !fetching {
+            entry.source_inputs = source_inputs;
+        }
         if checked {
             entry.last_checked = Instant::now();
         }
         entry.good = good;
+        entry.stable = stable;
         entry.announced_problem = current;
         if !fetching {
             entry.last_problem = problem.clone().map(|p| (p, transient));

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
-use super::build::{self, Problem, StatusInputs};
+use super::build::{self, AppliedGraph, Problem, StatusInputs};
 use super::{Context, Error, GoodGraph, MAX_LOGGED_MESSAGE, now};
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{RolloutStatus, ServePipeline, ServePipelineStatus};
@@ -16,14 +16,14 @@ use crate::k8s::field_managers;
 pub(super) async fn update(
     ctx: &Context,
     pipeline: &ServePipeline,
-    good: Option<&GoodGraph>,
+    applied: Option<&AppliedGraph>,
     problem: Option<&Problem>,
     rayservice: Option<&RayService>,
     rollout: Option<&RolloutStatus>,
 ) -> Result<(), Error> {
     let status = build::compute_status(&StatusInputs {
         pipeline,
-        applied: good.map(|g| &g.applied),
+        applied,
         problem,
         rayservice,
         rollout,
