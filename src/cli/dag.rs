@@ -392,21 +392,24 @@ fn render(args: &RenderArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     } else {
         config.to_yaml()
     };
-    out.write_all(text.as_bytes())
-        .map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?;
+    write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
+}
+
+fn stdout_error(source: std::io::Error) -> DagError {
+    DagError::Write {
+        path: "standard output".into(),
+        source,
+    }
+}
+
+fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), DagError> {
+    out.write_all(bytes).map_err(stdout_error)
 }
 
 fn dot(args: &InputArgs, out: &mut dyn Write) -> Result<u8, DagError> {
     let graph = read_graph(args)?;
-    out.write_all(graph::dot::to_dot(&graph).as_bytes())
-        .map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?;
+    write_stdout(out, graph::dot::to_dot(&graph).as_bytes())?;
     Ok(EXIT_OK)
 }
 
@@ -435,17 +438,12 @@ fn diff(args: &DiffArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8,
     let text = match args.output {
         DiffOutput::Text => plan.to_string(),
         DiffOutput::Json => {
-            serde_json::to_string_pretty(&plan).map_err(|e| DagError::Write {
-                path: "standard output".into(),
-                source: std::io::Error::other(e),
-            })? + "\n"
+            serde_json::to_string_pretty(&plan)
+                .map_err(|e| stdout_error(std::io::Error::other(e)))?
+                + "\n"
         }
     };
-    out.write_all(text.as_bytes())
-        .map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?;
+    write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
 }
 
@@ -468,10 +466,7 @@ fn encode(args: &EncodeArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             path: file.display().to_string(),
             source,
         })?,
-        None => out.write_all(&bytes).map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?,
+        None => write_stdout(out, &bytes)?,
     }
     Ok(EXIT_OK)
 }
@@ -485,11 +480,7 @@ fn decode(args: &DecodeArgs, out: &mut dyn Write) -> Result<u8, DagError> {
         graph::to_yaml(&graph)
     }
     .map_err(|source| DagError::Graph { path, source })?;
-    out.write_all(text.as_bytes())
-        .map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?;
+    write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
 }
 
