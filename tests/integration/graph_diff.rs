@@ -123,6 +123,17 @@ fn replicas(details: &ServeInstanceDetails, app: &str) -> Replicas {
         .collect()
 }
 
+/// The Serve config of a graph, as the dashboard takes it.
+fn render(graph: &PipelineGraph, options: &RenderOptions) -> Value {
+    let valid = raypipe::graph::validate(graph.clone()).expect("a valid graph");
+    let config = raypipe::serve::render(&valid, options).expect("the graph renders");
+    serde_json::from_str(&config.to_json()).unwrap()
+}
+
+fn args(graph: &PipelineGraph, options: &RenderOptions) -> Value {
+    render(graph, options)["applications"][0]["args"].take()
+}
+
 /// How many of each deployment's replicas in `before` are still running in `after`.
 fn still_running(before: &Replicas, after: &Replicas) -> BTreeMap<String, usize> {
     before
@@ -150,9 +161,7 @@ async fn deploy(
         .await
         .ok()
         .and_then(|d| d.applications.get(&app)?.last_deployed_time_s);
-    let valid = raypipe::graph::validate(graph.clone()).expect("a valid graph");
-    let config = raypipe::serve::render(&valid, options).expect("the graph renders");
-    let body: Value = serde_json::from_str(&config.to_json()).unwrap();
+    let body = render(graph, options);
     client
         .put_serve_applications(&body)
         .await
@@ -237,6 +246,7 @@ async fn in_place_changes_keep_every_replica_and_args_changes_restart_them() {
     assert!(!plan.restarts_all_replicas, "{plan}");
     assert_eq!(plan.count(Change::InPlace), 2, "{plan}");
     assert_eq!(plan.count(Change::Restarted), 0, "{plan}");
+    assert_eq!(args(&v1, &options), args(&v2, &options));
 
     let details = deploy(&client, &v2, &options, 4).await;
     let after = replicas(&details, "plan");
@@ -260,6 +270,7 @@ async fn in_place_changes_keep_every_replica_and_args_changes_restart_them() {
     let plan = diff(&v2, &v3);
     assert!(plan.restarts_all_replicas, "{plan}");
     assert_eq!(plan.count(Change::InPlace), 1, "{plan}");
+    assert_ne!(args(&v2, &options), args(&v3, &options));
     let details = deploy(&client, &v3, &options, 4).await;
     let restarted = replicas(&details, "plan");
     assert!(
