@@ -22,7 +22,6 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::DEFAULT_DEADLINE_MS;
 use super::predicate::Text;
 use super::proto::{
     self, DeploymentOptions, Edge, EdgeMode, InputNode, JoinMode, ModelNode, NoMatch, Node,
@@ -30,6 +29,7 @@ use super::proto::{
 };
 use super::serde_support::wiring::same_wiring;
 use super::serde_support::{TextEnum, short_name};
+use super::{DEFAULT_DEADLINE_MS, MAX_PROBLEM_BYTES, capped};
 
 /// What a new graph version does to one node.
 #[derive(
@@ -238,10 +238,28 @@ impl fmt::Display for GraphDiff {
 pub fn diff(old: &PipelineGraph, new: &PipelineGraph) -> GraphDiff {
     GraphDiff {
         nodes: node_diffs(old, new),
-        routing: routing_changes(old, new),
-        graph: graph_changes(old, new),
+        routing: capped_lines(routing_changes(old, new)),
+        graph: capped_lines(graph_changes(old, new)),
         restarts_all_replicas: !same_wiring(old, new) || old.runtime_env != new.runtime_env,
     }
+}
+
+/// Longest routing or graph line (bytes). The lines quote text from the graphs (predicate
+/// literals, pointers, header names), which only validation bounds, and the plan is printed and
+/// may be stored in a status.
+pub const MAX_LINE_BYTES: usize = 2 * MAX_PROBLEM_BYTES;
+
+fn capped_lines(lines: Vec<String>) -> Vec<String> {
+    lines
+        .into_iter()
+        .map(|line| {
+            if line.len() > MAX_LINE_BYTES {
+                capped(&line, MAX_LINE_BYTES)
+            } else {
+                line
+            }
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -563,7 +581,7 @@ fn describe_weight(weight: Option<u32>, total: u64) -> String {
 
 fn describe_when(when: Option<&proto::Predicate>) -> String {
     match when {
-        Some(predicate) => format!("`{}`", Text(predicate)),
+        Some(predicate) => format!("`{}`", capped(&Text(predicate), MAX_PROBLEM_BYTES)),
         None => "none".to_string(),
     }
 }
@@ -1330,6 +1348,28 @@ mod tests {
         );
         let back: GraphDiff = serde_json::from_value(json).unwrap();
         assert_eq!(back, diff);
+    }
+
+    #[test]
+    fn long_lines_are_capped() {
+        let mut new = sample();
+        let long = "x".repeat(5000);
+        new.version = long.clone();
+        if let Some(proto::predicate::P::Compare(compare)) =
+            &mut edge_mut(&mut new, "tier", "premium")
+                .when
+                .as_mut()
+                .unwrap()
+                .p
+        {
+            compare.value = Some(string(&long));
+        }
+        let diff = diff(&sample(), &new);
+        let lines: Vec<&String> = diff.graph.iter().chain(&diff.routing).collect();
+        assert_eq!(lines.len(), 2, "{diff}");
+        for line in lines {
+            assert!(line.len() <= MAX_LINE_BYTES && line.contains('…'), "{line}");
+        }
     }
 
     /// Field names of a message in `pipeline.proto`: (plain fields, oneof members).
