@@ -10,7 +10,9 @@ predicted (see samples/graphs/README.md):
   words, rounded to 4 places (0.5 for no words), with the sentiment word lists below; the
   output is {"label": label, "score": score, "positive": score >= threshold}. `threshold` is 0.5
   unless the deployment's user_config sets it. A text containing "fail:<label>" makes that
-  classifier raise (to show a node failing), e.g. "fail:b".
+  classifier raise (to show a node failing), e.g. "fail:b". For rollout demos and tests it can
+  be made broken: `fail_at_start` (raises in its constructor), `error_share` (that share of
+  calls fail, deterministically) and `delay_ms` (each call sleeps that long).
 - Combine: {"a": {...score...}, "b": {...}} -> {"score": mean of the scores, "votes": {name:
   score}}; parts that are missing (a skipped optional branch) simply do not vote.
 - Audit: records what it saw: {"audited": true, "fields": [sorted keys of the request]}.
@@ -19,6 +21,7 @@ predicted (see samples/graphs/README.md):
 from __future__ import annotations
 
 import logging
+import time
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +59,18 @@ def score_text(text: str) -> float:
 
 
 class Classifier:
-    def __init__(self, label: str = "model", threshold: float = 0.5):
+    def __init__(self, label: str = "model", threshold: float = 0.5, fail_at_start: bool = False,
+                 error_share: float = 0.0, delay_ms: float = 0.0):
+        # The last three make the broken versions a canary rollout must catch (samples/graphs/
+        # README.md): a model that cannot start, one that fails a share of its requests, and
+        # one that is slow.
+        if fail_at_start:
+            raise RuntimeError(f"classifier {label} cannot start: its weights are missing")
         self.label = label
         self.threshold = threshold
+        self.error_share = max(0.0, min(1.0, float(error_share)))
+        self.delay_s = max(0.0, float(delay_ms)) / 1000.0
+        self.calls = 0
 
     def reconfigure(self, user_config: dict) -> None:
         # The Serve config's user_config (e.g. {"threshold": 0.5}) arrives here, live.
@@ -66,6 +78,12 @@ class Classifier:
 
     def __call__(self, payload) -> dict:
         text = _text_of(payload)
+        self.calls += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        # Deterministic: the first round(share * 10) of every 10 calls fail.
+        if (self.calls - 1) % 10 < round(self.error_share * 10):
+            raise RuntimeError(f"classifier {self.label} failed (error_share {self.error_share})")
         if f"fail:{self.label}".lower() in text.lower():
             raise ValueError(f"classifier {self.label} was asked to fail")
         score = score_text(text)

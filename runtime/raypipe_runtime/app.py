@@ -10,10 +10,12 @@ HTTP: the request body is parsed as JSON (an empty body is null; a body that is 
 handed on as text, and reading inside it is a 400). The response is the OUTPUT node's value as
 JSON with status 200, or `{"error": {code, node, message, attempts}}` with the status of the
 failure (400 INVALID_INPUT, 422 NO_ROUTE / OUTPUT_SKIPPED, a user exception's own 4xx
-`status_code`, 502 NODE_FAILED / UNAVAILABLE / SELECT_MISSING, 503 BACKPRESSURE, 504 TIMEOUT /
-DEADLINE). Headers: x-raypipe-graph, x-raypipe-route (switch/split choices), x-raypipe-partial
+`status_code`, 502 NODE_FAILED / UNAVAILABLE / SELECT_MISSING, 503 BACKPRESSURE with
+`Retry-After`, 504 TIMEOUT / DEADLINE). Headers: x-raypipe-graph, x-raypipe-route (switch/split choices), x-raypipe-partial
 (skipped optional parts), x-raypipe-fallback, and x-raypipe-trace when the request sends
-`x-raypipe-trace: 1`.
+`x-raypipe-trace: 1`. The same answer is available by handle as `handle_request(body, headers)`
+-> (status, bytes, media type, headers), which the rollout router (router.py) calls on a
+version application that has no route of its own.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def _ray_caller(handle, method: str):
             response.cancel()
             raise
         except sex.BackPressureError as exc:
-            raise engine.Backpressure(str(exc)) from None
+            raise engine.Backpressure(str(exc), retry_after_s=getattr(exc, "retry_after_s", None)) from None
         except unavailable as exc:
             raise engine.Unavailable(type(exc).__name__) from None
         except rex.RayTaskError as exc:
@@ -198,10 +200,15 @@ class GraphExecutor:
                    for node in self.spec.graph.model_nodes()}
         self.executor = engine.Executor(self.spec.graph, callers, header_nodes=header_nodes)
 
+    async def handle_request(self, body: bytes, headers: dict):
+        """One request as (status, content bytes, media type, response headers): what the HTTP
+        path answers, and what the rollout router (router.py) calls by handle."""
+        result = await self.executor.run(parse_body(body), headers)
+        return encode_result(result)
+
     async def __call__(self, request):
         from starlette.responses import Response
 
-        body = await request.body()
-        result = await self.executor.run(parse_body(body), dict(request.headers))
-        status, content, media_type, headers = encode_result(result)
+        status, content, media_type, headers = await self.handle_request(await request.body(),
+                                                                         dict(request.headers))
         return Response(content=content, status_code=status, media_type=media_type, headers=headers)

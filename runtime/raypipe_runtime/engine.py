@@ -10,16 +10,22 @@ tests (plain coroutines). Semantics (proto/raypipe/v1/pipeline.proto, graph-sema
 - join ALL: runs when every in-edge is settled, every non-optional one live and at least one
   live; skipped as soon as a non-optional in-edge is dead. join ANY: runs with the first live
   in-edge; skipped when all are dead. Joins never wait for something that cannot come.
-- Independent branches run concurrently (one asyncio task per model call). Work no remaining
-  consumer needs (e.g. the losing branch of a join ANY) is cancelled.
-- Every attempt is bounded by min(node timeout, what is left of the request deadline); retries
-  with exponential backoff and full jitter, only for the listed failure classes, never past the
-  deadline. on_error FAIL fails the request (in-flight work is cancelled), SKIP makes the node
-  skipped, FALLBACK makes its output `fallback_value`. An error is never passed on as data.
+- Independent branches run concurrently. A request runs in the coroutine that called `run`:
+  while a single model call is ready and nothing else is in flight (a straight path), that
+  call is awaited right there; only real fan-out (two or more calls at once) and shadow nodes
+  get asyncio tasks. Work no remaining consumer needs (e.g. the losing branch of a join ANY)
+  is cancelled.
+- The request deadline is one timer around the whole request; a node's own `timeout_ms` is
+  one more (`asyncio.timeout`) around each of its attempts, set only when it ends before the
+  deadline. Retries with exponential backoff and full jitter, only for the listed failure
+  classes, never past the deadline. on_error FAIL fails the request (in-flight work is
+  cancelled), SKIP makes the node skipped, FALLBACK makes its output `fallback_value`. An
+  error is never passed on as data.
 - Shadow nodes (and nodes fed only by them) run on a sample of requests; the response never
   waits for them and their failures are only logged.
 - The OUTPUT node's assembled input is the response; dead optional parts are listed in the
-  `x-raypipe-partial` header, switch/split choices in `x-raypipe-route`.
+  `x-raypipe-partial` header, switch/split choices in `x-raypipe-route`. A node's backpressure
+  (its Serve queue is full) answers 503 with a `Retry-After` header.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import logging
 import math
 import random
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
@@ -48,6 +55,12 @@ HEADER_PARTIAL = "x-raypipe-partial"
 HEADER_FALLBACK = "x-raypipe-fallback"
 HEADER_GRAPH = "x-raypipe-graph"
 HEADER_TRACE = "x-raypipe-trace"
+HEADER_RETRY_AFTER = "retry-after"
+
+# Seconds a client is told to wait after a node's backpressure when Serve names no delay of
+# its own (`backpressure_config.retry_after_s`): a full queue drains within a few calls of the
+# node, and HTTP counts whole seconds.
+DEFAULT_RETRY_AFTER_S = 1
 
 # Error codes and their HTTP statuses.
 STATUS = {
@@ -72,20 +85,34 @@ class Unavailable(Exception):
 
 
 class Backpressure(Exception):
-    """Raised by a caller when the call was rejected because the queue was full."""
+    """Raised by a caller when the call was rejected because the queue was full.
+    `retry_after_s`: how long the client should wait, when the deployment says."""
+
+    def __init__(self, message: str = "", retry_after_s: Optional[float] = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def retry_after_seconds(retry_after_s: Optional[float]) -> int:
+    """The `Retry-After` value (whole seconds, rounded up, as Serve does) for a delay."""
+    if isinstance(retry_after_s, (int, float)) and not isinstance(retry_after_s, bool) \
+            and math.isfinite(retry_after_s) and retry_after_s >= 0:
+        return math.ceil(retry_after_s)
+    return DEFAULT_RETRY_AFTER_S
 
 
 class GraphError(Exception):
     """A request failure: {"error": {code, node, message, attempts}} with an HTTP status."""
 
     def __init__(self, code: str, node: Optional[str], message: str, attempts: int = 0,
-                 status: Optional[int] = None):
+                 status: Optional[int] = None, retry_after: Optional[int] = None):
         super().__init__(message)
         self.code = code
         self.node = node
         self.message = message[:MAX_MESSAGE]
         self.attempts = attempts
         self.status = status or STATUS.get(code, 500)
+        self.retry_after = retry_after  # seconds, for the Retry-After header
 
     def body(self) -> dict:
         error = {"code": self.code, "node": self.node, "message": self.message}
@@ -111,6 +138,7 @@ class _Failure:
     attempts: int
     status: Optional[int] = None
     code: Optional[str] = None
+    retry_after: Optional[int] = None
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -147,6 +175,65 @@ def sticky_choice(value, total: int) -> int:
 
 Caller = Callable[..., Awaitable[Any]]
 
+_FAILURE_CODES = {"UNAVAILABLE": "UNAVAILABLE", "BACKPRESSURE": "BACKPRESSURE", "TIMEOUT": "TIMEOUT"}
+
+
+class _Timeout:
+    """`asyncio.timeout_at` for Python 3.10 (Ray 2.60 still runs on it): cancels the running task
+    at `when` (loop time) and turns that cancellation into TimeoutError on the way out."""
+
+    def __init__(self, when: float):
+        self._when = when
+        self._expired = False
+        self._handle = None
+
+    def expired(self) -> bool:
+        return self._expired
+
+    async def __aenter__(self):
+        task = asyncio.current_task()
+        self._handle = asyncio.get_running_loop().call_at(self._when, self._expire, task)
+        return self
+
+    def _expire(self, task) -> None:
+        self._expired = True
+        task.cancel()
+
+    async def __aexit__(self, exc_type, exc, tb):
+        self._handle.cancel()
+        if self._expired and exc_type is asyncio.CancelledError:
+            raise asyncio.TimeoutError from exc
+        return None
+
+
+_timeout_at = getattr(asyncio, "timeout_at", _Timeout)
+
+
+def _cancel_requested() -> bool:
+    """Whether the running task is being cancelled (by a timeout, the request's end or its
+    client), as opposed to a callee raising CancelledError of its own. Python 3.10 cannot tell
+    the two apart: there a CancelledError always counts as a cancellation of the request."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling() > 0 if cancelling is not None else True
+
+
+class _NodeTimeout(Exception):
+    """A node's own timeout ended an attempt."""
+
+
+async def _call_once(caller: Caller, args, kwargs, timeout: Optional[float]):
+    """One call, bounded by `timeout` seconds when given; awaited directly when not."""
+    if timeout is None:
+        return await caller(*args, **kwargs)
+    scope = _timeout_at(asyncio.get_running_loop().time() + timeout)
+    try:
+        async with scope:
+            return await caller(*args, **kwargs)
+    except asyncio.TimeoutError:
+        if scope.expired():
+            raise _NodeTimeout from None
+        raise
+
 
 class Executor:
     """Runs requests through one graph.
@@ -171,6 +258,24 @@ class Executor:
         self.clock = clock
         self.sleep = sleep
         self._tasks: set = set()
+        # What every request would otherwise work out again.
+        self.initial_state = {name: PENDING for name in graph.nodes}
+        self.graph_header = f"{graph.name}@{graph.version}" if graph.version else graph.name
+        self.deadline_s = graph.deadline_ms / 1000.0
+        self.scope_names = {name: (*[a for a in graph.order if a in graph.ancestors[name]], name)
+                            for name in graph.order}
+        self.switch_routes = {}
+        self.split_routes = {}
+        for node in graph.nodes.values():
+            outs = graph.out_edges[node.name]
+            if node.kind == "switch":
+                cases = sorted((e for e in outs if e.when is not None), key=lambda e: (e.order, e.index))
+                self.switch_routes[node.name] = (cases, next((e for e in outs if e.when is None), None))
+            elif node.kind == "split":
+                weighted = [e for e in outs if (e.weight or 0) > 0]
+                self.split_routes[node.name] = (weighted, sum(e.weight for e in weighted))
+        prunable = set(_prunable(graph))
+        self.prunable = tuple(name for name in graph.order if name in prunable)
 
     async def run(self, request: Any, headers: Optional[Mapping[str, str]] = None) -> Result:
         """Runs one request (its parsed body) and returns the response. Never raises for graph
@@ -192,15 +297,29 @@ class Executor:
         task.add_done_callback(self._tasks.discard)
 
 
+def _prunable(graph: GraphSpec):
+    """Model nodes whose call may stop being needed while it runs: every consumer has another
+    in-edge, which can fire it (join ANY) or skip it (join ALL) first. A node with a consumer
+    that waits only for it stays needed, so straight paths never look for work to cancel."""
+    for node in graph.model_nodes():
+        name = node.name
+        outs = graph.out_edges[name]
+        if name == graph.output or name in graph.shadow or not outs:
+            continue
+        if all(len(graph.in_edges[e.target]) > 1 for e in outs):
+            yield name
+
+
 class _Run:
     def __init__(self, executor: Executor, request: Any, headers: dict):
         self.x = executor
         self.g = executor.graph
         self.request = request
         self.headers = headers
-        self.forwarded = {h: headers[h] for h in self.g.forward_headers if h in headers}
-        self.trace = headers.get(HEADER_TRACE, "").strip().lower() in ("1", "true", "yes")
-        self.state = {name: PENDING for name in self.g.nodes}
+        self.forwarded = ({h: headers[h] for h in self.g.forward_headers if h in headers}
+                          if executor.header_nodes else {})
+        self.trace = HEADER_TRACE in headers and headers[HEADER_TRACE].strip().lower() in ("1", "true", "yes")
+        self.state = dict(executor.initial_state)
         self.values: dict = {}
         self.reasons: dict = {}
         self.edge_live: dict = {}  # edge index -> bool
@@ -208,43 +327,76 @@ class _Run:
         self.chosen: dict = {}  # switch/split name -> chosen edge index
         self.fallbacks: list = []
         self.soft_failed: list = []
-        self.info: dict = {}
-        self.tasks: dict = {}  # node name -> task
+        self.info: dict = {}  # node name -> attempts and time, kept only for x-raypipe-trace
+        self.ready: list = []  # (node, document) of model calls (not shadow) ready to start
+        self.tasks: dict = {}  # node name -> task, for calls (not shadow) that run side by side
+        self.result: Optional[Result] = None
+        self.wake: Optional[asyncio.Future] = None  # the request's coroutine waits on tasks
         self.loop = asyncio.get_running_loop()
         self.start = executor.clock()
-        self.deadline = self.start + self.g.deadline_ms / 1000.0
-        self.response: asyncio.Future = self.loop.create_future()
-        self.queue: list = []
+        self.deadline = self.start + executor.deadline_s
+        self.queue: deque = deque()
         self.draining = False
-        self.timer = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def execute(self) -> Result:
-        remaining = self.deadline - self.x.clock()
-        self.timer = self.loop.call_later(max(0.0, remaining), self._on_deadline)
+        """Drives the request in the calling coroutine: runs a lone ready call right here,
+        starts tasks when calls can run side by side, and waits for them otherwise."""
+        scope = _timeout_at(self.loop.time() + max(0.0, self._remaining()))
         try:
-            self._settle(self.g.ingress, DONE, self.request)
-            return await asyncio.shield(self.response)
+            async with scope:
+                self._settle(self.g.ingress, DONE, self.request)
+                while self.result is None:
+                    ready = self.ready
+                    if ready:
+                        if len(ready) == 1 and not self._in_flight():
+                            await self._call(*ready.pop())
+                            continue
+                        for node, document in ready:
+                            self._start_task(node, document)
+                        ready.clear()
+                    self.wake = self.loop.create_future()
+                    await self.wake
+        except asyncio.TimeoutError:
+            if not scope.expired():
+                raise
+            self._on_deadline()
         except asyncio.CancelledError:
             # The client went away (or Serve's own timeout hit): stop all non-shadow work.
             self._cancel_non_shadow()
             raise
-        finally:
-            self.timer.cancel()
+        return self.result
+
+    def _in_flight(self) -> bool:
+        return any(not task.done() for task in self.tasks.values())
+
+    def _start_task(self, node: NodeSpec, document: Any) -> None:
+        task = self.loop.create_task(self._call(node, document), name=f"raypipe:{node.name}")
+        self.tasks[node.name] = task
+        self.x._track(task)
+
+    def _wake(self) -> None:
+        """Lets the request's coroutine go on after a task settled something."""
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     def _remaining(self) -> float:
         return self.deadline - self.x.clock()
 
     def _respond(self, result: Result) -> None:
-        if self.response.done():
+        if self.result is not None:
             return
         result.headers.update(self._headers())
-        self.response.set_result(result)
+        if result.error is not None and result.error.retry_after is not None:
+            result.headers[HEADER_RETRY_AFTER] = str(result.error.retry_after)
+        self.result = result
         self._cancel_non_shadow()
+        self._wake()
 
     def _fail(self, error: GraphError) -> None:
-        if self.response.done():
+        if self.result is not None:
             return
         logger.info("raypipe: request failed: %s (node %s): %s", error.code, error.node, error.message)
         self._respond(Result(error.status, error.body(), error=error))
@@ -256,14 +408,14 @@ class _Run:
                               f"the request deadline of {self.g.deadline_ms} ms passed{waiting}"))
 
     def _cancel_non_shadow(self) -> None:
-        for name, task in list(self.tasks.items()):
-            if name not in self.g.shadow and not task.done():
+        for task in self.tasks.values():
+            if not task.done():
                 task.cancel()
 
     def _headers(self) -> dict:
         h = {}
         if self.g.name:
-            h[HEADER_GRAPH] = f"{self.g.name}@{self.g.version}" if self.g.version else self.g.name
+            h[HEADER_GRAPH] = self.x.graph_header
         if self.routes:
             h[HEADER_ROUTE] = ",".join(self.routes)
         partial = self._partial()
@@ -297,13 +449,14 @@ class _Run:
     def _settle(self, name: str, state: str, value: Any = None, reason: Optional[str] = None) -> None:
         """Records that a node finished (or was skipped), then lets its consumers proceed.
         Iterative (a queue), so long chains of routing nodes do not recurse."""
-        self.queue.append((name, state, value, reason))
+        queue = self.queue
+        queue.append((name, state, value, reason))
         if self.draining:
             return
         self.draining = True
         try:
-            while self.queue:
-                item = self.queue.pop(0)
+            while queue:
+                item = queue.popleft()
                 try:
                     self._apply(*item)
                 except GraphError as error:
@@ -311,10 +464,12 @@ class _Run:
                 except Exception as exc:  # a bug here must not hang the request
                     logger.exception("raypipe: internal error while settling %s", item[0])
                     self._fail(GraphError("INTERNAL", item[0], f"internal error of the graph runtime: {describe_exception(exc)}"))
-            if not self.response.done():
+            if self.result is None and self.tasks and self.x.prunable:
                 self._prune()
         finally:
             self.draining = False
+        if self.ready or self.result is not None:
+            self._wake()
 
     def _apply(self, name: str, state: str, value: Any, reason: Optional[str]) -> None:
         if self.state[name] in (DONE, SKIPPED, FAILED):
@@ -374,11 +529,8 @@ class _Run:
         return " <- ".join(parts)
 
     def _scope(self, source: str) -> dict:
-        scope = {}
-        for name in self.g.ancestors[source] | {source}:
-            if self.state[name] == DONE:
-                scope[name] = self.values[name]
-        return scope
+        state, values = self.state, self.values
+        return {name: values[name] for name in self.x.scope_names[source] if state[name] == DONE}
 
     def _evaluate(self, predicate, scope, what: str, node: str) -> bool:
         try:
@@ -434,7 +586,7 @@ class _Run:
 
     def _fire(self, node: NodeSpec, live: list, dead_optional: list) -> None:
         name = node.name
-        if self.response.done() and name not in self.g.shadow:
+        if self.result is not None and name not in self.g.shadow:
             return  # the response is out: only shadow branches still run
         # A live optional edge whose selection does not resolve counts as dead: decide again.
         for e in live:
@@ -460,16 +612,17 @@ class _Run:
             return self._route_split(node, document)
         if node.kind == "model":
             self.state[name] = RUNNING
-            task = self.loop.create_task(self._call(node, document), name=f"raypipe:{name}")
-            self.tasks[name] = task
-            self.x._track(task)
+            if name in self.g.shadow:
+                # Never awaited by the request: a task of its own, bounded by the deadline.
+                task = self.loop.create_task(self._call_shadow(node, document), name=f"raypipe:{name}")
+                self.x._track(task)
+            else:
+                self.ready.append((node, document))
             return
         raise GraphError("INTERNAL", name, f"cannot run a node of kind {node.kind}")
 
     def _route_switch(self, node: NodeSpec, document: Any) -> None:
-        outs = self.g.out_edges[node.name]
-        cases = sorted((e for e in outs if e.when is not None), key=lambda e: (e.order, e.index))
-        default = next((e for e in outs if e.when is None), None)
+        cases, default = self.x.switch_routes[node.name]
         scope = self._scope_with(node.name, document)
         chosen = None
         for e in cases:
@@ -486,8 +639,7 @@ class _Run:
         self._settle(node.name, DONE, document)
 
     def _route_split(self, node: NodeSpec, document: Any) -> None:
-        outs = [e for e in self.g.out_edges[node.name] if (e.weight or 0) > 0]
-        total = sum(e.weight for e in outs)
+        outs, total = self.x.split_routes[node.name]
         if total <= 0:
             raise GraphError("NO_ROUTE", node.name, f"split {node.name} has no branch with a weight above 0")
         point = None
@@ -615,9 +767,21 @@ class _Run:
             logger.exception("raypipe: internal error while running %s", node.name)
             self._fail(GraphError("INTERNAL", node.name, f"internal error of the graph runtime: {describe_exception(exc)}"))
 
+    async def _call_shadow(self, node: NodeSpec, document: Any) -> None:
+        """A shadow call outlives the response, so the request deadline bounds it here."""
+        scope = _timeout_at(self.loop.time() + max(0.0, self._remaining()))
+        try:
+            async with scope:
+                await self._call(node, document)
+        except asyncio.TimeoutError:
+            if not scope.expired():
+                raise
+            logger.warning("raypipe: shadow node %s ran out of the request deadline", node.name)
+            self._settle(node.name, SKIPPED, reason="ran out of the request deadline")
+
     async def _call_inner(self, node: NodeSpec, document: Any) -> None:
         name = node.name
-        started = self.x.clock()
+        started = self.x.clock() if self.trace else 0.0
         shadow = name in self.g.shadow
         try:
             try:
@@ -628,12 +792,13 @@ class _Run:
                     return
                 self._node_failed(node, _Failure("INPUT", error.message, 0, code=error.code))
                 return
-            outcome = await self._attempts(node, args, kwargs)
+            kind, value, attempts = await self._attempts(node, args, kwargs)
         except asyncio.CancelledError:
-            self.info[name] = {"ms": round((self.x.clock() - started) * 1000, 3), "cancelled": True}
+            if self.trace:
+                self.info[name] = {"ms": round((self.x.clock() - started) * 1000, 3), "cancelled": True}
             raise
-        self.info[name] = {"attempts": outcome[2], "ms": round((self.x.clock() - started) * 1000, 3)}
-        kind, value, attempts = outcome
+        if self.trace:
+            self.info[name] = {"attempts": attempts, "ms": round((self.x.clock() - started) * 1000, 3)}
         if kind == "ok":
             self._settle(name, DONE, value)
         elif kind == "deadline":
@@ -646,42 +811,35 @@ class _Run:
             self._node_failed(node, value)
 
     async def _attempts(self, node: NodeSpec, args, kwargs):
+        """Calls the node until it answers or its retries end: ("ok", value, attempts),
+        ("failed", _Failure, attempts) or ("deadline", None, attempts). The request deadline
+        itself is enforced around the whole request (and around each shadow call)."""
         retry = node.retry
         caller = self.x.callers[node.name]
+        own_timeout = node.timeout_ms / 1000.0 if node.timeout_ms else None
         attempt = 0
         while True:
             attempt += 1
             remaining = self._remaining()
             if remaining <= 0:
                 return ("deadline", None, attempt - 1)
-            limit = remaining
-            own_timeout = node.timeout_ms / 1000.0 if node.timeout_ms else math.inf
-            by_node = own_timeout < remaining
-            if by_node:
-                limit = own_timeout
-            task = asyncio.ensure_future(caller(*args, **kwargs))
             try:
-                done, _ = await asyncio.wait({task}, timeout=limit)
-            except asyncio.CancelledError:
-                task.cancel()
-                raise
-            if not done:
-                task.cancel()
-                if not by_node:
-                    return ("deadline", None, attempt)
+                # The node's own timer only when it ends first; otherwise the deadline's does.
+                timeout = own_timeout if own_timeout is not None and own_timeout < remaining else None
+                return ("ok", await _call_once(caller, args, kwargs, timeout), attempt)
+            except _NodeTimeout:
                 failure = _Failure("TIMEOUT", f"attempt {attempt} timed out after {node.timeout_ms} ms", attempt)
-            else:
-                exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
-                if exc is None:
-                    return ("ok", task.result(), attempt)
-                if isinstance(exc, asyncio.CancelledError):
-                    failure = _Failure("UNAVAILABLE", "the call was cancelled", attempt)
-                elif isinstance(exc, Unavailable):
-                    failure = _Failure("UNAVAILABLE", describe_exception(exc), attempt)
-                elif isinstance(exc, Backpressure):
-                    failure = _Failure("BACKPRESSURE", describe_exception(exc), attempt)
-                else:
-                    failure = _Failure("APP_ERROR", describe_exception(exc), attempt, status=http_status_of(exc))
+            except asyncio.CancelledError:
+                if _cancel_requested():
+                    raise
+                failure = _Failure("UNAVAILABLE", "the call was cancelled", attempt)
+            except Unavailable as exc:
+                failure = _Failure("UNAVAILABLE", describe_exception(exc), attempt)
+            except Backpressure as exc:
+                failure = _Failure("BACKPRESSURE", describe_exception(exc), attempt,
+                                   retry_after=retry_after_seconds(exc.retry_after_s))
+            except Exception as exc:
+                failure = _Failure("APP_ERROR", describe_exception(exc), attempt, status=http_status_of(exc))
             if attempt >= retry.attempts or failure.kind not in retry.retry_on:
                 return ("failed", failure, attempt)
             cap = min(retry.max_backoff_ms, retry.initial_backoff_ms * (2 ** (attempt - 1)))
@@ -704,21 +862,19 @@ class _Run:
             logger.info("raypipe: node %s failed; using its fallback value: %s", name, failure.message)
             self.fallbacks.append(name)
             return self._settle(name, DONE, copy.deepcopy(node.fallback_value))
-        code = failure.code or {
-            "UNAVAILABLE": "UNAVAILABLE",
-            "BACKPRESSURE": "BACKPRESSURE",
-            "TIMEOUT": "TIMEOUT",
-        }.get(failure.kind, "NODE_FAILED")
-        self._fail(GraphError(code, name, f"{name}: {failure.message}", failure.attempts, status=failure.status))
+        code = failure.code or _FAILURE_CODES.get(failure.kind, "NODE_FAILED")
+        self._fail(GraphError(code, name, f"{name}: {failure.message}", failure.attempts, status=failure.status,
+                              retry_after=failure.retry_after))
 
     # ---- demand-driven cancellation ----------------------------------------------------------------
 
     def _prune(self) -> None:
         changed = True
-        while changed and not self.response.done():
+        while changed and self.result is None:
             changed = False
-            for name, task in list(self.tasks.items()):
-                if self.state[name] == RUNNING and not task.done() and not self._needed(name):
+            for name in self.x.prunable:
+                task = self.tasks.get(name)
+                if task is not None and self.state[name] == RUNNING and not task.done() and not self._needed(name):
                     task.cancel()
                     self.state[name] = SKIPPED
                     self.reasons[name] = "no longer needed"

@@ -534,3 +534,156 @@ def test_missing_callers_are_refused():
     with pytest.raises(ValueError, match="m"):
         Executor(g, {})
     assert engine.STATUS["DEADLINE"] == 504
+
+
+# ---- the hot path: where calls run ---------------------------------------------------------------
+
+
+def count_tasks(coro_factory):
+    """Runs a scenario and returns (its result, the asyncio tasks created while it ran)."""
+    created = []
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+
+        def factory(loop, coro, **kwargs):
+            task = asyncio.Task(coro, loop=loop, **kwargs)
+            created.append(task)
+            return task
+
+        loop.set_task_factory(factory)
+        try:
+            return await coro_factory()
+        finally:
+            loop.set_task_factory(None)
+
+    result = run(scenario())
+    return result, [task.get_name() for task in created]
+
+
+def test_a_straight_path_runs_in_the_request_coroutine_and_fan_out_in_tasks():
+    chain = graph([model("a"), model("b", timeout_ms=1000), model("c")],
+                  [("request", "a"), ("a", "b"), ("b", "c"), ("c", "response")])
+    rec = Recorder()
+    ex = Executor(chain, {n: rec.fn(n, lambda d: d + 1) for n in "abc"})
+    result, created = count_tasks(lambda: ex.run(0))
+    assert (result.status, result.body) == (200, 3)
+    assert created == []
+
+    fan = graph([model("a"), model("b"), model("c")],
+                [("request", "a"), ("request", "b"),
+                 {"source": "a", "target": "c", "into": "/a"}, {"source": "b", "target": "c", "into": "/b"},
+                 ("c", "response")])
+    ex = Executor(fan, {"a": rec.fn("a", 1), "b": rec.fn("b", 2), "c": rec.fn("c", lambda d: d)})
+    result, created = count_tasks(lambda: ex.run({}))
+    assert result.body == {"a": 1, "b": 2}
+    assert created == ["raypipe:a", "raypipe:b"]  # c, alone again after the join, runs inline
+
+
+def test_a_call_that_becomes_ready_beside_running_work_never_delays_the_response():
+    # fast -> after_fast races slow into a join ANY: after_fast must not wait for slow, and
+    # the response must not wait for slow either.
+    g = graph([model("fast"), model("after_fast"), model("slow")],
+              [("request", "fast"), ("fast", "after_fast"), ("request", "slow"),
+               ("after_fast", "response"), ("slow", "response")],
+              output={"join": "ANY"})
+    rec = Recorder()
+    ex = Executor(g, {"fast": rec.fn("fast", 1, delay=0.01), "after_fast": rec.fn("after_fast", "won", delay=0.01),
+                      "slow": rec.fn("slow", "lost", delay=5)})
+
+    async def scenario():
+        result = await ex.run({})
+        await asyncio.sleep(0.01)
+        return result
+
+    assert run(scenario()).body == "won"
+    assert rec.cancelled == ["slow"]  # the response came while slow still ran
+
+
+def test_a_cancellation_the_callee_raises_itself_is_a_failure_of_the_node():
+    if not hasattr(asyncio.Task, "cancelling"):
+        pytest.skip("Python 3.10 cannot tell a callee's CancelledError from the request's cancellation")
+
+    async def gives_up(doc):
+        raise asyncio.CancelledError()
+
+    for edges in ([("request", "m"), ("m", "response")],  # awaited inline
+                  [("request", "m"), ("request", "n"),  # in a task beside another call
+                   {"source": "m", "target": "response", "into": "/m"},
+                   {"source": "n", "target": "response", "into": "/n"}]):
+        nodes = [model("m")] + ([model("n")] if len(edges) > 2 else [])
+        ex = Executor(graph(nodes, edges), {"m": gives_up, "n": Recorder().fn("n", 1)})
+        result = run(ex.run({}))
+        assert result.status == 502, result.body
+        assert result.body["error"] == {"code": "UNAVAILABLE", "node": "m",
+                                        "message": "m: the call was cancelled", "attempts": 1}
+
+
+def test_a_timeout_error_of_the_model_itself_is_an_application_error():
+    async def raises_timeout(doc):
+        raise TimeoutError("upstream model server timed out")
+
+    g = graph([model("m", timeout_ms=1000)], [("request", "m"), ("m", "response")])
+    result = run(Executor(g, {"m": raises_timeout}).run({}))
+    assert result.status == 502
+    assert result.body["error"]["code"] == "NODE_FAILED"
+    assert "upstream model server timed out" in result.body["error"]["message"]
+
+
+def test_a_node_timeout_beyond_the_deadline_ends_as_the_deadline():
+    g = graph([model("m", timeout_ms=5000)], [("request", "m"), ("m", "response")], deadline_ms=100)
+    rec = Recorder()
+    result = run(Executor(g, {"m": rec.fn("m", 1, delay=5)}).run({}))
+    assert result.status == 504
+    assert result.body["error"]["code"] == "DEADLINE"
+    assert result.body["error"]["node"] == "m"
+    assert rec.cancelled == ["m"]
+
+
+def test_a_shadow_call_is_bounded_by_the_request_deadline():
+    g = graph([model("main"), model("shadow", shadow={})],
+              [("request", "main"), ("main", "response"), ("request", "shadow")], deadline_ms=100)
+    rec = Recorder()
+    ex = Executor(g, {"main": rec.fn("main", "ok"), "shadow": rec.fn("shadow", 1, delay=5)})
+
+    async def scenario():
+        result = await ex.run({})
+        await ex.wait_idle(2)
+        return result
+
+    assert run(scenario()).body == "ok"
+    assert rec.cancelled == ["shadow"]  # cut at the deadline, not left to run its 5 s
+
+
+# ---- backpressure ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("retry_after_s,header", [(None, "1"), (2.5, "3"), (0, "0")])
+def test_backpressure_answers_503_naming_the_node_with_retry_after(retry_after_s, header):
+    g = graph([model("a"), model("busy")], [("request", "a"), ("a", "busy"), ("busy", "response")])
+    rec = Recorder()
+    full = Backpressure("Request dropped due to backpressure (num_queued_requests=4, max_queued_requests=4).",
+                        retry_after_s=retry_after_s)
+    result = run(Executor(g, {"a": rec.fn("a", 1), "busy": rec.fn("busy", None, fail=full)}).run({}))
+    assert result.status == 503
+    assert result.body["error"]["code"] == "BACKPRESSURE"
+    assert result.body["error"]["node"] == "busy"
+    assert "max_queued_requests=4" in result.body["error"]["message"]
+    assert result.headers["retry-after"] == header
+
+
+def test_only_backpressure_sets_retry_after():
+    g = graph([model("m")], [("request", "m"), ("m", "response")])
+    result = run(Executor(g, {"m": Recorder().fn("m", None, fail=Unavailable("gone"))}).run({}))
+    assert result.status == 502
+    assert "retry-after" not in result.headers
+
+
+def test_the_python_3_10_stand_in_for_asyncio_timeout_keeps_timeouts_and_deadlines(monkeypatch):
+    # Ray 2.60 still runs on Python 3.10, which has no asyncio.timeout: the engine brings its own.
+    monkeypatch.setattr(engine, "_timeout_at", engine._Timeout)
+    test_node_timeout_names_the_node()
+    test_the_request_deadline_bounds_every_call()
+    test_a_node_timeout_beyond_the_deadline_ends_as_the_deadline()
+    test_a_shadow_call_is_bounded_by_the_request_deadline()
+    test_a_timeout_error_of_the_model_itself_is_an_application_error()

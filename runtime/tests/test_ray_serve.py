@@ -1,20 +1,20 @@
 """End to end on a real Ray (the pinned ray[serve] of raypipe's test venv) on 127.0.0.1 only:
 the application built from the rendered ensemble args is `serve.run` and answers over HTTP on
-the loopback Serve port.
+the loopback Serve port; the rendered sequence config, PUT to the dashboard as raypipe does,
+turns overload of a node away at once (503 naming the node, Retry-After) instead of queueing.
 
 Skipped when Ray is not importable (e.g. a plain `python -m pytest` outside the venv), unless
 RAYPIPE_REQUIRE_RAY=1 (set by tests/integration/runtime.rs) turns that into a failure.
 """
 
-import json
 import os
 import time
-import urllib.error
-import urllib.request
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import pytest
 
 from conftest import REPO_ROOT, RUNTIME_DIR, rendered
+from loopback_http import post, request
 from rayhead import LOOPBACK, RayHead, loopback_env
 
 # conftest.py has set the loopback environment before anything imported Ray; check it held.
@@ -28,24 +28,13 @@ except ImportError:  # pragma: no cover - depends on the interpreter
         raise
     pytest.skip("ray[serve] is not installed in this interpreter", allow_module_level=True)
 
-# Never through a proxy: every request stays on 127.0.0.1.
-HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def post(url, body, headers=None, timeout=30):
-    data = json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="POST",
-                                     headers={"content-type": "application/json", **(headers or {})})
-    try:
-        with HTTP.open(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read()), dict(response.headers)
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null"), dict(error.headers)
+# Where overload_models.py lives: on the head's PYTHONPATH, so Serve replicas import it.
+TESTS_DIR = RUNTIME_DIR / "tests"
 
 
 @pytest.fixture(scope="module")
 def head():
-    head = RayHead(python_path=[REPO_ROOT, RUNTIME_DIR])
+    head = RayHead(python_path=[REPO_ROOT, RUNTIME_DIR, TESTS_DIR])
     try:
         head.wait_started()
         # The address is given, so ray.init only connects (it never starts a Ray of its own).
@@ -100,3 +89,79 @@ def test_ensemble_answers_over_http(head):
     assert addresses, "found no listening sockets of the head"
     assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip, _ in addresses), addresses
     print(f"ensemble deployed in {deploy_s:.1f}s")
+
+
+def put_config(head, config):
+    """PUTs a Serve config to the head's dashboard, the way raypipe's RayService controller does."""
+    status, body, _ = request("PUT", f"http://{LOOPBACK}:{head.ports['dashboard']}/api/serve/applications/",
+                              config, timeout=60)
+    assert status == 200, body
+
+
+def wait_running(name, timeout=240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        app = serve.status().applications.get(name)
+        if app is not None and app.status == "RUNNING":
+            return
+        if app is not None and app.status == "DEPLOY_FAILED":
+            raise AssertionError(f"{name} failed to deploy: {app.message}")
+        time.sleep(0.5)
+    raise AssertionError(f"{name} was not RUNNING after {timeout}s: {serve.status().applications.get(name)}")
+
+
+def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
+    from overload_models import GATE_NAME, GATE_NAMESPACE, Gate
+
+    config = rendered("sequence")
+    (app,) = config["applications"]
+    preprocess_options = next(d for d in app["deployments"] if d["name"] == "preprocess")
+    # raypipe's default: 4 x Serve's default max_ongoing_requests (5), one replica.
+    assert (preprocess_options["max_queued_requests"], preprocess_options.get("max_ongoing_requests")) == (20, None)
+    admitted_at_most = 5 + preprocess_options["max_queued_requests"]
+    turned_away_at_least = 15
+
+    app["name"], app["route_prefix"] = "overload", "/overload"
+    graph = app["args"]["graph"]
+    graph["deadline_ms"] = 240_000  # the gate, not a deadline, decides when calls finish
+    preprocess = next(n for n in graph["nodes"] if n["name"] == "preprocess")
+    preprocess["model"]["import_path"] = "overload_models:GatedPreprocess"
+    del preprocess["timeout_ms"]
+    config["http_options"] = {"host": LOOPBACK, "port": head.ports["serve_http"]}
+    config["proxy_location"] = "HeadOnly"
+
+    gate = Gate.options(name=GATE_NAME, namespace=GATE_NAMESPACE).remote()
+    put_config(head, config)
+    wait_running("overload")
+    url = head.serve_url + "/overload"
+    clients = admitted_at_most + turned_away_at_least
+    answers = []
+    with ThreadPoolExecutor(clients) as pool:
+        try:
+            pending = [pool.submit(post, url, {"text": f"a good day {i}"}, None, 240) for i in range(clients)]
+            # The gate is shut: nothing preprocess admitted can answer yet.
+            for future in as_completed(pending, timeout=120):
+                answers.append(future.result())
+                if len(answers) == turned_away_at_least:
+                    break
+            turned_away = list(answers)
+        finally:
+            ray.get(gate.open.remote())
+        answers = [future.result() for future in pending]
+
+    def check_rejection(status, body, headers):
+        assert status == 503, (status, body)
+        assert body["error"]["code"] == "BACKPRESSURE", body
+        assert body["error"]["node"] == "preprocess", body
+        assert "max_queued_requests=20" in body["error"]["message"], body
+        assert headers.get("retry-after") == "1", headers
+
+    for answer in turned_away:
+        check_rejection(*answer)
+    served = [a for a in answers if a[0] == 200]
+    for answer in answers:
+        if answer[0] != 200:
+            check_rejection(*answer)
+    assert 1 <= len(served) <= admitted_at_most, [a[0] for a in answers]
+    assert all(body["label"] == "stable" for _, body, _ in served), served
+    serve.delete("overload")

@@ -26,6 +26,9 @@ use super::rayservice::RayServiceUpgradeStrategy;
     printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.graph.nodes"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.graph.version"}"#,
     printcolumn = r#"{"name":"RayService","type":"string","jsonPath":".status.rayServiceName"}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"Canary","type":"string","jsonPath":".status.rollout.canary.version"}"#,
+    printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".status.rollout.canary.weight"}"#,
     printcolumn = r#"{"name":"Digest","type":"string","priority":1,"jsonPath":".status.source.digest"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -45,6 +48,88 @@ pub struct ServePipelineSpec {
     /// Suspends the RayService (its cluster is deleted; the pipeline keeps its state).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+    /// How a new graph version goes out: at once (default) or as a canary judged on its own
+    /// traffic and rolled back by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutPolicy>,
+}
+
+/// How a new graph version replaces the serving one.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    /// `Immediate` (the new Serve config replaces the old one in one step) or `Canary` (the new
+    /// version runs beside the serving one and takes traffic step by step).
+    #[serde(default)]
+    pub strategy: RolloutStrategy,
+    /// Canary steps in order; after the last one the new version takes all traffic. Default:
+    /// 10 % for 30s, then 50 % for 30s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub steps: Vec<RolloutStep>,
+    /// What a canary's own traffic must show at every step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gates: Option<RolloutGates>,
+    /// A canary not promoted this long after it started is rolled back (default `10m`,
+    /// between `10s` and `24h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 64))]
+    pub progress_deadline: Option<String>,
+    /// A request the canary fails (status 5xx) is sent again to the stable version, so clients
+    /// see no failure from a bad canary (default true; counted as `retriedOnStable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_on_stable: Option<bool>,
+    /// A step whose window ends with fewer than `gates.minRequests` canary requests moves on
+    /// anyway (default false: it waits for evidence, and the deadline rolls it back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promote_without_traffic: Option<bool>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum RolloutStrategy {
+    #[default]
+    Immediate,
+    Canary,
+}
+
+/// One canary step: the share of requests the new version answers, and for how long that share
+/// is observed before the next step.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStep {
+    /// Percent of requests sent to the new version (1 to 100).
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: i32,
+    /// How long the step is observed (default `30s`, between `1s` and `24h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 64))]
+    pub pause: Option<String>,
+}
+
+/// Limits judged on the canary's own requests in each step.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutGates {
+    /// Largest share of canary requests that may fail (status 5xx), 0 to 1 (default 0.05).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub max_error_rate: Option<f64>,
+    /// The latency percentile compared: 50, 90, 95 (default) or 99.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_percentile: Option<i32>,
+    /// Largest canary/stable ratio of that percentile (default 1.5, at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1.0, max = 100.0))]
+    pub max_latency_ratio: Option<f64>,
+    /// A canary slower than stable by less than this many milliseconds passes the latency
+    /// gate whatever the ratio (default 10: a few milliseconds are noise, not a regression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 600000.0))]
+    pub latency_tolerance_ms: Option<f64>,
+    /// Canary requests a step needs before it is judged (default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub min_requests: Option<i64>,
 }
 
 /// A model graph at an HTTP(S) address.
@@ -151,7 +236,12 @@ pub struct ServePipelineStatus {
     /// Serve application status, copied from the RayService, keyed by application name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub applications: BTreeMap<String, ApplicationStatus>,
-    /// `SourceReady`, `GraphValid`, `Ready`.
+    /// The rollout of graph versions (strategy `Canary`): what serves, what is being tried, and
+    /// how the last attempt ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+    /// `SourceReady`, `GraphValid`, `Ready`; with a canary policy also `Progressing` and
+    /// `RolledBack`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -200,11 +290,114 @@ pub struct NodeStatus {
     pub message: Option<String>,
 }
 
+/// A canary rollout's state. It lives here and in the RayService's Serve config (never only in
+/// the operator's memory), so a restarted operator resumes at the same step.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// `Stable` (nothing being rolled out), `Progressing`, or `Finishing` (a version is being
+    /// retired once every router took the new weights).
+    pub phase: String,
+    /// The version answering requests: the last good graph.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable: Option<VersionStatus>,
+    /// The version being rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStatus>,
+    /// A Serve application kept until every router stopped sending it requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retiring: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retiring_since: Option<Time>,
+    /// The routers' configuration generation (their counters are kept per generation).
+    pub generation: String,
+    /// How the last rollout ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<RolloutOutcome>,
+    /// Digests rolled back: not tried again until the registry serves different bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_digests: Vec<String>,
+}
+
+/// One graph version on the cluster.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionStatus {
+    /// `sha256:<hex>` of the graph.
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Its Serve application.
+    pub application: String,
+}
+
+/// The version being rolled out and where it stands.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    #[serde(flatten)]
+    pub version: VersionStatus,
+    /// 0 while its deployments start (no traffic), then 1..=steps.
+    pub step: i32,
+    pub steps: i32,
+    /// Percent of requests it answers now.
+    pub weight: i32,
+    pub started_at: Time,
+    pub step_started_at: Time,
+    /// The gates' readings for the current step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readings: Option<GateReadings>,
+    /// What the new version changes, per node (as `raypipe dag diff` prints it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<String>,
+}
+
+/// What the routers measured in the current step.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GateReadings {
+    pub canary_requests: i64,
+    pub canary_errors: i64,
+    /// Canary failures answered by the stable version instead.
+    pub retried_on_stable: i64,
+    pub stable_requests: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_latency_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_latency_ms: Option<f64>,
+}
+
+/// How a rollout ended.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutOutcome {
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// `Promoted`, `RolledBack` or `Aborted`.
+    pub result: String,
+    /// Why: `Promoted`, `ErrorRate`, `Latency`, `DeploymentFailed`, `ProgressDeadlineExceeded`,
+    /// `NoTraffic`, `Reverted`, `Superseded`, `Suspended`, `StrategyChanged`.
+    pub reason: String,
+    /// The Serve deployment (graph node) that failed, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub message: String,
+    pub at: Time,
+    /// The gates' readings of the last step it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readings: Option<GateReadings>,
+}
+
 /// Condition types.
 pub mod condition_types {
     pub const SOURCE_READY: &str = "SourceReady";
     pub const GRAPH_VALID: &str = "GraphValid";
     pub const READY: &str = "Ready";
+    /// True while a canary rollout runs.
+    pub const PROGRESSING: &str = "Progressing";
+    /// True after a rollout was rolled back (until a later one is promoted).
+    pub const ROLLED_BACK: &str = "RolledBack";
 }
 
 /// A list of metav1.Conditions as a list-map keyed by `type`, so server-side apply merges

@@ -106,6 +106,14 @@ const SAMPLE_GRAPHS: &[(&str, &[u8])] = &[
         include_bytes!("../../samples/graphs/ensemble.pb"),
     ),
     (
+        "ensemble-v2.pb",
+        include_bytes!("../../samples/graphs/ensemble-v2.pb"),
+    ),
+    (
+        "ensemble-broken.pb",
+        include_bytes!("../../samples/graphs/ensemble-broken.pb"),
+    ),
+    (
         "sequence.pb",
         include_bytes!("../../samples/graphs/sequence.pb"),
     ),
@@ -289,6 +297,8 @@ async fn serve(
         settings.rayservice = Some(local_rayservice_config(&head)?);
         // RayJobs of every cluster run on the same local head.
         settings.ray_dashboard_url = Some(head.dashboard_url().as_str().to_owned());
+        // Canary routers' counters: through the same local Serve proxy.
+        settings.ray_serve_url = Some(head.serve_url());
         println!(
             "\nRay: dashboard {} ; Serve answers on {} once the pipeline is Ready:\n  kubectl wait servepipeline/{SAMPLE_PIPELINE} --for=condition=Ready --timeout=300s\n  curl -s -X POST {}/demo -H 'content-type: application/json' -d '{{\"text\": \"I love this, great and fast\"}}'",
             head.dashboard_url(),

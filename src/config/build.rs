@@ -32,7 +32,7 @@ impl ControllerSettings {
     ) -> Result<controllers::Instance, DashboardError> {
         Ok(match kind {
             ControllerKind::Servepipeline => {
-                controllers::Instance::Servepipeline(self.servepipeline(namespace))
+                controllers::Instance::Servepipeline(self.servepipeline(namespace)?)
             }
             ControllerKind::Raycluster => {
                 controllers::Instance::Raycluster(self.raycluster(namespace))
@@ -47,8 +47,11 @@ impl ControllerSettings {
         })
     }
 
-    pub fn servepipeline(&self, namespace: Option<String>) -> servepipeline::Config {
-        servepipeline::Config {
+    pub fn servepipeline(
+        &self,
+        namespace: Option<String>,
+    ) -> Result<servepipeline::Config, DashboardError> {
+        Ok(servepipeline::Config {
             namespace,
             runtime_import_path: self.runtime_import_path.clone(),
             runtime_py_modules: self.runtime_py_modules.clone(),
@@ -56,6 +59,19 @@ impl ControllerSettings {
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
             fetcher: self.fetcher.clone(),
+            serve: Some(self.serve_locator()?),
+            rollout_poll: None,
+        })
+    }
+
+    /// Where the canary controller reads a RayService's Serve proxy: the `ray_serve_url`
+    /// template when set, else the `<name>-serve-svc` Service's DNS name in the cluster domain.
+    pub fn serve_locator(&self) -> Result<DashboardLocator, DashboardError> {
+        match self.ray_serve_url.as_deref().map(str::trim) {
+            Some(template) if !template.is_empty() => DashboardLocator::template(template),
+            _ => Ok(DashboardLocator::in_cluster_with_domain(
+                self.kuberay.dashboard_domain(),
+            )),
         }
     }
 

@@ -133,6 +133,11 @@ pub struct ControllerArgs {
     /// the cluster); `{service}`, `{namespace}`, `{port}` and `{domain}` are filled in.
     #[arg(long, env = "RAYPIPE_RAY_DASHBOARD_URL")]
     pub ray_dashboard_url: Option<String>,
+    /// Serve proxy URL template used instead of the `<rayservice>-serve-svc` Service's DNS name
+    /// (canary rollouts read their routers' counters there); `{service}`, `{namespace}`,
+    /// `{port}` and `{domain}` are filled in.
+    #[arg(long, env = "RAYPIPE_RAY_SERVE_URL")]
+    pub ray_serve_url: Option<String>,
     /// Import path of the graph runtime's application builder.
     #[arg(long, env = "RAYPIPE_RUNTIME_IMPORT_PATH")]
     pub runtime_import_path: Option<String>,

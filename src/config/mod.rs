@@ -65,6 +65,8 @@ pub struct ControllerSettings {
     pub namespaces: Vec<String>,
     pub concurrency: u16,
     pub ray_dashboard_url: Option<String>,
+    /// Template of a RayService's Serve proxy URL (see [`flags::ControllerArgs`]).
+    pub ray_serve_url: Option<String>,
     pub runtime_import_path: Option<String>,
     pub runtime_py_modules: Vec<String>,
     pub runtime_env_mirrors: Vec<(String, String)>,
@@ -91,6 +93,7 @@ impl ControllerSettings {
             namespaces: Vec::new(),
             concurrency: 4,
             ray_dashboard_url: None,
+            ray_serve_url: None,
             runtime_import_path: None,
             runtime_py_modules: Vec::new(),
             runtime_env_mirrors: Vec::new(),
@@ -114,6 +117,7 @@ impl ControllerSettings {
         let ControllerArgs {
             concurrency,
             ray_dashboard_url,
+            ray_serve_url,
             runtime_import_path,
             mut runtime_py_modules,
             runtime_base_url,
@@ -131,6 +135,7 @@ impl ControllerSettings {
             namespaces: args.scope.watched_namespaces(),
             concurrency,
             ray_dashboard_url,
+            ray_serve_url,
             runtime_import_path,
             runtime_py_modules,
             runtime_env_mirrors,

@@ -209,6 +209,19 @@ impl RayDashboardClient {
             .into_success()?
             .decode()
     }
+
+    /// A JSON document below the base URL (e.g. a Serve route when the base is a Serve proxy),
+    /// read with the same limits and error reporting as the dashboard's own endpoints.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &[&str],
+        query: Option<(&str, &str)>,
+    ) -> Result<T, DashboardError> {
+        self.call(Method::GET, path, query, None)
+            .await?
+            .into_success()?
+            .decode()
+    }
 }
 
 impl DashboardClient for RayDashboardClient {

@@ -9,6 +9,7 @@
 mod config;
 pub mod fuzzing;
 mod render;
+pub mod rollout;
 
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,10 @@ use super::config::{
     Application, AutoscalingConfig, Deployment, HttpOptions, LoggingConfig, NumReplicas,
     ProxyLocation, RayActorOptions, RuntimeArgs, RuntimeEnvConfig, RuntimeGraph, ServeConfig,
 };
-use crate::graph::options::{AUTO_TARGET_ONGOING_REQUESTS, check_import_path, is_remote_uri};
+use crate::graph::options::{
+    AUTO_TARGET_ONGOING_REQUESTS, SERVE_DEFAULT_MAX_ONGOING_REQUESTS, check_import_path,
+    is_remote_uri,
+};
 use crate::graph::proto::{self, ModelNode, Node, node};
 use crate::graph::{ValidatedGraph, check_route_prefix};
 
@@ -19,6 +22,14 @@ pub const DEFAULT_EXECUTOR_DEPLOYMENT: &str = "raypipe-executor";
 pub const RUNTIME_ARGS_API_VERSION: &str = "raypipe.v1";
 /// Application name when neither the options nor the graph give one.
 pub const DEFAULT_APPLICATION_NAME: &str = "default";
+/// A model node's default `max_queued_requests`, per request one of its replicas takes at once
+/// (`max_ongoing_requests`). Serve queues at each caller (here: each executor replica) what no
+/// replica can take yet, and by default without bound, so overload turned into seconds of
+/// latency. Four times a replica's concurrency absorbs a burst, yet a queued call starts within
+/// about four service times of one replica (sooner with more replicas); beyond that the node
+/// rejects at once and the runtime answers 503 BACKPRESSURE naming it, with `Retry-After`.
+/// The graph's own `max_queued_requests` wins (-1 keeps Serve's unbounded queue).
+pub const DEFAULT_QUEUED_PER_ONGOING_REQUEST: u32 = 4;
 
 /// Everything besides the graph that shapes the Serve config.
 #[derive(Debug, Clone, PartialEq)]
@@ -324,7 +335,18 @@ fn model_deployment(
             deployment.max_ongoing_requests = Some(positive(n));
         }
     }
+    if deployment.max_queued_requests.is_none() {
+        deployment.max_queued_requests =
+            Some(default_max_queued_requests(deployment.max_ongoing_requests));
+    }
     deployment
+}
+
+/// The bounded queue a model node gets when its graph sets none (see
+/// [`DEFAULT_QUEUED_PER_ONGOING_REQUEST`]); Serve's own default concurrency when unset.
+fn default_max_queued_requests(max_ongoing_requests: Option<u32>) -> i32 {
+    let ongoing = max_ongoing_requests.unwrap_or(SERVE_DEFAULT_MAX_ONGOING_REQUESTS.unsigned_abs());
+    i32::try_from(ongoing.saturating_mul(DEFAULT_QUEUED_PER_ONGOING_REQUEST)).unwrap_or(i32::MAX)
 }
 
 /// Validated counts are positive; the clamp only keeps the conversion total.

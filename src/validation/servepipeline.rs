@@ -13,13 +13,15 @@ use super::k8s_names::is_dns1035_label;
 use super::problem::{Problem, Problems};
 use super::raycluster::{ClusterContext, raycluster_spec};
 use super::rayservice::{no_head_service_name, no_k8s_token_auth, upgrade_strategy};
-use crate::api::servepipeline::{GraphSource, ServePipeline};
+use crate::api::servepipeline::{GraphSource, RolloutPolicy, RolloutStrategy, ServePipeline};
 
 /// KubeRay's limit for RayService names (it appends suffixes to derive child names); a
 /// pipeline's RayService takes the pipeline's name.
 pub const MAX_RAYSERVICE_NAME: usize = super::rayservice::MAX_RAYSERVICE_NAME;
 /// The Event and condition reason of a refused ServePipeline spec.
 pub const INVALID_SPEC: &str = "InvalidSpec";
+/// Longest Serve application name with a Canary rollout (see `serve::rollout::MAX_BASE_NAME`).
+pub const MAX_CANARY_APPLICATION_NAME: usize = 49;
 /// `source.refreshInterval`: polling faster than once a second is a load on the registry, not
 /// a feature; slower than daily is better served by a change to the pipeline.
 pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
@@ -107,6 +109,9 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Vec<Problem> {
             );
         }
     }
+    if let Some(rollout) = &pipeline.spec.rollout {
+        rollout_problems(pipeline, rollout, &mut refuse);
+    }
     if let Some(max_bytes) = source.max_bytes
         && !(1..=MAX_GRAPH_BYTES).contains(&max_bytes)
     {
@@ -116,6 +121,102 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Vec<Problem> {
         );
     }
     problems
+}
+
+/// The canary policy: bounded durations and weights, and an application name short enough for
+/// the version applications named after it.
+fn rollout_problems(
+    pipeline: &ServePipeline,
+    rollout: &RolloutPolicy,
+    refuse: &mut dyn FnMut(&str, String),
+) {
+    if rollout.strategy == RolloutStrategy::Canary {
+        let name = pipeline
+            .spec
+            .serve
+            .as_ref()
+            .and_then(|s| s.application_name.clone())
+            .unwrap_or_else(|| pipeline.name_any());
+        if name.len() > MAX_CANARY_APPLICATION_NAME {
+            refuse(
+                "spec.serve.applicationName",
+                format!(
+                    "the Serve application name {:?} has {} characters; with a Canary rollout each graph version gets an application named after it, so it may have at most {MAX_CANARY_APPLICATION_NAME}",
+                    crate::k8s::truncate(&name, 80),
+                    name.len()
+                ),
+            );
+        }
+    }
+    let day = Duration::from_secs(86_400);
+    let mut duration = |field: String, value: &Option<String>, min: Duration| {
+        if let Some(v) = value
+            && let Err(e) = parse_bounded(v, min, day)
+        {
+            refuse(
+                &field,
+                format!(
+                    "{field}: {e} (allowed: {} to {})",
+                    format_duration(min),
+                    format_duration(day)
+                ),
+            );
+        }
+    };
+    duration(
+        "spec.rollout.progressDeadline".into(),
+        &rollout.progress_deadline,
+        Duration::from_secs(10),
+    );
+    for (i, step) in rollout.steps.iter().enumerate() {
+        duration(
+            format!("spec.rollout.steps[{i}].pause"),
+            &step.pause,
+            Duration::from_secs(1),
+        );
+    }
+    for (i, step) in rollout.steps.iter().enumerate() {
+        if !(1..=100).contains(&step.weight) {
+            refuse(
+                &format!("spec.rollout.steps[{i}].weight"),
+                format!("weight {} is outside 1 to 100 (percent)", step.weight),
+            );
+        }
+    }
+    if let Some(gates) = &rollout.gates {
+        if let Some(p) = gates.latency_percentile
+            && ![50, 90, 95, 99].contains(&p)
+        {
+            refuse(
+                "spec.rollout.gates.latencyPercentile",
+                format!("latencyPercentile {p} is not one of 50, 90, 95, 99"),
+            );
+        }
+        if let Some(r) = gates.max_error_rate
+            && !(0.0..=1.0).contains(&r)
+        {
+            refuse(
+                "spec.rollout.gates.maxErrorRate",
+                format!("maxErrorRate {r} is outside 0 to 1"),
+            );
+        }
+        if let Some(r) = gates.max_latency_ratio
+            && !(r.is_finite() && r >= 1.0)
+        {
+            refuse(
+                "spec.rollout.gates.maxLatencyRatio",
+                format!("maxLatencyRatio {r} is below 1"),
+            );
+        }
+        if let Some(n) = gates.min_requests
+            && n < 1
+        {
+            refuse(
+                "spec.rollout.gates.minRequests",
+                format!("minRequests {n} is below 1"),
+            );
+        }
+    }
 }
 
 /// Our own rules (the controller's `validate_spec`: name length, plain http, durations) plus
@@ -252,6 +353,50 @@ mod tests {
         s.url = "http://127.0.0.1/g.pb".into();
         s.allow_insecure_http = Some(true);
         assert_eq!(spec_messages(&pipeline("ok", s)), Ok(()));
+    }
+
+    #[test]
+    fn a_canary_policy_is_bounded() {
+        use crate::api::servepipeline::{RolloutGates, RolloutStep, ServeOptions};
+        let mut p = pipeline("ok", source(None, None));
+        p.spec.serve = Some(ServeOptions {
+            application_name: Some("a".repeat(50)),
+            ..Default::default()
+        });
+        p.spec.rollout = Some(RolloutPolicy {
+            strategy: RolloutStrategy::Canary,
+            steps: vec![RolloutStep {
+                weight: 0,
+                pause: Some("0s".into()),
+            }],
+            progress_deadline: Some("1s".into()),
+            gates: Some(RolloutGates {
+                latency_percentile: Some(97),
+                max_error_rate: Some(1.5),
+                max_latency_ratio: Some(0.9),
+                min_requests: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let problems = spec_messages(&p).unwrap_err();
+        let expected = [
+            "50 characters",
+            "progressDeadline",
+            "steps[0].pause",
+            "weight 0",
+            "latencyPercentile 97",
+            "maxErrorRate 1.5",
+            "maxLatencyRatio 0.9",
+            "minRequests 0",
+        ];
+        assert_eq!(problems.len(), expected.len(), "{problems:?}");
+        for (problem, text) in problems.iter().zip(expected) {
+            assert!(problem.contains(text), "{problem:?} should name {text:?}");
+        }
+        // The same application name is fine without a canary (no version applications).
+        p.spec.rollout = None;
+        assert_eq!(spec_messages(&p), Ok(()));
     }
 
     mod properties {

@@ -16,6 +16,7 @@ mod raycronjob;
 mod rayjob;
 mod rayservice;
 mod rayservice_samples;
+mod rollout;
 mod runtime;
 mod samples;
 mod servepipeline;

@@ -9,8 +9,8 @@ use kube::{Resource, ResourceExt};
 use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
 use crate::api::rayservice::{RayService, RayServiceSpec};
 use crate::api::servepipeline::{
-    ApplicationStatus, GraphStatus, NodeStatus, ServePipeline, ServePipelineStatus, SourceStatus,
-    condition_types,
+    ApplicationStatus, GraphStatus, NodeStatus, RolloutStatus, ServePipeline, ServePipelineStatus,
+    SourceStatus, condition_types,
 };
 use crate::k8s::{
     ANNOTATION_APPLIED_HASH, ANNOTATION_GRAPH_DIGEST, K8sError, LABEL_MANAGED_BY, LABEL_PIPELINE,
@@ -133,6 +133,8 @@ pub struct StatusInputs<'a> {
     pub problem: Option<&'a Problem>,
     /// The RayService as last read or applied.
     pub rayservice: Option<&'a RayService>,
+    /// The canary rollout's state (strategy `Canary`), as this pass decided it.
+    pub rollout: Option<&'a RolloutStatus>,
     pub now: Time,
 }
 
@@ -148,6 +150,106 @@ fn rayservice_ready(rs: &RayService) -> (bool, String) {
         return (ready, msg);
     }
     (status["serviceStatus"] == "Running", String::new())
+}
+
+/// With a canary policy the pipeline serves when its router and its stable version run: a
+/// canary still starting (or failing) leaves the RayService not Ready, not the pipeline.
+fn canary_serving(rs: &RayService, rollout: &RolloutStatus) -> (bool, String) {
+    let (rs_ready, rs_message) = rayservice_ready(rs);
+    if rs_ready {
+        return (true, rs_message);
+    }
+    let apps = applications_from(rs);
+    let Some(stable) = &rollout.stable else {
+        return (false, rs_message);
+    };
+    let running = |name: &str| {
+        apps.get(name)
+            .is_some_and(|a| a.status.as_deref() == Some("RUNNING"))
+    };
+    // The router is named like the versions without their `--<digest>` suffix.
+    let router = stable
+        .application
+        .rsplit_once("--")
+        .map_or(stable.application.as_str(), |(base, _)| base);
+    if running(router) && running(&stable.application) {
+        (true, String::new())
+    } else {
+        (false, rs_message)
+    }
+}
+
+/// `Progressing` and `RolledBack` from the rollout's state.
+fn rollout_conditions(
+    conds: &mut Vec<Condition>,
+    rollout: &RolloutStatus,
+    cond: &dyn Fn(&str, &str, &str, String) -> Condition,
+) {
+    let label = |digest: &str, version: &Option<String>| {
+        format!("{} ({digest})", version.as_deref().unwrap_or("unversioned"))
+    };
+    let progressing = match (&rollout.canary, &rollout.last) {
+        (Some(c), _) => cond(
+            condition_types::PROGRESSING,
+            TRUE,
+            "Canary",
+            if c.step == 0 {
+                format!(
+                    "graph {} is starting beside the stable version, with no traffic yet",
+                    label(&c.version.digest, &c.version.version)
+                )
+            } else {
+                format!(
+                    "graph {} answers {} % of requests (step {} of {})",
+                    label(&c.version.digest, &c.version.version),
+                    c.weight,
+                    c.step,
+                    c.steps
+                )
+            },
+        ),
+        (None, Some(last)) => cond(
+            condition_types::PROGRESSING,
+            FALSE,
+            &last.result,
+            format!(
+                "graph {}: {}: {}",
+                label(&last.digest, &last.version),
+                last.reason,
+                last.message
+            ),
+        ),
+        (None, None) => cond(
+            condition_types::PROGRESSING,
+            FALSE,
+            "Stable",
+            "no rollout has run yet".to_owned(),
+        ),
+    };
+    conditions::set_condition(conds, progressing);
+    let rolled_back = match &rollout.last {
+        Some(last) if last.result == "RolledBack" => cond(
+            condition_types::ROLLED_BACK,
+            TRUE,
+            &last.reason,
+            format!(
+                "graph {} was rolled back{}: {}",
+                label(&last.digest, &last.version),
+                last.node
+                    .as_deref()
+                    .map(|n| format!(" (node {n})"))
+                    .unwrap_or_default(),
+                last.message
+            ),
+        ),
+        _ => cond(
+            condition_types::ROLLED_BACK,
+            FALSE,
+            "NotRolledBack",
+            "the last rollout was not rolled back".to_owned(),
+        ),
+    };
+    conditions::set_condition(conds, rolled_back);
 }
 
 /// Serve application statuses from the RayService's active (else pending) service status.
@@ -209,6 +311,7 @@ pub fn panic_status(
         applied,
         problem: Some(&problem),
         rayservice: None,
+        rollout: pipeline.status.as_ref().and_then(|s| s.rollout.as_ref()),
         now,
     })
 }
@@ -305,10 +408,11 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
 
     // Ready and phase
     let suspended = pipeline.spec.suspend.unwrap_or(false);
-    let (serving, rs_message) = inputs
-        .rayservice
-        .map(rayservice_ready)
-        .unwrap_or((false, String::new()));
+    let (serving, rs_message) = match (inputs.rayservice, inputs.rollout) {
+        (Some(rs), Some(rollout)) => canary_serving(rs, rollout),
+        (Some(rs), None) => rayservice_ready(rs),
+        (None, _) => (false, String::new()),
+    };
     let other_problem = inputs.problem.filter(|p| {
         p.condition != condition_types::SOURCE_READY && p.condition != condition_types::GRAPH_VALID
     });
@@ -385,6 +489,12 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
             ready_message,
         ),
     );
+    match inputs.rollout {
+        Some(rollout) => rollout_conditions(&mut conds, rollout, &cond),
+        None => conds.retain(|c| {
+            c.type_ != condition_types::PROGRESSING && c.type_ != condition_types::ROLLED_BACK
+        }),
+    }
     for c in &mut conds {
         c.message = crate::k8s::truncate(&c.message, 2048);
     }
@@ -417,6 +527,7 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
             .map(|rs| rs.name_any())
             .or(previous.ray_service_name.clone()),
         applications: inputs.rayservice.map(applications_from).unwrap_or_default(),
+        rollout: inputs.rollout.cloned(),
         conditions: conds,
     }
 }
@@ -433,7 +544,10 @@ pub fn render(
         .map_err(|e| e.to_string())
 }
 
-fn render_options(pipeline: &ServePipeline, config: &super::Config) -> crate::serve::RenderOptions {
+pub(super) fn render_options(
+    pipeline: &ServePipeline,
+    config: &super::Config,
+) -> crate::serve::RenderOptions {
     let serve = pipeline.spec.serve.clone().unwrap_or_default();
     let mut options = crate::serve::RenderOptions {
         application_name: Some(
@@ -548,6 +662,7 @@ mod tests {
             applied: None,
             problem: None,
             rayservice: None,
+            rollout: None,
             now: at(1),
         });
         assert_eq!(s.phase.as_deref(), Some(phases::PENDING));
@@ -570,6 +685,7 @@ mod tests {
             applied: None,
             problem: Some(&problem),
             rayservice: None,
+            rollout: None,
             now: at(1),
         });
         assert_eq!(s.phase.as_deref(), Some(phases::FAILED));
@@ -597,6 +713,7 @@ mod tests {
             applied: Some(&g),
             problem: None,
             rayservice: Some(&rs),
+            rollout: None,
             now: at(5),
         });
         assert_eq!(ok.phase.as_deref(), Some(phases::READY));
@@ -612,6 +729,7 @@ mod tests {
             applied: Some(&g),
             problem: Some(&problem),
             rayservice: Some(&rs),
+            rollout: None,
             now: at(9),
         });
         assert_eq!(s.phase.as_deref(), Some(phases::DEGRADED));
@@ -646,6 +764,7 @@ mod tests {
             applied: Some(&g),
             problem: None,
             rayservice: None,
+            rollout: None,
             now: at(1),
         });
         p.status = Some(first.clone());
@@ -654,6 +773,7 @@ mod tests {
             applied: Some(&g),
             problem: None,
             rayservice: None,
+            rollout: None,
             now: at(99),
         });
         assert_eq!(
@@ -678,6 +798,7 @@ mod tests {
             applied: Some(&g),
             problem: None,
             rayservice: None,
+            rollout: None,
             now: whole_seconds(now),
         });
         let stored: ServePipelineStatus =
@@ -694,6 +815,7 @@ mod tests {
             applied: Some(&g),
             problem: None,
             rayservice: None,
+            rollout: None,
             now: later,
         });
         assert_eq!(p.status.as_ref(), Some(&second));
@@ -709,6 +831,7 @@ mod tests {
             applied: Some(&g),
             problem: None,
             rayservice: None,
+            rollout: None,
             now: at(1),
         });
         assert_eq!(s.phase.as_deref(), Some(phases::SUSPENDED));

@@ -8,8 +8,10 @@
 
 mod apply;
 pub mod build;
+mod canary;
 mod fetches;
 mod reconcile;
+mod rollout;
 mod source;
 mod status;
 
@@ -118,6 +120,23 @@ pub struct Config {
     pub readiness: crate::admin::Readiness,
     /// Fetches the graphs; share one across instances (its memory budget is operator-wide).
     pub fetcher: Fetcher,
+    /// Where a RayService's Serve proxy is (`<name>-serve-svc`, port 8000), for the canary
+    /// routers' counters; `None`: its DNS name in `cluster.local`.
+    pub serve: Option<crate::ray::DashboardLocator>,
+    /// How often a rollout in progress is looked at (default 2 s).
+    pub rollout_poll: Option<Duration>,
+}
+
+impl Config {
+    fn serve_locator(&self) -> crate::ray::DashboardLocator {
+        self.serve
+            .clone()
+            .unwrap_or_else(crate::ray::DashboardLocator::in_cluster)
+    }
+
+    fn rollout_poll(&self) -> Duration {
+        self.rollout_poll.unwrap_or(Duration::from_secs(2))
+    }
 }
 
 /// The controller's name in metrics.

@@ -15,9 +15,11 @@ use kube::{Resource, ResourceExt};
 use super::apply::{self, Applied};
 use super::build::{self, Problem, reasons};
 use super::fetches::{self, Poll};
-use super::{Context, Error, MAX_LOGGED_MESSAGE, PipelineState, refresh_interval, source, status};
+use super::{
+    Context, Error, MAX_LOGGED_MESSAGE, PipelineState, canary, refresh_interval, source, status,
+};
 use crate::api::rayservice::RayService;
-use crate::api::servepipeline::{ServePipeline, condition_types};
+use crate::api::servepipeline::{RolloutStrategy, ServePipeline, condition_types};
 
 /// The reconcile the frame runs for every ServePipeline.
 pub(super) async fn reconcile(
@@ -120,26 +122,58 @@ pub(super) async fn reconcile(
     }
 
     let mut newly_applied = false;
-    if problem.is_none()
+    let canary_strategy = is_canary(&pipeline);
+    let mut rollout = canary_strategy
+        .then(|| pipeline.status.as_ref().and_then(|s| s.rollout.clone()))
+        .flatten();
+    let mut rollout_active = false;
+    // Only a source or graph problem lets a rollout go on: it keeps judging (and can roll
+    // back) the versions already on the cluster while the registry misbehaves.
+    let rollout_may_run = problem.as_ref().is_none_or(|p| {
+        p.condition == condition_types::SOURCE_READY || p.condition == condition_types::GRAPH_VALID
+    }) && (existing.is_none() || rayservice.is_some());
+    let has_stable = rollout.as_ref().is_some_and(|r| r.stable.is_some());
+    let outcome = if canary_strategy {
+        if rollout_may_run && (good.is_some() || has_stable) {
+            let stable_graph = previous_state.as_ref().and_then(|s| s.good.as_ref());
+            let result = canary::apply(
+                &pipeline,
+                &ctx,
+                &rs_api,
+                existing.as_ref(),
+                good.as_ref(),
+                stable_graph,
+            )
+            .await?;
+            rollout_active = result.active;
+            rollout = Some(result.rollout);
+            Some(result.applied)
+        } else {
+            None
+        }
+    } else if problem.is_none()
         && let Some(g) = &good
     {
-        match apply::apply(&pipeline, &ctx, &rs_api, existing.as_ref(), g).await? {
-            Applied::UpToDate => {}
-            Applied::New(applied) => {
-                newly_applied = true;
-                rayservice = Some(*applied);
+        Some(apply::apply(&pipeline, &ctx, &rs_api, existing.as_ref(), g).await?)
+    } else {
+        None
+    };
+    match outcome {
+        None | Some(Applied::UpToDate) => {}
+        Some(Applied::New(applied)) => {
+            newly_applied = !canary_strategy;
+            rayservice = Some(*applied);
+        }
+        Some(Applied::Refused {
+            problem: p,
+            transient: t,
+            not_ours,
+        }) => {
+            if not_ours {
+                rayservice = None;
             }
-            Applied::Refused {
-                problem: p,
-                transient: t,
-                not_ours,
-            } => {
-                if not_ours {
-                    rayservice = None;
-                }
-                transient = t;
-                problem = Some(p);
-            }
+            transient = t;
+            problem = Some(p);
         }
     }
     status::update(
@@ -148,6 +182,7 @@ pub(super) async fn reconcile(
         good.as_ref(),
         problem.as_ref(),
         rayservice.as_ref(),
+        rollout.as_ref(),
     )
     .await?;
     let announced = previous_state
@@ -184,7 +219,11 @@ pub(super) async fn reconcile(
         // The fetch's end reconciles this pipeline again; no failure is counted meanwhile, and
         // this pass does not end a failure streak (the fetch decides).
         ctx.frame.keep_failures(&pipeline);
-        return Ok(Action::await_change());
+        return Ok(if rollout_active {
+            Action::requeue(ctx.config.rollout_poll())
+        } else {
+            Action::await_change()
+        });
     }
     match problem {
         Some(p) => Err(Error::Input {
@@ -192,6 +231,16 @@ pub(super) async fn reconcile(
             message: p.message,
             transient,
         }),
+        None if rollout_active => Ok(Action::requeue(ctx.config.rollout_poll())),
         None => Ok(refresh_interval(&pipeline).map_or_else(Action::await_change, Action::requeue)),
     }
+}
+
+/// Whether new graph versions go out as canaries.
+fn is_canary(pipeline: &ServePipeline) -> bool {
+    pipeline
+        .spec
+        .rollout
+        .as_ref()
+        .is_some_and(|r| r.strategy == RolloutStrategy::Canary)
 }

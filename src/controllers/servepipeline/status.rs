@@ -9,7 +9,7 @@ use tracing::{info, warn};
 use super::build::{self, Problem, StatusInputs};
 use super::{Context, Error, GoodGraph, MAX_LOGGED_MESSAGE, now};
 use crate::api::rayservice::RayService;
-use crate::api::servepipeline::{ServePipeline, ServePipelineStatus};
+use crate::api::servepipeline::{RolloutStatus, ServePipeline, ServePipelineStatus};
 use crate::k8s::field_managers;
 
 /// Computes the status and writes it when the pipeline does not show it yet.
@@ -19,12 +19,14 @@ pub(super) async fn update(
     good: Option<&GoodGraph>,
     problem: Option<&Problem>,
     rayservice: Option<&RayService>,
+    rollout: Option<&RolloutStatus>,
 ) -> Result<(), Error> {
     let status = build::compute_status(&StatusInputs {
         pipeline,
         applied: good.map(|g| &g.applied),
         problem,
         rayservice,
+        rollout,
         now: now(),
     });
     if pipeline.status.as_ref() != Some(&status) {

@@ -114,6 +114,54 @@ fn changing_only_deployment_options_leaves_args_unchanged() {
 }
 
 #[test]
+fn model_nodes_get_a_bounded_queue_by_default() {
+    let queued = |config: &ServeConfig, name: &str| deployment(config, name).max_queued_requests;
+    let config = render(&sample("sequence.yaml"), &RenderOptions::default()).unwrap();
+    // Serve's default concurrency (5) when the node sets none, else the node's own.
+    assert_eq!(queued(&config, "preprocess"), Some(20));
+    assert_eq!(queued(&config, "classify"), Some(64));
+    assert_eq!(
+        queued(&config, DEFAULT_EXECUTOR_DEPLOYMENT),
+        None,
+        "the executor is not a model node"
+    );
+
+    // An operator's max_ongoing_requests override moves the default with it.
+    let mut opts = RenderOptions::default();
+    opts.node_overrides.insert(
+        "preprocess".into(),
+        NodeOverride {
+            num_replicas: None,
+            max_ongoing_requests: Some(8),
+        },
+    );
+    assert_eq!(
+        queued(
+            &render(&sample("sequence.yaml"), &opts).unwrap(),
+            "preprocess"
+        ),
+        Some(32)
+    );
+
+    // The graph's own value wins, -1 (unbounded) included; huge concurrency saturates.
+    let mut edited = sample("sequence.yaml").graph().clone();
+    for node in &mut edited.nodes {
+        if let Some(crate::graph::proto::node::Kind::Model(model)) = &mut node.kind {
+            let options = model.deployment.get_or_insert_with(Default::default);
+            match node.name.as_str() {
+                "preprocess" => options.max_queued_requests = Some(-1),
+                "classify" => options.max_ongoing_requests = Some(1_000_000_000),
+                _ => {}
+            }
+        }
+    }
+    let config = render(&validate(edited).unwrap(), &RenderOptions::default()).unwrap();
+    assert_eq!(queued(&config, "preprocess"), Some(-1));
+    assert_eq!(queued(&config, "classify"), Some(i32::MAX));
+    assert!(config.to_json().contains("\"max_queued_requests\":-1"));
+}
+
+#[test]
 fn autoscaling_renders_as_auto() {
     let config = render(&sample("ensemble.yaml"), &RenderOptions::default()).unwrap();
     let model_a = deployment(&config, "model_a");

@@ -45,6 +45,33 @@ pub fn ensemble(version: &str) -> Vec<u8> {
     graph.encode_to_vec()
 }
 
+/// The ensemble at `version` with `model_a` given the constructor arguments `kwargs` (YAML
+/// lines, e.g. `error_share: 0.3`) besides its label: the sample classifier can be made to
+/// fail at start, fail a share of its calls, or be slow (samples/models.py).
+pub fn ensemble_with_model_a(version: &str, kwargs: &str) -> Vec<u8> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/graphs/ensemble.yaml");
+    let text = std::fs::read_to_string(path).expect("the sample graph");
+    let extra: String = kwargs
+        .lines()
+        .map(|l| format!("        {}\n", l.trim()))
+        .collect();
+    let text = text.replacen(
+        "        label: a\n",
+        &format!("        label: a\n{extra}"),
+        1,
+    );
+    let mut graph = raypipe::graph::from_yaml(&text).expect("the variant parses");
+    graph.version = version.to_owned();
+    graph.deadline_ms = 30_000;
+    for node in &mut graph.nodes {
+        if node.timeout_ms > 0 {
+            node.timeout_ms = 20_000;
+        }
+    }
+    graph.encode_to_vec()
+}
+
 /// The ensemble with an edge from `combine` back to `preprocess`: a cycle.
 pub fn cyclic_ensemble() -> Vec<u8> {
     let mut graph = raypipe::graph::decode(&ensemble("3")).expect("decodes");
@@ -254,6 +281,15 @@ impl E2e {
 }
 
 pub async fn ready_pipeline(head: &'static raypipe::devenv::ray::RayHead, prefix: &str) -> E2e {
+    ready_pipeline_with(head, prefix, json!({})).await
+}
+
+/// [`ready_pipeline`] with the fields of `spec` added to the pipeline's spec (e.g. `rollout`).
+pub async fn ready_pipeline_with(
+    head: &'static raypipe::devenv::ray::RayHead,
+    prefix: &str,
+    spec: Value,
+) -> E2e {
     let client = super::client().await;
     let ns = super::namespace(&client, prefix).await;
     let token = raypipe::devenv::random_token().unwrap();
@@ -276,6 +312,7 @@ pub async fn ready_pipeline(head: &'static raypipe::devenv::ray::RayHead, prefix
             .await
             .unwrap(),
         rayservice: Some(raypipe::cli::dev::local_rayservice_config(head).unwrap()),
+        ray_serve_url: Some(head.serve_url()),
         metrics: metrics.clone(),
         fetcher: super::loopback_fetcher(),
         ..ControllerSettings::new(&[
@@ -293,6 +330,12 @@ pub async fn ready_pipeline(head: &'static raypipe::devenv::ray::RayHead, prefix
         json!({"name": "ray-head", "image": "rayproject/ray:2.60.0",
             "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}),
     );
+    let mut pipeline = pipeline;
+    let mut value = serde_json::to_value(&pipeline).unwrap();
+    for (k, v) in spec.as_object().cloned().unwrap_or_default() {
+        value["spec"][k] = v;
+    }
+    pipeline = serde_json::from_value(value).expect("a valid ServePipeline");
     let pipelines: Api<ServePipeline> = Api::namespaced(client.clone(), &ns);
     let created = Instant::now();
     pipelines

@@ -1,0 +1,284 @@
+//! The apply stage of a pipeline with strategy `Canary`: renders the newest graph as a version
+//! application, reads the routers' counters through the Serve proxy, lets the pure
+//! [`rollout::decide`] take one step, and server-side applies the RayService carrying the router
+//! and the version applications. The rollout's state goes to the status; the Events of the step
+//! are published here.
+
+use kube::api::Api;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use super::apply::Applied;
+use super::build::{self, Problem, reasons};
+use super::rollout::{self, Inputs, Newest, Policy};
+use super::{Context, Error, GoodGraph, now};
+use crate::api::rayservice::RayService;
+use crate::api::servepipeline::{RolloutStatus, ServePipeline, condition_types};
+use crate::k8s::field_managers;
+use crate::serve::rollout::{
+    RouterStats, STATS_PATH, applications_of, compose, options_of, rendered_options,
+    router_application, version_application, version_application_name,
+};
+
+/// The Serve port KubeRay gives the `<rayservice>-serve-svc` Service.
+pub const SERVE_PORT: u16 = 8000;
+
+/// What the canary apply stage did.
+pub(super) struct CanaryApplied {
+    pub applied: Applied,
+    pub rollout: RolloutStatus,
+    /// A step or a retirement is under way: reconcile again soon.
+    pub active: bool,
+}
+
+/// One rollout step for `pipeline`.
+pub(super) async fn apply(
+    pipeline: &ServePipeline,
+    ctx: &Context,
+    rs_api: &Api<RayService>,
+    existing: Option<&RayService>,
+    newest_graph: Option<&GoodGraph>,
+    stable_graph: Option<&GoodGraph>,
+) -> Result<CanaryApplied, Error> {
+    let policy = Policy::from_spec(&pipeline.spec.rollout.clone().unwrap_or_default());
+    let previous = pipeline.status.as_ref().and_then(|s| s.rollout.clone());
+    let options = build::render_options(pipeline, &ctx.config);
+    let base = options
+        .application_name
+        .clone()
+        .unwrap_or_else(|| pipeline.name_any());
+    let existing_yaml = existing
+        .and_then(|rs| rs.spec.serve_config_v2.clone())
+        .unwrap_or_default();
+    let current = applications_of(&existing_yaml);
+
+    let refused = |message: String, rollout: Option<RolloutStatus>| CanaryApplied {
+        applied: Applied::Refused {
+            problem: Problem {
+                condition: condition_types::GRAPH_VALID,
+                reason: reasons::RENDER_FAILED.to_owned(),
+                message,
+            },
+            transient: false,
+            not_ours: false,
+        },
+        active: false,
+        rollout: rollout.unwrap_or_else(|| RolloutStatus {
+            phase: rollout::phases::STABLE.to_owned(),
+            ..Default::default()
+        }),
+    };
+
+    // The newest graph as a version application, with the route and top-level options.
+    let mut route_prefix = current
+        .get(&base)
+        .and_then(|router| router["route_prefix"].as_str())
+        .map(str::to_owned);
+    let mut top_level = options_of(&existing_yaml);
+    let newest = match newest_graph {
+        None => None,
+        Some(g) => match crate::serve::render(&g.graph, &options) {
+            Err(e) => return Ok(refused(e.to_string(), previous)),
+            Ok(rendered) => {
+                let name = version_application_name(&base, &g.applied.digest);
+                let Some(application) = version_application(&rendered, &name) else {
+                    return Ok(refused(
+                        "the graph rendered no application".into(),
+                        previous,
+                    ));
+                };
+                route_prefix = rendered
+                    .applications
+                    .first()
+                    .and_then(|a| a.route_prefix.clone());
+                top_level = rendered_options(&rendered);
+                Some(Newest {
+                    digest: g.applied.digest.clone(),
+                    version: g.applied.version.clone(),
+                    application,
+                    plan: plan(stable_graph, g),
+                })
+            }
+        },
+    };
+    let route_prefix = route_prefix.unwrap_or_else(|| "/".to_owned());
+
+    let serve = existing.map(build::applications_from).unwrap_or_default();
+    let stats = match &previous {
+        Some(r) if r.canary.is_some() || r.retiring.is_some() => {
+            read_stats(ctx, pipeline, &route_prefix, &r.generation).await
+        }
+        _ => None,
+    };
+    let now = now();
+    let decision = rollout::decide(&Inputs {
+        policy: &policy,
+        previous: previous.as_ref(),
+        base: &base,
+        executor: &options.executor_deployment,
+        newest: newest.as_ref(),
+        current: &current,
+        serve: &serve,
+        stats: stats.as_ref(),
+        suspended: pipeline.spec.suspend.unwrap_or(false),
+        now: &now,
+    });
+    for event in &decision.events {
+        let kind = if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        crate::k8s::publish_event(
+            &ctx.recorder,
+            pipeline,
+            kind,
+            event.reason,
+            "Rollout",
+            event.message.clone(),
+        )
+        .await;
+    }
+    let active = decision.active;
+    let (Some(router), None) = (&decision.router, &decision.missing) else {
+        let message = decision
+            .missing
+            .clone()
+            .unwrap_or_else(|| "no graph version to serve yet".to_owned());
+        return Ok(CanaryApplied {
+            applied: Applied::Refused {
+                problem: Problem {
+                    condition: condition_types::READY,
+                    reason: "RolloutStateLost".to_owned(),
+                    message,
+                },
+                transient: true,
+                not_ours: false,
+            },
+            rollout: decision.status,
+            active,
+        });
+    };
+    let mut applications = vec![router_application(
+        &base,
+        &route_prefix,
+        &options.runtime_py_modules,
+        router,
+    )];
+    applications.extend(decision.applications.iter().cloned());
+    let config = compose(top_level, applications);
+    let yaml = serde_yaml::to_string(&config).unwrap_or_default();
+    let stable_digest = decision
+        .status
+        .stable
+        .as_ref()
+        .map(|s| s.digest.clone())
+        .unwrap_or_default();
+    let desired = build::desired_rayservice(pipeline, &yaml, &stable_digest)?;
+    let applied = if existing.is_some_and(|e| build::is_up_to_date(e, &desired)) {
+        Applied::UpToDate
+    } else {
+        let known = existing.map(|rs| rs.meta());
+        match crate::k8s::apply_owned(rs_api, &desired, known, field_managers::SERVEPIPELINE).await
+        {
+            Ok(applied) => Applied::New(Box::new(applied)),
+            Err(e) => {
+                let not_ours = e.is_not_owned();
+                Applied::Refused {
+                    problem: Problem {
+                        condition: condition_types::READY,
+                        reason: if not_ours {
+                            reasons::RAYSERVICE_CONFLICT
+                        } else {
+                            reasons::APPLY_FAILED
+                        }
+                        .to_owned(),
+                        message: e.to_string(),
+                    },
+                    transient: true,
+                    not_ours,
+                }
+            }
+        }
+    };
+    if matches!(applied, Applied::Refused { .. }) {
+        // Nothing changed on the cluster: the rollout stays where it was.
+        return Ok(CanaryApplied {
+            applied,
+            rollout: previous.unwrap_or(decision.status),
+            active: true,
+        });
+    }
+    Ok(CanaryApplied {
+        applied,
+        rollout: decision.status,
+        active,
+    })
+}
+
+/// What the new graph changes against the stable one, one line per change.
+fn plan(stable: Option<&GoodGraph>, newest: &GoodGraph) -> Vec<String> {
+    match stable {
+        Some(old) if old.applied.digest != newest.applied.digest => {
+            node_changes(old.graph.graph(), newest.graph.graph())
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The routers' counters, through the Serve proxy of the pipeline's RayService; `None` when
+/// they cannot be read (the gates then wait, and the deadline still counts).
+async fn read_stats(
+    ctx: &Context,
+    pipeline: &ServePipeline,
+    route_prefix: &str,
+    generation: &str,
+) -> Option<RouterStats> {
+    let namespace = pipeline.namespace().unwrap_or_default();
+    let service = crate::ray::HeadService::new(
+        namespace,
+        format!("{}-serve-svc", build::rayservice_name(pipeline)),
+        SERVE_PORT,
+    );
+    let base = ctx.config.serve_locator().locate(&service).ok()?;
+    let client = crate::ray::RayDashboardClient::from_url(base.as_str()).ok()?;
+    let mut path: Vec<&str> = route_prefix.split('/').filter(|s| !s.is_empty()).collect();
+    path.extend(STATS_PATH.split('/'));
+    match client
+        .get_json::<Value>(&path, Some(("generation", generation)))
+        .await
+    {
+        Ok(value) => serde_json::from_value(value).ok(),
+        Err(e) => {
+            tracing::debug!(error = %e, "reading the rollout routers' counters failed");
+            None
+        }
+    }
+}
+
+/// Nodes added, removed or changed, by name.
+fn node_changes(
+    old: &crate::graph::proto::PipelineGraph,
+    new: &crate::graph::proto::PipelineGraph,
+) -> Vec<String> {
+    let by_name = |g: &crate::graph::proto::PipelineGraph| {
+        g.nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.clone()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (old, new) = (by_name(old), by_name(new));
+    let mut lines = Vec::new();
+    for (name, node) in &new {
+        match old.get(name) {
+            None => lines.push(format!("{name}: added")),
+            Some(before) if before != node => lines.push(format!("{name}: changed")),
+            Some(_) => {}
+        }
+    }
+    for name in old.keys().filter(|n| !new.contains_key(*n)) {
+        lines.push(format!("{name}: removed"));
+    }
+    lines
+}

@@ -1,0 +1,739 @@
+//! The canary rollout of a ServePipeline (strategy `Canary`), as a pure step function: from the
+//! rollout's status, the newest valid graph, the applications the RayService carries, their
+//! Serve statuses and the routers' counters, [`decide`] computes the next rollout status, the
+//! router's configuration, the version applications to keep, and the Events. No client, no
+//! clock: everything it needs is passed in, so every transition is unit-tested here.
+//!
+//! Lifecycle: a new digest starts at step 0 (deployed beside the stable version, no traffic);
+//! when its application is RUNNING it takes each step's weight for the step's pause; a step
+//! passes when its gates hold on at least `minRequests` canary requests; after the last step
+//! it is promoted. A failed gate, a failed deployment or the deadline rolls it back, and its
+//! digest is remembered. The version leaving (old stable, or the rolled-back canary) stays
+//! deployed until every router reports the new generation, so requests routed to it before
+//! the switch finish where they started ("retiring").
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+
+use crate::api::servepipeline::{
+    ApplicationStatus, CanaryStatus, GateReadings, RolloutOutcome, RolloutPolicy, RolloutStatus,
+    VersionStatus,
+};
+use crate::serve::rollout::{
+    CanaryTarget, RouteTarget, RouterConfig, RouterStats, version_application_name,
+};
+use crate::validation::duration::parse_bounded;
+
+/// Rollout phases in status.
+pub mod phases {
+    pub const STABLE: &str = "Stable";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const FINISHING: &str = "Finishing";
+}
+
+/// How a rollout ended (`RolloutOutcome.result`).
+pub mod results {
+    pub const PROMOTED: &str = "Promoted";
+    pub const ROLLED_BACK: &str = "RolledBack";
+    pub const ABORTED: &str = "Aborted";
+}
+
+/// Why (`RolloutOutcome.reason`, Event reasons).
+pub mod reasons {
+    pub const PROMOTED: &str = "Promoted";
+    pub const ERROR_RATE: &str = "ErrorRate";
+    pub const LATENCY: &str = "Latency";
+    pub const DEPLOYMENT_FAILED: &str = "DeploymentFailed";
+    pub const PROGRESS_DEADLINE: &str = "ProgressDeadlineExceeded";
+    pub const NO_TRAFFIC: &str = "NoTraffic";
+    pub const REVERTED: &str = "Reverted";
+    pub const SUPERSEDED: &str = "Superseded";
+    pub const SUSPENDED: &str = "Suspended";
+}
+
+/// Digests remembered as rolled back (the oldest are forgotten first).
+pub const MAX_FAILED_DIGESTS: usize = 10;
+/// How long a leaving version is kept when the routers' counters cannot be read to confirm
+/// they moved on (a router takes a new `user_config` within about a second).
+pub const RETIRE_GRACE: Duration = Duration::from_secs(30);
+
+/// The policy with its defaults applied and its durations parsed (bounded).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// (weight in percent, pause) per step.
+    pub steps: Vec<(i32, Duration)>,
+    pub max_error_rate: f64,
+    pub latency_percentile: f64,
+    pub max_latency_ratio: f64,
+    pub latency_tolerance_ms: f64,
+    pub min_requests: u64,
+    pub progress_deadline: Duration,
+    pub retry_on_stable: bool,
+    pub promote_without_traffic: bool,
+}
+
+pub const DEFAULT_PAUSE: Duration = Duration::from_secs(30);
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+
+impl Policy {
+    /// Defaults for what the spec leaves out; values out of bounds (an object the webhook did
+    /// not see) fall back to the defaults too.
+    pub fn from_spec(spec: &RolloutPolicy) -> Policy {
+        let pause = |text: Option<&str>| {
+            text.and_then(|t| {
+                parse_bounded(t, Duration::from_secs(1), Duration::from_secs(86_400)).ok()
+            })
+            .unwrap_or(DEFAULT_PAUSE)
+        };
+        let mut steps: Vec<(i32, Duration)> = spec
+            .steps
+            .iter()
+            .map(|s| (s.weight.clamp(1, 100), pause(s.pause.as_deref())))
+            .collect();
+        if steps.is_empty() {
+            steps = vec![(10, DEFAULT_PAUSE), (50, DEFAULT_PAUSE)];
+        }
+        let gates = spec.gates.clone().unwrap_or_default();
+        let percentile = match gates.latency_percentile {
+            Some(p @ (50 | 90 | 95 | 99)) => f64::from(p),
+            _ => 95.0,
+        };
+        Policy {
+            steps,
+            max_error_rate: gates
+                .max_error_rate
+                .filter(|r| (0.0..=1.0).contains(r))
+                .unwrap_or(0.05),
+            latency_percentile: percentile,
+            max_latency_ratio: gates
+                .max_latency_ratio
+                .filter(|r| r.is_finite() && *r >= 1.0)
+                .unwrap_or(1.5),
+            latency_tolerance_ms: gates
+                .latency_tolerance_ms
+                .filter(|t| t.is_finite() && *t >= 0.0)
+                .unwrap_or(10.0),
+            min_requests: gates
+                .min_requests
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|n| *n >= 1)
+                .unwrap_or(20),
+            progress_deadline: spec
+                .progress_deadline
+                .as_deref()
+                .and_then(|t| {
+                    parse_bounded(t, Duration::from_secs(10), Duration::from_secs(86_400)).ok()
+                })
+                .unwrap_or(DEFAULT_DEADLINE),
+            retry_on_stable: spec.retry_on_stable.unwrap_or(true),
+            promote_without_traffic: spec.promote_without_traffic.unwrap_or(false),
+        }
+    }
+}
+
+/// The newest valid graph, rendered as a version application.
+#[derive(Debug, Clone)]
+pub struct Newest {
+    pub digest: String,
+    pub version: Option<String>,
+    /// Its application (named by [`version_application_name`]).
+    pub application: Value,
+    /// What it changes against the stable graph, when that graph is known.
+    pub plan: Vec<String>,
+}
+
+pub struct Inputs<'a> {
+    pub policy: &'a Policy,
+    pub previous: Option<&'a RolloutStatus>,
+    /// The router application's name; version applications are named after it.
+    pub base: &'a str,
+    /// The executor deployment of every version application.
+    pub executor: &'a str,
+    pub newest: Option<&'a Newest>,
+    /// The applications the RayService's Serve config carries now, by name.
+    pub current: &'a BTreeMap<String, Value>,
+    /// Their Serve statuses as the RayService reports them.
+    pub serve: &'a BTreeMap<String, ApplicationStatus>,
+    /// The routers' counters, when they could be read.
+    pub stats: Option<&'a RouterStats>,
+    pub suspended: bool,
+    pub now: &'a Time,
+}
+
+/// An Event to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Announcement {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub status: RolloutStatus,
+    /// `None` while there is no version to serve yet.
+    pub router: Option<RouterConfig>,
+    /// Version applications to deploy: stable, canary, retiring (those present).
+    pub applications: Vec<Value>,
+    pub events: Vec<Announcement>,
+    /// A rollout step or a retirement is under way: look again soon.
+    pub active: bool,
+    /// A version the config needs cannot be produced (its application is gone and its graph
+    /// is not in memory); the RayService is then left as it is.
+    pub missing: Option<String>,
+}
+
+fn elapsed(now: &Time, since: &Time) -> Duration {
+    Duration::try_from(now.0.duration_since(since.0)).unwrap_or_default()
+}
+
+fn short(digest: &str) -> String {
+    digest
+        .strip_prefix("sha256:")
+        .unwrap_or(digest)
+        .chars()
+        .take(12)
+        .collect()
+}
+
+/// `<n+1>.<short digest>.<step>`: a new generation restarts the routers' counters.
+fn next_generation(previous: &str, digest: &str, step: &str) -> String {
+    let n: u64 = previous
+        .split('.')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    format!("{}.{}.{}", n.saturating_add(1), short(digest), step)
+}
+
+/// A failed deployment of a version application: (node, message).
+fn deployment_failure(app: Option<&ApplicationStatus>) -> Option<(Option<String>, String)> {
+    let app = app?;
+    let failed = |s: Option<&str>| matches!(s, Some("DEPLOY_FAILED" | "UNHEALTHY"));
+    let node = app
+        .deployments
+        .iter()
+        .find(|(_, d)| failed(d.status.as_deref()));
+    if let Some((name, d)) = node {
+        return Some((
+            Some(name.clone()),
+            format!(
+                "deployment {name} is {}: {}",
+                d.status.as_deref().unwrap_or_default(),
+                first_line(d.message.as_deref().unwrap_or("no message"))
+            ),
+        ));
+    }
+    failed(app.status.as_deref()).then(|| {
+        (
+            None,
+            format!(
+                "the application is {}: {}",
+                app.status.as_deref().unwrap_or_default(),
+                first_line(app.message.as_deref().unwrap_or("no message"))
+            ),
+        )
+    })
+}
+
+/// The last non-empty line (a Python traceback ends with the exception).
+fn first_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(text);
+    crate::k8s::truncate(line.trim(), 400)
+}
+
+fn running(app: Option<&ApplicationStatus>) -> bool {
+    app.is_some_and(|a| a.status.as_deref() == Some("RUNNING"))
+}
+
+/// The readings of the current step from the routers' counters (zeros when they report
+/// another generation).
+pub fn readings(stats: Option<&RouterStats>, generation: &str, policy: &Policy) -> GateReadings {
+    let Some(stats) = stats.filter(|s| s.generation.as_deref() == Some(generation)) else {
+        return GateReadings::default();
+    };
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    GateReadings {
+        canary_requests: count(stats.canary.requests),
+        canary_errors: count(stats.canary.errors),
+        retried_on_stable: count(stats.canary.retried),
+        stable_requests: count(stats.stable.requests),
+        canary_latency_ms: stats
+            .canary
+            .percentile_ms(&stats.bounds_ms, policy.latency_percentile),
+        stable_latency_ms: stats
+            .stable
+            .percentile_ms(&stats.bounds_ms, policy.latency_percentile),
+    }
+}
+
+/// The verdict of the gates on one step's readings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Not enough canary requests yet.
+    NoEvidence,
+    Pass,
+    Fail {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// Fewest samples on each side before latency percentiles are compared: below it a p95 is
+/// the single slowest request (often a cold start of the new replicas).
+pub const MIN_LATENCY_SAMPLES: u64 = 20;
+
+/// The gates on one step's readings. Errors fail at once; latency is compared only over a whole
+/// step window (`window_over`) and with at least [`MIN_LATENCY_SAMPLES`] (or `minRequests`)
+/// requests on both sides, so the first requests to new replicas do not decide alone. A step
+/// at 100 % has no stable traffic to compare with, so only its errors count.
+pub fn judge(r: &GateReadings, policy: &Policy, window_over: bool, weight: i32) -> Verdict {
+    let requests = u64::try_from(r.canary_requests).unwrap_or(0);
+    if requests < policy.min_requests {
+        return Verdict::NoEvidence;
+    }
+    let rate = r.canary_errors as f64 / requests as f64;
+    if rate > policy.max_error_rate {
+        return Verdict::Fail {
+            reason: reasons::ERROR_RATE,
+            message: format!(
+                "{} of {} canary requests failed ({:.1} %, the gate allows {:.1} %)",
+                r.canary_errors,
+                requests,
+                rate * 100.0,
+                policy.max_error_rate * 100.0
+            ),
+        };
+    }
+    if weight >= 100 {
+        return Verdict::Pass;
+    }
+    let samples = policy.min_requests.max(MIN_LATENCY_SAMPLES);
+    if requests < samples || u64::try_from(r.stable_requests).unwrap_or(0) < samples {
+        return Verdict::NoEvidence;
+    }
+    if !window_over {
+        return Verdict::Pass;
+    }
+    if let (Some(canary), Some(stable)) = (r.canary_latency_ms, r.stable_latency_ms)
+        && canary > stable * policy.max_latency_ratio
+        && canary - stable > policy.latency_tolerance_ms
+    {
+        return Verdict::Fail {
+            reason: reasons::LATENCY,
+            message: format!(
+                "canary p{} latency {canary} ms against stable {stable} ms (the gate allows {}×)",
+                policy.latency_percentile, policy.max_latency_ratio
+            ),
+        };
+    }
+    Verdict::Pass
+}
+
+/// One rollout step.
+pub fn decide(inputs: &Inputs<'_>) -> Decision {
+    let policy = inputs.policy;
+    let now = inputs.now;
+    let mut status = inputs.previous.cloned().unwrap_or_else(|| RolloutStatus {
+        phase: phases::STABLE.to_owned(),
+        ..Default::default()
+    });
+    let mut events = Vec::new();
+    let newest = inputs.newest;
+    let is_newest = |digest: &str| newest.is_some_and(|n| n.digest == digest);
+
+    // A version leaving the cluster goes once every router moved to the current generation.
+    if let Some(retiring) = status.retiring.clone() {
+        let moved_on = inputs
+            .stats
+            .is_some_and(|s| s.all_routers_on(&status.generation));
+        let waited = status
+            .retiring_since
+            .as_ref()
+            .is_none_or(|since| elapsed(now, since) >= RETIRE_GRACE);
+        if moved_on || waited || inputs.suspended || !inputs.current.contains_key(&retiring) {
+            status.retiring = None;
+            status.retiring_since = None;
+        }
+    }
+
+    // An ongoing canary: aborted, failed, advanced or promoted.
+    if let Some(mut canary) = status.canary.clone() {
+        let end = |status: &mut RolloutStatus,
+                   canary: &CanaryStatus,
+                   result: &'static str,
+                   reason: &'static str,
+                   node: Option<String>,
+                   message: String,
+                   events: &mut Vec<Announcement>| {
+            let promoted = result == results::PROMOTED;
+            let leaving = if promoted {
+                status.stable.as_ref().map(|s| s.application.clone())
+            } else {
+                Some(canary.version.application.clone())
+            };
+            if promoted {
+                status.stable = Some(canary.version.clone());
+            } else if result == results::ROLLED_BACK {
+                status
+                    .failed_digests
+                    .retain(|d| d != &canary.version.digest);
+                status.failed_digests.push(canary.version.digest.clone());
+                let overflow = status
+                    .failed_digests
+                    .len()
+                    .saturating_sub(MAX_FAILED_DIGESTS);
+                status.failed_digests.drain(..overflow);
+            }
+            status.canary = None;
+            status.retiring =
+                leaving.filter(|l| Some(l) != status.stable.as_ref().map(|s| &s.application));
+            status.retiring_since = status.retiring.as_ref().map(|_| now.clone());
+            let stable_digest = status
+                .stable
+                .as_ref()
+                .map(|s| s.digest.clone())
+                .unwrap_or_default();
+            status.generation = next_generation(&status.generation, &stable_digest, "s");
+            let label = canary
+                .version
+                .version
+                .clone()
+                .unwrap_or_else(|| short(&canary.version.digest));
+            events.push(Announcement {
+                warning: result == results::ROLLED_BACK,
+                reason: match result {
+                    results::PROMOTED => "RolloutPromoted",
+                    results::ROLLED_BACK => "RolledBack",
+                    _ => "RolloutAborted",
+                },
+                message: crate::k8s::truncate(
+                    &format!(
+                        "graph {label} ({}): {reason}: {message}",
+                        canary.version.digest
+                    ),
+                    1024,
+                ),
+            });
+            status.last = Some(RolloutOutcome {
+                digest: canary.version.digest.clone(),
+                version: canary.version.version.clone(),
+                result: result.to_owned(),
+                reason: reason.to_owned(),
+                node,
+                message,
+                at: now.clone(),
+                readings: canary.readings.clone(),
+            });
+        };
+        let stable_digest = status.stable.as_ref().map(|s| s.digest.clone());
+        let app_status = inputs.serve.get(&canary.version.application);
+        if inputs.suspended {
+            end(
+                &mut status,
+                &canary,
+                results::ABORTED,
+                reasons::SUSPENDED,
+                None,
+                "the pipeline was suspended; the rollout starts again when it resumes".into(),
+                &mut events,
+            );
+        } else if newest.is_some() && stable_digest.as_deref().is_some_and(is_newest) {
+            end(
+                &mut status,
+                &canary,
+                results::ABORTED,
+                reasons::REVERTED,
+                None,
+                "the registry serves the stable graph again".into(),
+                &mut events,
+            );
+        } else if newest.is_some() && !is_newest(&canary.version.digest) {
+            end(
+                &mut status,
+                &canary,
+                results::ABORTED,
+                reasons::SUPERSEDED,
+                None,
+                "the registry serves a newer graph; it is rolled out next".into(),
+                &mut events,
+            );
+        } else if let Some((node, message)) = deployment_failure(app_status) {
+            end(
+                &mut status,
+                &canary,
+                results::ROLLED_BACK,
+                reasons::DEPLOYMENT_FAILED,
+                node,
+                message,
+                &mut events,
+            );
+        } else {
+            let readings = readings(inputs.stats, &status.generation, policy);
+            let over_deadline = elapsed(now, &canary.started_at) >= policy.progress_deadline;
+            let step_over = canary.step > 0
+                && usize::try_from(canary.step - 1)
+                    .ok()
+                    .and_then(|i| policy.steps.get(i))
+                    .is_none_or(|(_, pause)| elapsed(now, &canary.step_started_at) >= *pause);
+            let verdict = if canary.step == 0 {
+                Verdict::NoEvidence
+            } else {
+                judge(&readings, policy, step_over, canary.weight)
+            };
+            canary.readings = (canary.step > 0).then(|| readings.clone());
+            match verdict {
+                Verdict::Fail { reason, message } => end(
+                    &mut status,
+                    &canary,
+                    results::ROLLED_BACK,
+                    reason,
+                    None,
+                    message,
+                    &mut events,
+                ),
+                _ if over_deadline => {
+                    let (reason, message) = if canary.step > 0 && verdict == Verdict::NoEvidence {
+                        (
+                            reasons::NO_TRAFFIC,
+                            format!(
+                                "step {} saw {} canary and {} stable requests before the deadline, too few to judge (the gates need {} canary requests, and {} on each side to compare latency)",
+                                canary.step,
+                                readings.canary_requests,
+                                readings.stable_requests,
+                                policy.min_requests,
+                                policy.min_requests.max(MIN_LATENCY_SAMPLES)
+                            ),
+                        )
+                    } else {
+                        (
+                            reasons::PROGRESS_DEADLINE,
+                            format!(
+                                "not promoted within {}",
+                                crate::validation::duration::format_duration(
+                                    policy.progress_deadline
+                                )
+                            ),
+                        )
+                    };
+                    end(
+                        &mut status,
+                        &canary,
+                        results::ROLLED_BACK,
+                        reason,
+                        None,
+                        message,
+                        &mut events,
+                    )
+                }
+                _ if canary.step == 0 => {
+                    if running(app_status) {
+                        advance(&mut status, &mut canary, policy, now, &mut events);
+                        status.canary = Some(canary);
+                    } else {
+                        status.canary = Some(canary);
+                    }
+                }
+                Verdict::Pass | Verdict::NoEvidence
+                    if step_over
+                        && (verdict == Verdict::Pass || policy.promote_without_traffic) =>
+                {
+                    if usize::try_from(canary.step).unwrap_or(usize::MAX) >= policy.steps.len() {
+                        end(
+                            &mut status,
+                            &canary,
+                            results::PROMOTED,
+                            reasons::PROMOTED,
+                            None,
+                            format!(
+                                "passed {} steps in {} s",
+                                policy.steps.len(),
+                                elapsed(now, &canary.started_at).as_secs()
+                            ),
+                            &mut events,
+                        );
+                    } else {
+                        advance(&mut status, &mut canary, policy, now, &mut events);
+                        status.canary = Some(canary);
+                    }
+                }
+                _ => status.canary = Some(canary),
+            }
+        }
+    }
+
+    if inputs.suspended {
+        // Nothing serves while suspended: no version waits for routers to move on.
+        status.retiring = None;
+        status.retiring_since = None;
+    }
+
+    // Nothing in progress: the first graph becomes stable at once; a new one starts a canary
+    // (one at a time: not while a version is still retiring).
+    if status.canary.is_none()
+        && !inputs.suspended
+        && let Some(n) = newest
+    {
+        let known_bad = status.failed_digests.contains(&n.digest);
+        match &status.stable {
+            None => {
+                status.stable = Some(VersionStatus {
+                    digest: n.digest.clone(),
+                    version: n.version.clone(),
+                    application: version_application_name(inputs.base, &n.digest),
+                });
+                status.generation = next_generation(&status.generation, &n.digest, "s");
+            }
+            Some(stable)
+                if stable.digest != n.digest && !known_bad && status.retiring.is_none() =>
+            {
+                let canary = CanaryStatus {
+                    version: VersionStatus {
+                        digest: n.digest.clone(),
+                        version: n.version.clone(),
+                        application: version_application_name(inputs.base, &n.digest),
+                    },
+                    step: 0,
+                    steps: i32::try_from(policy.steps.len()).unwrap_or(i32::MAX),
+                    weight: 0,
+                    started_at: now.clone(),
+                    step_started_at: now.clone(),
+                    readings: None,
+                    plan: n.plan.clone(),
+                };
+                status.generation = next_generation(&status.generation, &n.digest, "0");
+                events.push(Announcement {
+                    warning: false,
+                    reason: "RolloutStarted",
+                    message: format!(
+                        "graph {} ({}) is deployed beside {} ({}) with no traffic yet; {}",
+                        n.version.as_deref().unwrap_or("unversioned"),
+                        n.digest,
+                        stable.version.as_deref().unwrap_or("unversioned"),
+                        stable.digest,
+                        if n.plan.is_empty() {
+                            "no plan".to_owned()
+                        } else {
+                            crate::k8s::truncate(&n.plan.join("; "), 600)
+                        }
+                    ),
+                });
+                status.canary = Some(canary);
+            }
+            _ => {}
+        }
+    }
+
+    status.phase = if status.canary.is_some() {
+        phases::PROGRESSING
+    } else if status.retiring.is_some() {
+        phases::FINISHING
+    } else {
+        phases::STABLE
+    }
+    .to_owned();
+
+    // What to deploy: each version's application, rendered from the newest graph when it is
+    // that version, else carried over from the RayService as it is.
+    let mut missing = None;
+    let mut application_of = |version: &VersionStatus| -> Option<Value> {
+        if let Some(n) = newest.filter(|n| n.digest == version.digest) {
+            let mut app = n.application.clone();
+            app["name"] = Value::String(version.application.clone());
+            return Some(app);
+        }
+        let found = inputs.current.get(&version.application).cloned();
+        if found.is_none() {
+            missing = Some(format!(
+                "the Serve application {} of graph {} is not on the RayService and the graph is not in memory",
+                version.application, version.digest
+            ));
+        }
+        found
+    };
+    let mut applications = Vec::new();
+    let stable_app = status.stable.as_ref().and_then(&mut application_of);
+    applications.extend(stable_app);
+    if let Some(c) = &status.canary {
+        applications.extend(application_of(&c.version));
+    }
+    if let Some(r) = &status.retiring
+        && let Some(app) = inputs.current.get(r)
+    {
+        applications.push(app.clone());
+    }
+    let router = status.stable.as_ref().map(|stable| RouterConfig {
+        generation: status.generation.clone(),
+        stable: target(stable, inputs.executor),
+        canary: status.canary.as_ref().map(|c| CanaryTarget {
+            target: target(&c.version, inputs.executor),
+            weight: f64::from(c.weight),
+        }),
+        retry_on_stable: policy.retry_on_stable,
+    });
+    Decision {
+        active: status.canary.is_some() || status.retiring.is_some(),
+        status,
+        router,
+        applications,
+        events,
+        missing,
+    }
+}
+
+fn target(version: &VersionStatus, executor: &str) -> RouteTarget {
+    RouteTarget {
+        app: version.application.clone(),
+        deployment: executor.to_owned(),
+        version: version
+            .version
+            .clone()
+            .unwrap_or_else(|| short(&version.digest)),
+    }
+}
+
+/// Moves the canary to its next step.
+fn advance(
+    status: &mut RolloutStatus,
+    canary: &mut CanaryStatus,
+    policy: &Policy,
+    now: &Time,
+    events: &mut Vec<Announcement>,
+) {
+    canary.step = canary.step.saturating_add(1);
+    let index = usize::try_from(canary.step - 1).unwrap_or(0);
+    canary.weight = policy.steps.get(index).map_or(100, |(w, _)| *w);
+    canary.step_started_at = now.clone();
+    canary.readings = None;
+    status.generation = next_generation(
+        &status.generation,
+        &canary.version.digest,
+        &canary.step.to_string(),
+    );
+    events.push(Announcement {
+        warning: false,
+        reason: "RolloutStep",
+        message: format!(
+            "graph {} takes {} % of requests (step {} of {})",
+            canary
+                .version
+                .version
+                .as_deref()
+                .unwrap_or(&short(&canary.version.digest)),
+            canary.weight,
+            canary.step,
+            policy.steps.len()
+        ),
+    });
+}
+
+#[cfg(test)]
+#[path = "rollout_tests.rs"]
+mod tests;

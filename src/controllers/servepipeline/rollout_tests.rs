@@ -1,0 +1,420 @@
+//! Every transition of the canary step function, on plain values.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::servepipeline::{NodeStatus, RolloutGates, RolloutStep};
+use crate::serve::rollout::{RouterReplica, VersionCounters};
+
+const OLD: &str = "sha256:aaaaaaaaaaaa0000";
+const NEW: &str = "sha256:bbbbbbbbbbbb0000";
+const NEWER: &str = "sha256:cccccccccccc0000";
+
+fn at(second: i64) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + second).unwrap())
+}
+
+fn policy() -> Policy {
+    Policy::from_spec(&RolloutPolicy {
+        steps: vec![
+            RolloutStep {
+                weight: 10,
+                pause: Some("10s".into()),
+            },
+            RolloutStep {
+                weight: 50,
+                pause: Some("10s".into()),
+            },
+        ],
+        gates: Some(RolloutGates {
+            min_requests: Some(10),
+            ..Default::default()
+        }),
+        progress_deadline: Some("5m".into()),
+        ..Default::default()
+    })
+}
+
+fn newest(digest: &str) -> Newest {
+    Newest {
+        digest: digest.to_owned(),
+        version: Some(digest[7..8].to_owned()),
+        application: json!({"name": "rendered", "route_prefix": null, "import_path": "raypipe_runtime.app:build"}),
+        plan: vec!["classifier: restarted (import_path)".into()],
+    }
+}
+
+struct World {
+    policy: Policy,
+    status: Option<RolloutStatus>,
+    current: BTreeMap<String, Value>,
+    serve: BTreeMap<String, ApplicationStatus>,
+    stats: Option<RouterStats>,
+    suspended: bool,
+}
+
+impl World {
+    fn new() -> World {
+        World {
+            policy: policy(),
+            status: None,
+            current: BTreeMap::new(),
+            serve: BTreeMap::new(),
+            stats: None,
+            suspended: false,
+        }
+    }
+
+    /// One pass at `second` with `newest`; the config it decides is then "on the RayService".
+    fn pass(&mut self, second: i64, newest: Option<&Newest>) -> Decision {
+        let now = at(second);
+        let decision = decide(&Inputs {
+            policy: &self.policy,
+            previous: self.status.as_ref(),
+            base: "pipe",
+            executor: "raypipe-executor",
+            newest,
+            current: &self.current,
+            serve: &self.serve,
+            stats: self.stats.as_ref(),
+            suspended: self.suspended,
+            now: &now,
+        });
+        self.status = Some(decision.status.clone());
+        self.current = decision
+            .applications
+            .iter()
+            .map(|a| (a["name"].as_str().unwrap().to_owned(), a.clone()))
+            .collect();
+        decision
+    }
+
+    fn set_serve(&mut self, app: &str, status: &str) {
+        self.serve.insert(
+            app.to_owned(),
+            ApplicationStatus {
+                status: Some(status.to_owned()),
+                ..Default::default()
+            },
+        );
+    }
+
+    fn generation(&self) -> String {
+        self.status.as_ref().unwrap().generation.clone()
+    }
+
+    /// The routers report `canary` and `stable` requests (errors, latency bucket index).
+    fn traffic(&mut self, canary: (u64, u64, usize), stable: (u64, usize)) {
+        let generation = self.generation();
+        let counters = |requests: u64, errors: u64, bucket: usize| {
+            let mut buckets = vec![0; 5];
+            buckets[bucket] = requests;
+            VersionCounters {
+                requests,
+                errors,
+                retried: errors,
+                sum_ms: 0.0,
+                buckets,
+            }
+        };
+        self.stats = Some(RouterStats {
+            generation: Some(generation.clone()),
+            bounds_ms: vec![5.0, 10.0, 20.0, 40.0],
+            routers: BTreeMap::from([(
+                "r1".to_owned(),
+                RouterReplica {
+                    generation: Some(generation),
+                    age_s: 0.2,
+                    config_error: None,
+                },
+            )]),
+            stable: counters(stable.0, 0, stable.1),
+            canary: counters(canary.0, canary.1, canary.2),
+        });
+    }
+}
+
+/// A world serving OLD as stable.
+fn serving_old() -> World {
+    let mut w = World::new();
+    let d = w.pass(0, Some(&newest(OLD)));
+    assert!(d.events.is_empty());
+    let stable = d.status.stable.clone().unwrap();
+    assert_eq!(stable.application, "pipe--aaaaaaaaaaaa");
+    assert_eq!(d.applications.len(), 1);
+    assert_eq!(d.applications[0]["name"], "pipe--aaaaaaaaaaaa");
+    assert!(d.router.as_ref().unwrap().canary.is_none());
+    assert!(!d.active);
+    w.set_serve("pipe--aaaaaaaaaaaa", "RUNNING");
+    w
+}
+
+/// OLD stable, NEW deployed and RUNNING at step 1 (10 %) from second 10.
+fn canary_at_step_one() -> World {
+    let mut w = serving_old();
+    let d = w.pass(1, Some(&newest(NEW)));
+    let c = d.status.canary.clone().unwrap();
+    assert_eq!((c.step, c.weight), (0, 0));
+    assert_eq!(d.applications.len(), 2);
+    assert_eq!(
+        d.router.as_ref().unwrap().canary.as_ref().unwrap().weight,
+        0.0
+    );
+    assert_eq!(d.events[0].reason, "RolloutStarted");
+    assert!(d.active);
+    // Deploying: stays at step 0.
+    w.set_serve("pipe--bbbbbbbbbbbb", "DEPLOYING");
+    assert_eq!(w.pass(5, Some(&newest(NEW))).status.canary.unwrap().step, 0);
+    w.set_serve("pipe--bbbbbbbbbbbb", "RUNNING");
+    let d = w.pass(10, Some(&newest(NEW)));
+    let c = d.status.canary.unwrap();
+    assert_eq!((c.step, c.weight), (1, 10));
+    assert_eq!(d.router.unwrap().canary.unwrap().weight, 10.0);
+    assert_eq!(d.events[0].reason, "RolloutStep");
+    w
+}
+
+#[test]
+fn a_good_canary_is_promoted_step_by_step_and_the_old_version_retires() {
+    let mut w = canary_at_step_one();
+    // Enough good traffic, but the pause is not over.
+    w.traffic((20, 0, 0), (100, 0));
+    assert_eq!(
+        w.pass(15, Some(&newest(NEW))).status.canary.unwrap().step,
+        1
+    );
+    let d = w.pass(20, Some(&newest(NEW)));
+    let c = d.status.canary.unwrap();
+    assert_eq!((c.step, c.weight), (2, 50));
+    // A new step starts with fresh counters (the old generation's do not count).
+    assert_eq!(
+        w.pass(31, Some(&newest(NEW))).status.canary.unwrap().step,
+        2
+    );
+    w.traffic((50, 1, 0), (50, 0));
+    let d = w.pass(32, Some(&newest(NEW)));
+    assert!(d.status.canary.is_none());
+    assert_eq!(d.status.stable.as_ref().unwrap().digest, NEW);
+    assert_eq!(d.status.retiring.as_deref(), Some("pipe--aaaaaaaaaaaa"));
+    assert_eq!(d.status.phase, phases::FINISHING);
+    assert_eq!(d.status.last.as_ref().unwrap().result, results::PROMOTED);
+    assert_eq!(d.events[0].reason, "RolloutPromoted");
+    // The old version stays until the routers run the new generation.
+    assert_eq!(d.applications.len(), 2);
+    assert!(d.router.as_ref().unwrap().canary.is_none());
+    assert_eq!(d.router.as_ref().unwrap().stable.app, "pipe--bbbbbbbbbbbb");
+    let d = w.pass(33, Some(&newest(NEW)));
+    assert_eq!(d.applications.len(), 2, "the routers have not moved on yet");
+    w.traffic((0, 0, 0), (5, 0));
+    let d = w.pass(34, Some(&newest(NEW)));
+    assert_eq!(d.applications.len(), 1);
+    assert_eq!(d.applications[0]["name"], "pipe--bbbbbbbbbbbb");
+    assert_eq!(d.status.phase, phases::STABLE);
+    assert!(!d.active);
+}
+
+#[test]
+fn an_error_rate_over_the_gate_rolls_back_at_once_and_the_digest_is_remembered() {
+    let mut w = canary_at_step_one();
+    w.traffic((10, 3, 0), (90, 0));
+    let d = w.pass(12, Some(&newest(NEW)));
+    assert!(d.status.canary.is_none());
+    assert_eq!(d.status.stable.as_ref().unwrap().digest, OLD);
+    let last = d.status.last.as_ref().unwrap();
+    assert_eq!(
+        (last.result.as_str(), last.reason.as_str()),
+        (results::ROLLED_BACK, reasons::ERROR_RATE)
+    );
+    assert!(last.message.contains("3 of 10"), "{}", last.message);
+    assert_eq!(d.status.failed_digests, vec![NEW.to_owned()]);
+    assert!(d.events[0].warning);
+    assert_eq!(d.router.as_ref().unwrap().stable.app, "pipe--aaaaaaaaaaaa");
+    assert!(d.router.as_ref().unwrap().canary.is_none());
+    // The same bytes are not tried again.
+    w.traffic((0, 0, 0), (1, 0));
+    let d = w.pass(100, Some(&newest(NEW)));
+    assert!(d.status.canary.is_none());
+    assert_eq!(d.applications.len(), 1);
+    // Different bytes are.
+    let d = w.pass(101, Some(&newest(NEWER)));
+    assert_eq!(d.status.canary.unwrap().version.digest, NEWER);
+}
+
+#[test]
+fn a_slow_canary_trips_the_latency_gate_over_a_whole_window() {
+    let mut w = canary_at_step_one();
+    // Canary p95 in the 20 ms bucket, stable in the 5 ms one: 4× and 15 ms slower; judged
+    // when the window is over, not on its first requests.
+    w.traffic((20, 0, 2), (100, 0));
+    assert_eq!(
+        w.pass(12, Some(&newest(NEW))).status.canary.unwrap().step,
+        1
+    );
+    let d = w.pass(20, Some(&newest(NEW)));
+    assert_eq!(d.status.last.unwrap().reason, reasons::LATENCY);
+    // Too few samples for a percentile: the step waits for more.
+    let mut w = canary_at_step_one();
+    w.traffic((12, 0, 2), (100, 0));
+    assert_eq!(
+        w.pass(20, Some(&newest(NEW))).status.canary.unwrap().step,
+        1
+    );
+    // Within the tolerance it passes: 10 ms against 5 ms is 2× but only 5 ms slower.
+    let mut w = canary_at_step_one();
+    w.traffic((20, 0, 1), (100, 0));
+    let d = w.pass(21, Some(&newest(NEW)));
+    assert_eq!(d.status.canary.unwrap().step, 2);
+}
+
+#[test]
+fn a_canary_whose_deployment_fails_is_rolled_back_naming_the_node() {
+    let mut w = serving_old();
+    w.pass(1, Some(&newest(NEW)));
+    w.serve.insert(
+        "pipe--bbbbbbbbbbbb".into(),
+        ApplicationStatus {
+            status: Some("DEPLOY_FAILED".into()),
+            message: Some("boom".into()),
+            deployments: BTreeMap::from([(
+                "classifier".to_owned(),
+                NodeStatus {
+                    status: Some("DEPLOY_FAILED".into()),
+                    message: Some("Traceback ...\nRuntimeError: no weights".into()),
+                },
+            )]),
+        },
+    );
+    let d = w.pass(30, Some(&newest(NEW)));
+    let last = d.status.last.unwrap();
+    assert_eq!(last.reason, reasons::DEPLOYMENT_FAILED);
+    assert_eq!(last.node.as_deref(), Some("classifier"));
+    assert!(last.message.contains("RuntimeError: no weights"));
+    assert_eq!(d.status.failed_digests, vec![NEW.to_owned()]);
+}
+
+#[test]
+fn the_registry_going_back_aborts_without_marking_anything_bad() {
+    let mut w = canary_at_step_one();
+    let d = w.pass(12, Some(&newest(OLD)));
+    let last = d.status.last.unwrap();
+    assert_eq!(
+        (last.result.as_str(), last.reason.as_str()),
+        (results::ABORTED, reasons::REVERTED)
+    );
+    assert!(d.status.failed_digests.is_empty());
+    assert_eq!(d.status.stable.unwrap().digest, OLD);
+    // The stable application is rendered from the (same) newest graph, not restarted.
+    assert_eq!(d.applications[0]["name"], "pipe--aaaaaaaaaaaa");
+}
+
+#[test]
+fn pushes_in_quick_succession_run_one_canary_at_a_time_and_end_with_the_newest() {
+    let mut w = canary_at_step_one();
+    let d = w.pass(12, Some(&newest(NEWER)));
+    assert_eq!(d.status.last.unwrap().reason, reasons::SUPERSEDED);
+    assert!(
+        d.status.canary.is_none(),
+        "not while the superseded one retires"
+    );
+    assert_eq!(d.status.retiring.as_deref(), Some("pipe--bbbbbbbbbbbb"));
+    w.traffic((0, 0, 0), (1, 0));
+    let d = w.pass(13, Some(&newest(NEWER)));
+    let c = d.status.canary.unwrap();
+    assert_eq!(c.version.digest, NEWER);
+    assert_eq!(c.step, 0);
+    assert_eq!(d.applications.len(), 2);
+}
+
+#[test]
+fn a_canary_without_traffic_is_not_promoted_and_the_deadline_rolls_it_back() {
+    let mut w = canary_at_step_one();
+    w.traffic((3, 0, 0), (3, 0));
+    assert_eq!(
+        w.pass(200, Some(&newest(NEW))).status.canary.unwrap().step,
+        1
+    );
+    let d = w.pass(311, Some(&newest(NEW)));
+    assert_eq!(d.status.last.unwrap().reason, reasons::NO_TRAFFIC);
+    // Unless the policy says so.
+    let mut w = canary_at_step_one();
+    w.policy.promote_without_traffic = true;
+    assert_eq!(
+        w.pass(21, Some(&newest(NEW))).status.canary.unwrap().step,
+        2
+    );
+}
+
+#[test]
+fn suspend_aborts_and_the_rollout_starts_again_after_resume() {
+    let mut w = canary_at_step_one();
+    w.suspended = true;
+    let d = w.pass(12, Some(&newest(NEW)));
+    assert_eq!(d.status.last.unwrap().reason, reasons::SUSPENDED);
+    assert!(
+        d.status.retiring.is_none(),
+        "nothing serves while suspended"
+    );
+    assert!(d.status.failed_digests.is_empty());
+    w.suspended = false;
+    let d = w.pass(50, Some(&newest(NEW)));
+    assert_eq!(d.status.canary.unwrap().step, 0);
+}
+
+#[test]
+fn a_restarted_operator_resumes_from_status_and_the_rayservice() {
+    let mut w = canary_at_step_one();
+    // Restarted: the graph is not fetched yet, so nothing is newest; the step stands and both
+    // applications are carried over as they are.
+    let d = w.pass(12, None);
+    let c = d.status.canary.unwrap();
+    assert_eq!((c.step, c.weight), (1, 10));
+    assert_eq!(d.applications.len(), 2);
+    assert!(d.missing.is_none());
+    // A version whose application is gone and whose graph is not in memory is reported.
+    w.current.remove("pipe--aaaaaaaaaaaa");
+    let d = w.pass(13, None);
+    assert!(d.missing.unwrap().contains("pipe--aaaaaaaaaaaa"));
+}
+
+#[test]
+fn defaults_and_bounds_of_the_policy() {
+    let p = Policy::from_spec(&RolloutPolicy::default());
+    assert_eq!(p.steps, vec![(10, DEFAULT_PAUSE), (50, DEFAULT_PAUSE)]);
+    assert_eq!(
+        (p.max_error_rate, p.latency_percentile, p.min_requests),
+        (0.05, 95.0, 20)
+    );
+    assert!(p.retry_on_stable && !p.promote_without_traffic);
+    let odd = Policy::from_spec(&RolloutPolicy {
+        progress_deadline: Some("1ms".into()),
+        gates: Some(RolloutGates {
+            max_error_rate: Some(7.0),
+            latency_percentile: Some(42),
+            max_latency_ratio: Some(0.5),
+            min_requests: Some(-3),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    assert_eq!(odd.progress_deadline, DEFAULT_DEADLINE);
+    assert_eq!(
+        (
+            odd.max_error_rate,
+            odd.latency_percentile,
+            odd.max_latency_ratio,
+            odd.min_requests
+        ),
+        (0.05, 95.0, 1.5, 20)
+    );
+}
+
+#[test]
+fn validation_and_rendering_agree_on_the_longest_application_name() {
+    assert_eq!(
+        crate::serve::rollout::MAX_BASE_NAME,
+        crate::validation::servepipeline::MAX_CANARY_APPLICATION_NAME
+    );
+}
