@@ -26,6 +26,10 @@ pub enum DagCommand {
     Render(RenderArgs),
     /// Print a graph as Graphviz DOT (`raypipe dag dot g.yaml | dot -Tsvg > g.svg`).
     Dot(InputArgs),
+    /// Print the plan of going from graph OLD to graph NEW: per node unchanged, in place,
+    /// restarted, added or removed, and the routing and graph-level changes. Exit 0 whether or
+    /// not they differ.
+    Diff(DiffArgs),
     /// Encode a graph as protobuf (what a registry serves).
     Encode(EncodeArgs),
     /// Print a graph (e.g. a protobuf file) as YAML or JSON.
@@ -112,6 +116,27 @@ pub struct RenderArgs {
 }
 
 #[derive(Debug, Clone, clap::Args)]
+pub struct DiffArgs {
+    /// The graph running now: protobuf (.pb), YAML (.yaml, .yml) or JSON (.json); `-` reads
+    /// standard input. The format comes from the extension, else from the content.
+    pub old: PathBuf,
+    /// The graph to go to, in any of the same forms.
+    pub new: PathBuf,
+    /// How to print the plan.
+    #[arg(long, value_enum, default_value_t = DiffOutput::Text)]
+    pub output: DiffOutput,
+}
+
+/// Output forms of `dag diff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffOutput {
+    /// A summary line and a table, for people.
+    Text,
+    /// The plan as JSON (camelCase keys), for programs.
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Args)]
 pub struct EncodeArgs {
     #[command(flatten)]
     pub input: InputArgs,
@@ -160,6 +185,8 @@ pub enum DagError {
     Graph { path: String, source: GraphError },
     #[error(transparent)]
     Render(#[from] serve::RenderError),
+    #[error("OLD and NEW cannot both be standard input")]
+    BothStandardInput,
 }
 
 /// Runs a `raypipe dag` command on the process's standard output and error.
@@ -175,6 +202,7 @@ pub fn execute(cmd: DagCommand, out: &mut dyn Write, err: &mut dyn Write) -> u8 
         DagCommand::Validate(args) => validate(&args, out, err),
         DagCommand::Render(args) => render(&args, out, err),
         DagCommand::Dot(args) => dot(&args, out),
+        DagCommand::Diff(args) => diff(&args, out, err),
         DagCommand::Encode(args) => encode(&args, out, err),
         DagCommand::Decode(args) => decode(&args, out),
     };
@@ -304,6 +332,7 @@ fn reason_of(error: &DagError) -> &'static str {
         DagError::Write { .. } => "WriteError",
         DagError::Graph { source, .. } => source.reason(),
         DagError::Render(e) => e.reason(),
+        DagError::BothStandardInput => "UsageError",
     }
 }
 
@@ -363,21 +392,58 @@ fn render(args: &RenderArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     } else {
         config.to_yaml()
     };
-    out.write_all(text.as_bytes())
-        .map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?;
+    write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
+}
+
+fn stdout_error(source: std::io::Error) -> DagError {
+    DagError::Write {
+        path: "standard output".into(),
+        source,
+    }
+}
+
+fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), DagError> {
+    out.write_all(bytes).map_err(stdout_error)
 }
 
 fn dot(args: &InputArgs, out: &mut dyn Write) -> Result<u8, DagError> {
     let graph = read_graph(args)?;
-    out.write_all(graph::dot::to_dot(&graph).as_bytes())
-        .map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?;
+    write_stdout(out, graph::dot::to_dot(&graph).as_bytes())?;
+    Ok(EXIT_OK)
+}
+
+fn diff(args: &DiffArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8, DagError> {
+    let stdin = Path::new("-");
+    if args.old == stdin && args.new == stdin {
+        return Err(DagError::BothStandardInput);
+    }
+    // Both files are read and validated before anything is printed, so one run lists the
+    // problems of both.
+    let mut graphs = Vec::with_capacity(2);
+    for file in [&args.old, &args.new] {
+        let input = InputArgs {
+            file: file.clone(),
+            format: None,
+        };
+        match graph::validate(read_graph(&input)?) {
+            Ok(valid) => graphs.push(valid),
+            Err(errors) => write_problems(err, &display_path(file), &errors),
+        }
+    }
+    let [old, new] = graphs.as_slice() else {
+        return Ok(EXIT_INVALID);
+    };
+    let plan = graph::diff::diff(old.graph(), new.graph());
+    let text = match args.output {
+        DiffOutput::Text => plan.to_string(),
+        DiffOutput::Json => {
+            serde_json::to_string_pretty(&plan)
+                .map_err(|e| stdout_error(std::io::Error::other(e)))?
+                + "\n"
+        }
+    };
+    write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
 }
 
@@ -400,10 +466,7 @@ fn encode(args: &EncodeArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             path: file.display().to_string(),
             source,
         })?,
-        None => out.write_all(&bytes).map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?,
+        None => write_stdout(out, &bytes)?,
     }
     Ok(EXIT_OK)
 }
@@ -417,11 +480,7 @@ fn decode(args: &DecodeArgs, out: &mut dyn Write) -> Result<u8, DagError> {
         graph::to_yaml(&graph)
     }
     .map_err(|source| DagError::Graph { path, source })?;
-    out.write_all(text.as_bytes())
-        .map_err(|source| DagError::Write {
-            path: "standard output".into(),
-            source,
-        })?;
+    write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
 }
 
@@ -735,6 +794,118 @@ edges:
             format: Some(InputFormat::Protobuf),
         };
         assert!(matches!(read_graph(&forced), Err(DagError::Graph { .. })));
+    }
+
+    /// switch-canary.yaml in a temp dir, edited: a canary weight, a replica count, a new
+    /// version and one more constructor argument.
+    fn edited_switch_canary(dir: &tempfile::TempDir) -> PathBuf {
+        let original = std::fs::read_to_string(sample("switch-canary.yaml")).unwrap();
+        let edited = original
+            .replace("version: \"1\"", "version: \"2\"")
+            .replace(
+                "{source: canary, target: candidate, weight: 10}",
+                "{source: canary, target: candidate, weight: 30}",
+            )
+            .replace("label: premium", "label: premium\n        threshold: 0.5")
+            .replacen(
+                "      deployment:\n        ray_actor_options:\n          num_cpus: 0.1\n    on_error",
+                "      deployment:\n        num_replicas: 2\n        ray_actor_options:\n          num_cpus: 0.1\n    on_error",
+                1,
+            );
+        assert_ne!(edited, original);
+        let path = dir.path().join("switch-canary-v2.yaml");
+        std::fs::write(&path, edited).unwrap();
+        path
+    }
+
+    #[test]
+    fn diff_prints_the_plan_of_two_graph_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = edited_switch_canary(&dir);
+        // OLD as protobuf, NEW as YAML: any form `render` reads.
+        let old = sample("switch-canary.pb");
+        let (code, out, err) = run_line(&["diff", old.to_str().unwrap(), new.to_str().unwrap()]);
+        assert_eq!(code, EXIT_OK, "{err}");
+        let plan = text(out);
+        assert!(
+            plan.starts_with(
+                "6 unchanged, 1 in place, 1 restarted, 0 added, 0 removed, 1 routing change, 1 graph change\n"
+            ),
+            "{plan}"
+        );
+        for line in [
+            "candidate  model   in place   model.deployment.num_replicas",
+            "premium    model   restarted  model.init_kwargs",
+            "  edge canary -> candidate: weight 10 (10%) -> 30 (25%)",
+            "  version: \"1\" -> \"2\"",
+        ] {
+            assert!(plan.lines().any(|l| l == line), "{line:?} missing:\n{plan}");
+        }
+
+        let (code, out, _) = run_line(&[
+            "diff",
+            "--output",
+            "json",
+            old.to_str().unwrap(),
+            new.to_str().unwrap(),
+        ]);
+        assert_eq!(code, EXIT_OK);
+        let plan: graph::diff::GraphDiff = serde_json::from_slice(&out).unwrap();
+        let expected = graph::diff::diff(
+            &read_graph(&input(old)).unwrap(),
+            &read_graph(&input(new)).unwrap(),
+        );
+        assert_eq!(plan, expected);
+        assert!(plan.restarts_all_replicas);
+    }
+
+    #[test]
+    fn diff_of_the_same_graph_in_two_forms_is_no_changes() {
+        let (code, out, err) = run_line(&[
+            "diff",
+            sample("sequence.yaml").to_str().unwrap(),
+            sample("sequence.pb").to_str().unwrap(),
+        ]);
+        assert_eq!(
+            (code, text(out).as_str()),
+            (EXIT_OK, "no changes\n"),
+            "{err}"
+        );
+        assert!(err.is_empty());
+    }
+
+    #[test]
+    fn diff_validates_both_graphs_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let broken = invalid_file(&dir);
+        let (code, out, err) =
+            run_line(&["diff", broken.to_str().unwrap(), broken.to_str().unwrap()]);
+        assert_eq!(code, EXIT_INVALID);
+        assert!(out.is_empty());
+        // Both named, each with its problems.
+        let header = format!("{}: invalid graph", broken.display());
+        assert_eq!(err.matches(&header).count(), 2, "{err}");
+        assert!(err.contains("error[DuplicateNode]"), "{err}");
+
+        let (code, out, err) = run_line(&[
+            "diff",
+            sample("sequence.yaml").to_str().unwrap(),
+            "/nonexistent/new.yaml",
+        ]);
+        assert_eq!(code, EXIT_ERROR);
+        assert!(
+            out.is_empty() && err.contains("cannot read /nonexistent/new.yaml"),
+            "{err}"
+        );
+        let (code, _, err) = run_line(&["diff", "-", "-"]);
+        assert_eq!(code, EXIT_ERROR);
+        assert!(err.contains("cannot both be standard input"), "{err}");
+        assert!(
+            Cli::try_parse_from([
+                "raypipe", "dag", "diff", "a.yaml", "b.yaml", "--output", "xml"
+            ])
+            .is_err()
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod proto {
 }
 
 pub(crate) mod depth;
+pub mod diff;
 pub mod dot;
 mod errors;
 pub mod options;

@@ -6,6 +6,7 @@ mod crds;
 mod deploy;
 mod dev;
 mod faults;
+mod graph_diff;
 mod hardening;
 mod leader;
 mod pipeline;
