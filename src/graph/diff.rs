@@ -140,6 +140,33 @@ impl GraphDiff {
             && self.nodes.iter().all(|n| n.change == Change::Unchanged)
     }
 
+    /// The plan as at most `max` short lines (for a status): the summary, each node that
+    /// changes with its fields, then the routing and graph changes; what does not fit is
+    /// counted in a last line.
+    pub fn lines(&self, max: usize) -> Vec<String> {
+        let mut all = vec![self.summary()];
+        all.extend(
+            self.nodes
+                .iter()
+                .filter(|n| n.change != Change::Unchanged)
+                .map(|n| {
+                    if n.fields.is_empty() {
+                        format!("{}: {}", n.node, n.change.label())
+                    } else {
+                        format!("{}: {} ({})", n.node, n.change.label(), n.fields.join(", "))
+                    }
+                }),
+        );
+        all.extend(self.routing.iter().cloned());
+        all.extend(self.graph.iter().cloned());
+        if all.len() > max {
+            let hidden = all.len() - max.saturating_sub(1);
+            all.truncate(max.saturating_sub(1));
+            all.push(format!("… and {hidden} more"));
+        }
+        all
+    }
+
     /// How many nodes have the given change.
     pub fn count(&self, change: Change) -> usize {
         self.nodes.iter().filter(|n| n.change == change).count()
@@ -948,6 +975,24 @@ mod tests {
 
     fn sample() -> PipelineGraph {
         crate::graph::from_yaml(SAMPLE).unwrap()
+    }
+
+    #[test]
+    fn the_plan_lines_for_a_status_are_bounded() {
+        let old = sample();
+        let mut new = sample();
+        new.version = "changed".into();
+        for node in &mut new.nodes {
+            node.description = format!("{} changed", node.name);
+        }
+        let d = diff(&old, &new);
+        let all = d.lines(usize::MAX);
+        assert!(all.len() > 3, "{all:?}");
+        assert_eq!(all[0], d.summary());
+        let capped = d.lines(3);
+        assert_eq!(capped.len(), 3);
+        assert_eq!(capped[2], format!("… and {} more", all.len() - 2));
+        assert_eq!(diff(&old, &old).lines(5), vec![diff(&old, &old).summary()]);
     }
 
     fn node_mut<'a>(graph: &'a mut PipelineGraph, name: &str) -> &'a mut Node {

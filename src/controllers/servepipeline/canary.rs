@@ -21,6 +21,9 @@ use crate::serve::rollout::{
     router_application, version_application, version_application_name,
 };
 
+/// Lines of the plan kept in the status.
+const MAX_PLAN_LINES: usize = 12;
+
 /// The Serve port KubeRay gives the `<rayservice>-serve-svc` Service.
 pub const SERVE_PORT: u16 = 8000;
 
@@ -221,7 +224,7 @@ pub(super) async fn apply(
 fn plan(stable: Option<&GoodGraph>, newest: &GoodGraph) -> Vec<String> {
     match stable {
         Some(old) if old.applied.digest != newest.applied.digest => {
-            node_changes(old.graph.graph(), newest.graph.graph())
+            crate::graph::diff::diff(old.graph.graph(), newest.graph.graph()).lines(MAX_PLAN_LINES)
         }
         _ => Vec::new(),
     }
@@ -257,28 +260,3 @@ async fn read_stats(
     }
 }
 
-/// Nodes added, removed or changed, by name.
-fn node_changes(
-    old: &crate::graph::proto::PipelineGraph,
-    new: &crate::graph::proto::PipelineGraph,
-) -> Vec<String> {
-    let by_name = |g: &crate::graph::proto::PipelineGraph| {
-        g.nodes
-            .iter()
-            .map(|n| (n.name.clone(), n.clone()))
-            .collect::<std::collections::BTreeMap<_, _>>()
-    };
-    let (old, new) = (by_name(old), by_name(new));
-    let mut lines = Vec::new();
-    for (name, node) in &new {
-        match old.get(name) {
-            None => lines.push(format!("{name}: added")),
-            Some(before) if before != node => lines.push(format!("{name}: changed")),
-            Some(_) => {}
-        }
-    }
-    for name in old.keys().filter(|n| !new.contains_key(*n)) {
-        lines.push(format!("{name}: removed"));
-    }
-    lines
-}
