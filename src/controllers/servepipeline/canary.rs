@@ -224,7 +224,14 @@ pub(super) async fn apply(
 fn plan(stable: Option<&GoodGraph>, newest: &GoodGraph) -> Vec<String> {
     match stable {
         Some(old) if old.applied.digest != newest.applied.digest => {
-            crate::graph::diff::diff(old.graph.graph(), newest.graph.graph()).lines(MAX_PLAN_LINES)
+            let mut lines = crate::graph::diff::diff(old.graph.graph(), newest.graph.graph())
+                .lines(MAX_PLAN_LINES - 1);
+            // Serve shares no deployment between applications: per-node "in place" or
+            // "unchanged" describes the graph change, not what the canary deploys.
+            lines.push(
+                "the canary is its own Serve application: every node of it starts new replicas, and the stable version keeps its own".to_owned(),
+            );
+            lines
         }
         _ => Vec::new(),
     }
@@ -259,4 +266,3 @@ async fn read_stats(
         }
     }
 }
-

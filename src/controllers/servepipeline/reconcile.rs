@@ -183,7 +183,10 @@ pub(super) async fn reconcile(
         .and_then(|r| r.stable.as_ref())
         .map(|s| s.digest.clone());
     let mut stable = previous_state.as_ref().and_then(|s| s.stable.clone());
-    if let Some(g) = good.as_ref().filter(|g| Some(&g.applied.digest) == stable_digest.as_ref()) {
+    if let Some(g) = good
+        .as_ref()
+        .filter(|g| Some(&g.applied.digest) == stable_digest.as_ref())
+    {
         stable = Some(g.clone());
     }
     stable = stable.filter(|g| Some(&g.applied.digest) == stable_digest.as_ref());
