@@ -262,13 +262,14 @@ def test_the_metrics_carry_graph_version_node_outcome_and_bounded_labels():
                   observer=observer)
     for _ in range(2):
         assert run(ex.run({})).status == 200
+    requests = registry.metrics["raypipe_node_requests"]
+    assert requests.records == []  # counts wait for the flush
+    observer.flush()
 
     graph_tags = {"graph": "pipe", "version": "v7", "label_a": "1", "label_b": "2", "label_cost_center": "42",
                   "label_team": "search", "label_tier": "x" * 64}
-    requests = registry.metrics["raypipe_node_requests"]
     assert requests.kind == "counter"
-    assert sorted((v, t["node"], t["outcome"]) for v, t in requests.records) == [
-        (1, "a", "ok"), (1, "a", "ok"), (1, "b", "error"), (1, "b", "error")]
+    assert sorted((v, t["node"], t["outcome"]) for v, t in requests.records) == [(2, "a", "ok"), (2, "b", "error")]
     assert all({k: t[k] for k in graph_tags} == graph_tags for _, t in requests.records)
     latency = registry.metrics["raypipe_node_latency_ms"]
     assert sorted(t["node"] for _, t in latency.records) == ["a", "a", "b", "b"]
@@ -277,7 +278,36 @@ def test_the_metrics_carry_graph_version_node_outcome_and_bounded_labels():
     assert len(overhead.records) == 2 and all(t == graph_tags for _, t in overhead.records)
     assert all(v >= 0 for v, _ in overhead.records)
     graph_requests = registry.metrics["raypipe_graph_requests"]
-    assert [t["status_class"] for _, t in graph_requests.records] == ["2xx", "2xx"]
+    assert [(v, t["status_class"]) for v, t in graph_requests.records] == [(2, "2xx")]
+
+
+def test_counts_reach_the_counters_on_a_timer_and_a_failing_flush_is_logged_once(caplog):
+    registry = FakeRegistry()
+    observer = metrics.MetricsObserver(labelled_graph({}), registry.counter, registry.histogram,
+                                       flush_interval_s=0.05)
+
+    async def scenario():
+        observer.node_outcome("a", "ok")
+        observer.request(504, 1.0)
+        observer.node_outcome("a", "ok")
+        await asyncio.sleep(0.2)
+
+    run(scenario())
+    requests = registry.metrics["raypipe_node_requests"]
+    assert [(v, t["node"], t["outcome"]) for v, t in requests.records] == [(2, "a", "ok")]
+    assert [(v, t["status_class"]) for v, t in registry.metrics["raypipe_graph_requests"].records] == [(1, "5xx")]
+
+    def refuse(value=1, tags=None):
+        raise RuntimeError("metrics backend down")
+
+    requests.inc = refuse
+    with caplog.at_level(logging.ERROR, logger="raypipe_runtime"):
+        for _ in range(2):
+            observer.node_outcome("b", "error")
+            observer.flush()
+    assert len([r for r in caplog.records if "adding counts" in r.getMessage()]) == 1
+    with pytest.raises(ValueError):
+        observer.node_outcome("not-a-node", "ok")
 
 
 def test_label_tags_are_few_short_and_valid_names():
