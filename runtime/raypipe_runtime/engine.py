@@ -381,10 +381,11 @@ class _Run:
         self.trace = HEADER_TRACE in headers and headers[HEADER_TRACE].strip().lower() in ("1", "true", "yes")
         # Node calls are timed only for a trace or an observer; see Observer for the overhead.
         self.timed = self.trace or executor.observer is not None
-        self.in_flight = 0  # non-shadow node calls in flight
-        self.busy_since = 0.0  # when in_flight last went from 0 to 1
-        self.busy = 0.0  # seconds with at least one non-shadow call in flight, until busy_since
-        self.overhead_ms = 0.0
+        if self.timed:  # only timed requests read these
+            self.in_flight = 0  # non-shadow node calls in flight
+            self.busy_since = 0.0  # when in_flight last went from 0 to 1
+            self.busy = 0.0  # seconds with at least one non-shadow call in flight, until busy_since
+            self.overhead_ms = 0.0
         self.state = dict(executor.initial_state)
         self.values: dict = {}
         self.reasons: dict = {}
