@@ -292,7 +292,8 @@ class Executor:
     callers: node name -> async callable, called as `await callers[name](document)` (SINGLE_ARG)
     or `await callers[name](**document)` (KWARGS), plus `headers=` for nodes in `header_nodes`.
     It raises `Unavailable` / `Backpressure` for those failure classes; any other exception is
-    an application error of the node.
+    an application error of the node. `observer` (an `Observer`, optional) hears outcomes and
+    timings; without it and without a trace, no call is timed.
     """
 
     def __init__(self, graph: GraphSpec, callers: Mapping[str, Caller], *,
