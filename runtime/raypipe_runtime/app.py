@@ -13,9 +13,11 @@ failure (400 INVALID_INPUT, 422 NO_ROUTE / OUTPUT_SKIPPED, a user exception's ow
 `status_code`, 502 NODE_FAILED / UNAVAILABLE / SELECT_MISSING, 503 BACKPRESSURE with
 `Retry-After`, 504 TIMEOUT / DEADLINE). Headers: x-raypipe-graph, x-raypipe-route (switch/split choices), x-raypipe-partial
 (skipped optional parts), x-raypipe-fallback, and x-raypipe-trace when the request sends
-`x-raypipe-trace: 1`. The same answer is available by handle as `handle_request(body, headers)`
--> (status, bytes, media type, headers), which the rollout router (router.py) calls on a
-version application that has no route of its own.
+`x-raypipe-trace: 1` (then also a W3C `server-timing` header: each node's call time and the
+graph's `_overhead`, in ms). Each executor replica records per-node and per-graph metrics
+through Ray Serve's metrics API (metrics.py). The same answer is available by handle as
+`handle_request(body, headers)` -> (status, bytes, media type, headers), which the rollout
+router (router.py) calls on a version application that has no route of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import json
 import logging
 from typing import Any
 
-from . import engine
+from . import engine, metrics
 from .pointer import RawBody
 from .spec import ArgsError, GraphSpec, NodeSpec, parse_args
 
@@ -198,7 +200,8 @@ class GraphExecutor:
         self.spec = parse_args(args)
         callers = {node.name: _ray_caller(handles[node.name], node.model.method)
                    for node in self.spec.graph.model_nodes()}
-        self.executor = engine.Executor(self.spec.graph, callers, header_nodes=header_nodes)
+        self.executor = engine.Executor(self.spec.graph, callers, header_nodes=header_nodes,
+                                        observer=metrics.ray_observer(self.spec.graph))
 
     async def handle_request(self, body: bytes, headers: dict):
         """One request as (status, content bytes, media type, response headers): what the HTTP

@@ -26,6 +26,8 @@ tests (plain coroutines). Semantics (proto/raypipe/v1/pipeline.proto, graph-sema
 - The OUTPUT node's assembled input is the response; dead optional parts are listed in the
   `x-raypipe-partial` header, switch/split choices in `x-raypipe-route`. A node's backpressure
   (its Serve queue is full) answers 503 with a `Retry-After` header.
+- An optional `Observer` (metrics.py binds one to Ray Serve's metrics) hears each model node's
+  outcome and call time and each request's status and graph overhead; see `Observer`.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ HEADER_FALLBACK = "x-raypipe-fallback"
 HEADER_GRAPH = "x-raypipe-graph"
 HEADER_TRACE = "x-raypipe-trace"
 HEADER_RETRY_AFTER = "retry-after"
+HEADER_SERVER_TIMING = "server-timing"
 
 # Seconds a client is told to wait after a node's backpressure when Serve names no delay of
 # its own (`backpressure_config.retry_after_s`): a full queue drains within a few calls of the
@@ -175,6 +178,54 @@ def sticky_choice(value, total: int) -> int:
 
 Caller = Callable[..., Awaitable[Any]]
 
+# A model node's outcome in one request, as the observer hears it (one per node and request
+# that reached it): what the node's call did.
+OUTCOME_OK = "ok"  # called and answered
+OUTCOME_ERROR = "error"  # its call or its input failed, no fallback (on_error FAIL or SKIP)
+OUTCOME_TIMEOUT = "timeout"  # its own timeout_ms or the request deadline ended it (FAIL or SKIP)
+OUTCOME_FALLBACK = "fallback"  # failed in any way; its fallback_value was used
+OUTCOME_SKIPPED = "skipped"  # never called (routed around, dead input, not sampled, not needed),
+#                             or its call was cancelled because nothing needed it any more
+OUTCOME_SHADOW_FAILED = "shadow_failed"  # a shadow node failed in any way (timeouts included)
+OUTCOMES = (OUTCOME_OK, OUTCOME_ERROR, OUTCOME_TIMEOUT, OUTCOME_FALLBACK, OUTCOME_SKIPPED,
+            OUTCOME_SHADOW_FAILED)
+
+
+def failure_outcome(node: NodeSpec, failure_kind: str, shadow: bool) -> str:
+    """The outcome of a node whose call (or input) failed with a `_Failure` kind."""
+    if shadow:
+        return OUTCOME_SHADOW_FAILED
+    if node.on_error == "FALLBACK":
+        return OUTCOME_FALLBACK
+    return OUTCOME_TIMEOUT if failure_kind == "TIMEOUT" else OUTCOME_ERROR
+
+
+class Observer:
+    """What an executor tells about its requests (metrics.py binds it to Ray Serve's metrics).
+    Called on the request's event loop, so every method must be cheap; an exception is logged
+    once and otherwise ignored, never failing a request.
+
+    - `node_outcome(node, outcome)`: once per model node and request that reached it (OUTCOMES);
+      nodes still pending when the response went out are not counted, nor a call cancelled
+      before its task first ran (calls over a handle suspend at once, so hardly ever).
+    - `node_call(node, ms)`: the time of a node's call, retries and their backoff included, for
+      every call except one cancelled because nothing needed it any more.
+    - `request(status, overhead_ms)`: once per answered request (not when the client went away).
+      The graph overhead is the request's time in the executor (from `Executor.run` until its
+      response is decided) minus the time during which at least one non-shadow node call was in
+      flight: what the graph itself added to the request's latency (routing, input assembly,
+      predicates, scheduling), while work that overlapped a node call is not counted.
+    """
+
+    def node_outcome(self, node: str, outcome: str) -> None:
+        pass
+
+    def node_call(self, node: str, ms: float) -> None:
+        pass
+
+    def request(self, status: int, overhead_ms: float) -> None:
+        pass
+
 _FAILURE_CODES = {"UNAVAILABLE": "UNAVAILABLE", "BACKPRESSURE": "BACKPRESSURE", "TIMEOUT": "TIMEOUT"}
 
 
@@ -241,13 +292,15 @@ class Executor:
     callers: node name -> async callable, called as `await callers[name](document)` (SINGLE_ARG)
     or `await callers[name](**document)` (KWARGS), plus `headers=` for nodes in `header_nodes`.
     It raises `Unavailable` / `Backpressure` for those failure classes; any other exception is
-    an application error of the node.
+    an application error of the node. `observer` (an `Observer`, optional) hears outcomes and
+    timings; without it and without a trace, no call is timed.
     """
 
     def __init__(self, graph: GraphSpec, callers: Mapping[str, Caller], *,
                  header_nodes=(), rng: Optional[random.Random] = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 observer: Optional[Observer] = None):
         missing = [n.name for n in graph.model_nodes() if n.name not in callers]
         if missing:
             raise ValueError(f"no caller for model node(s) {', '.join(missing)}")
@@ -257,6 +310,8 @@ class Executor:
         self.rng = rng or random.Random()
         self.clock = clock
         self.sleep = sleep
+        self.observer = observer
+        self._observer_broken = False
         self._tasks: set = set()
         # What every request would otherwise work out again.
         self.initial_state = {name: PENDING for name in graph.nodes}
@@ -296,6 +351,12 @@ class Executor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _observer_failed(self) -> None:
+        """An observer call raised: logged once per executor, the request goes on."""
+        if not self._observer_broken:
+            self._observer_broken = True
+            logger.exception("raypipe: the metrics observer failed; its errors are ignored from now on")
+
 
 def _prunable(graph: GraphSpec):
     """Model nodes whose call may stop being needed while it runs: every consumer has another
@@ -319,6 +380,13 @@ class _Run:
         self.forwarded = ({h: headers[h] for h in self.g.forward_headers if h in headers}
                           if executor.header_nodes else {})
         self.trace = HEADER_TRACE in headers and headers[HEADER_TRACE].strip().lower() in ("1", "true", "yes")
+        # Node calls are timed only for a trace or an observer; see Observer for the overhead.
+        self.timed = self.trace or executor.observer is not None
+        if self.timed:  # only timed requests read these
+            self.in_flight = 0  # non-shadow node calls in flight
+            self.busy_since = 0.0  # when in_flight last went from 0 to 1
+            self.busy = 0.0  # seconds with at least one non-shadow call in flight, until busy_since
+            self.overhead_ms = 0.0
         self.state = dict(executor.initial_state)
         self.values: dict = {}
         self.reasons: dict = {}
@@ -366,6 +434,12 @@ class _Run:
             # The client went away (or Serve's own timeout hit): stop all non-shadow work.
             self._cancel_non_shadow()
             raise
+        observer = self.x.observer
+        if observer is not None:
+            try:
+                observer.request(self.result.status, self.overhead_ms)
+            except Exception:
+                self.x._observer_failed()
         return self.result
 
     def _in_flight(self) -> bool:
@@ -388,6 +462,10 @@ class _Run:
     def _respond(self, result: Result) -> None:
         if self.result is not None:
             return
+        if self.timed:
+            now = self.x.clock()
+            busy = self.busy + (now - self.busy_since if self.in_flight else 0.0)
+            self.overhead_ms = max(0.0, (now - self.start - busy) * 1000)
         result.headers.update(self._headers())
         if result.error is not None and result.error.retry_after is not None:
             result.headers[HEADER_RETRY_AFTER] = str(result.error.retry_after)
@@ -425,7 +503,15 @@ class _Run:
             h[HEADER_FALLBACK] = ",".join(self.fallbacks)
         if self.trace:
             h[HEADER_TRACE] = json.dumps(self._trace(), separators=(",", ":"))
+            h[HEADER_SERVER_TIMING] = self._server_timing()
         return h
+
+    def _server_timing(self) -> str:
+        """W3C Server-Timing: each node call finished so far, then the graph overhead as
+        `_overhead` (node names start with a letter or digit, so it names no node)."""
+        parts = [f"{name};dur={info['ms']}" for name, info in self.info.items() if "ms" in info]
+        parts.append(f"_overhead;dur={round(self.overhead_ms, 3)}")
+        return ", ".join(parts)
 
     def _partial(self) -> list:
         names = list(self.soft_failed)
@@ -472,13 +558,18 @@ class _Run:
             self._wake()
 
     def _apply(self, name: str, state: str, value: Any, reason: Optional[str]) -> None:
-        if self.state[name] in (DONE, SKIPPED, FAILED):
+        prior = self.state[name]
+        if prior in (DONE, SKIPPED, FAILED):
             return
         self.state[name] = state
         if state == DONE:
             self.values[name] = value
-        elif reason:
-            self.reasons[name] = reason
+        else:
+            if reason:
+                self.reasons[name] = reason
+            if (state == SKIPPED and prior == PENDING and self.x.observer is not None
+                    and self.g.nodes[name].kind == "model"):
+                self._observe_outcome(name, OUTCOME_SKIPPED)  # never called
         if name == self.g.output:
             self._finish()
             return
@@ -781,24 +872,29 @@ class _Run:
 
     async def _call_inner(self, node: NodeSpec, document: Any) -> None:
         name = node.name
-        started = self.x.clock() if self.trace else 0.0
         shadow = name in self.g.shadow
         try:
-            try:
-                args, kwargs = self._call_args(node, document)
-            except GraphError as error:
-                if error.code == "INVALID_INPUT" and not shadow:
-                    self._fail(error)
-                    return
-                self._node_failed(node, _Failure("INPUT", error.message, 0, code=error.code))
+            args, kwargs = self._call_args(node, document)
+        except GraphError as error:
+            if error.code == "INVALID_INPUT" and not shadow:
+                self._fail(error)
                 return
+            self._node_failed(node, _Failure("INPUT", error.message, 0, code=error.code))
+            return
+        if not self.timed:
             kind, value, attempts = await self._attempts(node, args, kwargs)
-        except asyncio.CancelledError:
-            if self.trace:
-                self.info[name] = {"ms": round((self.x.clock() - started) * 1000, 3), "cancelled": True}
-            raise
-        if self.trace:
-            self.info[name] = {"attempts": attempts, "ms": round((self.x.clock() - started) * 1000, 3)}
+        else:
+            started = self._call_started(shadow)
+            try:
+                kind, value, attempts = await self._attempts(node, args, kwargs)
+            except asyncio.CancelledError:
+                self._call_cancelled(name, shadow, started)
+                raise
+            self._call_ended(name, shadow, started, {"attempts": attempts})
+            if kind == "ok":
+                self._observe_outcome(name, OUTCOME_OK)
+            elif kind == "deadline":
+                self._observe_outcome(name, OUTCOME_SHADOW_FAILED if shadow else OUTCOME_TIMEOUT)
         if kind == "ok":
             self._settle(name, DONE, value)
         elif kind == "deadline":
@@ -809,6 +905,52 @@ class _Run:
                 self._on_deadline()
         else:
             self._node_failed(node, value)
+
+    def _call_started(self, shadow: bool) -> float:
+        now = self.x.clock()
+        if not shadow:
+            if self.in_flight == 0:
+                self.busy_since = now
+            self.in_flight += 1
+        return now
+
+    def _call_ended(self, name: str, shadow: bool, started: float, info: dict, observe: bool = True) -> None:
+        """Closes a timed call: the busy time of the overhead, the trace, the observer."""
+        now = self.x.clock()
+        if not shadow:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.busy += now - self.busy_since
+        ms = (now - started) * 1000
+        if self.trace:
+            info["ms"] = round(ms, 3)
+            self.info[name] = info
+        observer = self.x.observer
+        if observe and observer is not None:
+            try:
+                observer.node_call(name, ms)
+            except Exception:
+                self.x._observer_failed()
+
+    def _call_cancelled(self, name: str, shadow: bool, started: float) -> None:
+        """A call cut short: by the deadline (a shadow's own or the request's), or because nothing
+        needs it any more (a lost race, a failed request, a client gone): skipped, not timed."""
+        if shadow:
+            outcome = OUTCOME_SHADOW_FAILED
+        elif self._remaining() <= 0:
+            outcome = OUTCOME_TIMEOUT
+        else:
+            outcome = OUTCOME_SKIPPED
+        self._call_ended(name, shadow, started, {"cancelled": True}, observe=outcome != OUTCOME_SKIPPED)
+        self._observe_outcome(name, outcome)
+
+    def _observe_outcome(self, name: str, outcome: str) -> None:
+        observer = self.x.observer
+        if observer is not None:
+            try:
+                observer.node_outcome(name, outcome)
+            except Exception:
+                self.x._observer_failed()
 
     async def _attempts(self, node: NodeSpec, args, kwargs):
         """Calls the node until it answers or its retries end: ("ok", value, attempts),
@@ -851,6 +993,8 @@ class _Run:
 
     def _node_failed(self, node: NodeSpec, failure: _Failure) -> None:
         name = node.name
+        if self.x.observer is not None:
+            self._observe_outcome(name, failure_outcome(node, failure.kind, name in self.g.shadow))
         if name in self.g.shadow:
             logger.warning("raypipe: shadow node %s failed (%s): %s", name, failure.kind, failure.message)
             return self._settle(name, FAILED, reason=f"failed: {failure.message}")

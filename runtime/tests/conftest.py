@@ -5,7 +5,7 @@ runtime::` does):
 
     PYTHONPATH=.:runtime ~/.cache/raypipe/ray/venv-2.60.0/bin/python -m pytest runtime/tests -q
 
-Everything except test_ray_serve.py and test_router_ray.py runs without Ray.
+Everything except test_ray_serve.py, test_router_ray.py and test_metrics_ray.py runs without Ray.
 """
 
 import asyncio
