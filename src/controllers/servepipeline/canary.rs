@@ -106,6 +106,24 @@ pub(super) async fn apply(
         },
     };
     let route_prefix = route_prefix.unwrap_or_else(|| "/".to_owned());
+    // The stable graph with today's spec (a spec edit reaches both versions).
+    let stable_digest = previous
+        .as_ref()
+        .and_then(|r| r.stable.as_ref())
+        .map(|s| s.digest.as_str());
+    let stable_rendered = stable_graph
+        .filter(|g| Some(g.applied.digest.as_str()) == stable_digest)
+        .filter(|g| newest.as_ref().is_none_or(|n| n.digest != g.applied.digest))
+        .and_then(|g| {
+            let rendered = crate::serve::render(&g.graph, &options).ok()?;
+            let name = version_application_name(&base, &g.applied.digest);
+            Some(Newest {
+                digest: g.applied.digest.clone(),
+                version: g.applied.version.clone(),
+                application: version_application(&rendered, &name)?,
+                plan: Vec::new(),
+            })
+        });
 
     let serve = existing.map(build::applications_from).unwrap_or_default();
     let stats = match &previous {
@@ -121,6 +139,7 @@ pub(super) async fn apply(
         base: &base,
         executor: &options.executor_deployment,
         newest: newest.as_ref(),
+        stable_rendered: stable_rendered.as_ref(),
         current: &current,
         serve: &serve,
         stats: stats.as_ref(),

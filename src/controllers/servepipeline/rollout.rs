@@ -153,6 +153,9 @@ pub struct Inputs<'a> {
     /// The executor deployment of every version application.
     pub executor: &'a str,
     pub newest: Option<&'a Newest>,
+    /// The stable version's graph rendered with today's spec, when that graph is in memory:
+    /// a spec edit then reaches the stable version too, not only the canary.
+    pub stable_rendered: Option<&'a Newest>,
     /// The applications the RayService's Serve config carries now, by name.
     pub current: &'a BTreeMap<String, Value>,
     /// Their Serve statuses as the RayService reports them.
@@ -644,7 +647,10 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     // that version, else carried over from the RayService as it is.
     let mut missing = None;
     let mut application_of = |version: &VersionStatus| -> Option<Value> {
-        if let Some(n) = newest.filter(|n| n.digest == version.digest) {
+        if let Some(n) = newest
+            .filter(|n| n.digest == version.digest)
+            .or(inputs.stable_rendered.filter(|n| n.digest == version.digest))
+        {
             let mut app = n.application.clone();
             app["name"] = Value::String(version.application.clone());
             return Some(app);

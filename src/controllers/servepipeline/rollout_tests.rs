@@ -54,6 +54,7 @@ struct World {
     serve: BTreeMap<String, ApplicationStatus>,
     stats: Option<RouterStats>,
     suspended: bool,
+    stable_rendered: Option<Newest>,
 }
 
 impl World {
@@ -65,6 +66,7 @@ impl World {
             serve: BTreeMap::new(),
             stats: None,
             suspended: false,
+            stable_rendered: None,
         }
     }
 
@@ -77,6 +79,7 @@ impl World {
             base: "pipe",
             executor: "raypipe-executor",
             newest,
+            stable_rendered: self.stable_rendered.as_ref(),
             current: &self.current,
             serve: &self.serve,
             stats: self.stats.as_ref(),
@@ -417,4 +420,20 @@ fn validation_and_rendering_agree_on_the_longest_application_name() {
         crate::serve::rollout::MAX_BASE_NAME,
         crate::validation::servepipeline::MAX_CANARY_APPLICATION_NAME
     );
+}
+
+#[test]
+fn a_spec_edit_mid_rollout_reaches_the_stable_version_when_its_graph_is_in_memory() {
+    let mut w = canary_at_step_one();
+    // Without the stable graph in memory the stable application is carried over as it is.
+    let before = w.current["pipe--aaaaaaaaaaaa"].clone();
+    let d = w.pass(12, Some(&newest(NEW)));
+    assert_eq!(d.applications[0], before);
+    let mut edited = newest(OLD);
+    edited.application["deployments"] = json!([{"name": "model_a", "num_replicas": 3}]);
+    w.stable_rendered = Some(edited);
+    let d = w.pass(13, Some(&newest(NEW)));
+    assert_eq!(d.applications[0]["name"], "pipe--aaaaaaaaaaaa");
+    assert_eq!(d.applications[0]["deployments"][0]["num_replicas"], 3);
+    assert_eq!(d.status.canary.unwrap().step, 1, "the rollout goes on at its step");
 }
