@@ -309,11 +309,15 @@ async fn a_changed_source_is_applied_when_its_fetch_ends_not_at_the_next_refresh
         .expect("patched");
     let want = expected_serve_config(&v2, "moved");
     let api = f.rayservices();
-    eventually(WAIT, "the RayService to carry the graph at the new URL", || {
-        let api = api.clone();
-        let want = want.clone();
-        async move { (serve_config(&api.get("moved").await.ok()?) == want).then_some(()) }
-    })
+    eventually(
+        WAIT,
+        "the RayService to carry the graph at the new URL",
+        || {
+            let api = api.clone();
+            let want = want.clone();
+            async move { (serve_config(&api.get("moved").await.ok()?) == want).then_some(()) }
+        },
+    )
     .await;
 }
 

@@ -647,9 +647,9 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     // that version, else carried over from the RayService as it is.
     let mut missing = None;
     let mut application_of = |version: &VersionStatus| -> Option<Value> {
-        if let Some(n) = newest
-            .filter(|n| n.digest == version.digest)
-            .or(inputs.stable_rendered.filter(|n| n.digest == version.digest))
+        if let Some(n) = newest.filter(|n| n.digest == version.digest).or(inputs
+            .stable_rendered
+            .filter(|n| n.digest == version.digest))
         {
             let mut app = n.application.clone();
             app["name"] = Value::String(version.application.clone());

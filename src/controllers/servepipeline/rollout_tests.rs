@@ -435,5 +435,9 @@ fn a_spec_edit_mid_rollout_reaches_the_stable_version_when_its_graph_is_in_memor
     let d = w.pass(13, Some(&newest(NEW)));
     assert_eq!(d.applications[0]["name"], "pipe--aaaaaaaaaaaa");
     assert_eq!(d.applications[0]["deployments"][0]["num_replicas"], 3);
-    assert_eq!(d.status.canary.unwrap().step, 1, "the rollout goes on at its step");
+    assert_eq!(
+        d.status.canary.unwrap().step,
+        1,
+        "the rollout goes on at its step"
+    );
 }
