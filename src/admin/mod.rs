@@ -1,8 +1,17 @@
 //! The admin HTTP server, on its own port: `/healthz` (the process serves), `/readyz` (CRDs
 //! present, caches synced, webhook serving) and `/metrics` (OpenMetrics). Probes and scrapes
 //! are not traced: they arrive every few seconds and would drown the logs.
+//!
+//! - `metrics`: the registry and its typed recording methods;
+//! - `process`: the `process_*` series; `kube_requests`: the API client's request metrics;
+//! - `kuberay_metrics`: the opt-in KubeRay-compatible series, read from the controllers'
+//!   caches (`stores`) at scrape time.
 
+pub mod kube_requests;
+mod kuberay_metrics;
 pub mod metrics;
+mod process;
+mod stores;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -15,7 +24,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-pub use metrics::{FetchOutcome, Metrics, OPENMETRICS_CONTENT_TYPE};
+pub use metrics::{FetchOutcome, Metrics, MetricsOptions, OPENMETRICS_CONTENT_TYPE};
+pub use stores::StoreRegistration;
 
 use kube::runtime::reflector::Store;
 
