@@ -360,24 +360,30 @@ impl Metrics {
     /// KubeRay's RayCluster series read `store` at every scrape while the registration is
     /// kept (a no-op unless the KubeRay set is on).
     pub fn observe_rayclusters(&self, store: Store<RayCluster>) -> StoreRegistration {
-        match &self.inner.kuberay {
-            Some(kuberay) => kuberay.clusters.register(store),
-            None => StoreRegistration::none(),
-        }
+        self.observe_for_kuberay(|k| &k.clusters, store)
     }
 
     /// As [`observe_rayclusters`](Self::observe_rayclusters), for RayJobs.
     pub fn observe_rayjobs(&self, store: Store<RayJob>) -> StoreRegistration {
-        match &self.inner.kuberay {
-            Some(kuberay) => kuberay.jobs.register(store),
-            None => StoreRegistration::none(),
-        }
+        self.observe_for_kuberay(|k| &k.jobs, store)
     }
 
     /// As [`observe_rayclusters`](Self::observe_rayclusters), for RayServices.
     pub fn observe_rayservices(&self, store: Store<RayService>) -> StoreRegistration {
+        self.observe_for_kuberay(|k| &k.services, store)
+    }
+
+    fn observe_for_kuberay<K>(
+        &self,
+        set: impl FnOnce(&KubeRayCollector) -> &Arc<StoreSet<K>>,
+        store: Store<K>,
+    ) -> StoreRegistration
+    where
+        K: kube::runtime::reflector::Lookup + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
         match &self.inner.kuberay {
-            Some(kuberay) => kuberay.services.register(store),
+            Some(kuberay) => set(kuberay).register(store),
             None => StoreRegistration::none(),
         }
     }

@@ -41,6 +41,36 @@ pub(crate) fn pipeline(name: &str, url: Option<&str>) -> ServePipeline {
     fixture::servepipeline(name, source)
 }
 
+/// Serves the admin endpoints of `metrics` and `readiness` on a free loopback port: the
+/// address, the stop switch, and a maker of futures that complete when it is thrown.
+async fn serve_admin(
+    metrics: &Metrics,
+    readiness: &Readiness,
+) -> (
+    SocketAddr,
+    tokio::sync::watch::Sender<bool>,
+    impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Clone + Send + use<>,
+) {
+    let listener = admin::bind("127.0.0.1:0".parse().expect("an address"))
+        .await
+        .expect("bind the admin port");
+    let address = listener.local_addr().expect("local address");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        Box::pin(async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+    };
+    tokio::spawn(admin::serve(
+        listener,
+        metrics.clone(),
+        readiness.clone(),
+        stopped(),
+    ));
+    (address, stop_tx, stopped)
+}
+
 #[tokio::test]
 async fn health_readiness_and_metrics_follow_the_work_and_other_namespaces_are_ignored() {
     raypipe::startup::init_crypto();
@@ -57,23 +87,7 @@ async fn health_readiness_and_metrics_follow_the_work_and_other_namespaces_are_i
 
     let metrics = Metrics::new();
     let readiness = Readiness::new();
-    let listener = admin::bind("127.0.0.1:0".parse().expect("an address"))
-        .await
-        .expect("bind the admin port");
-    let address = listener.local_addr().expect("local address");
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-    tokio::spawn(admin::serve(
-        listener,
-        metrics.clone(),
-        readiness.clone(),
-        stopped(),
-    ));
+    let (address, stop_tx, stopped) = serve_admin(&metrics, &readiness).await;
 
     // Before the controllers start: alive, not ready, and nothing reconciled.
     let (status, body) = eventually(WAIT, "/healthz to answer", || get(address, "/healthz")).await;
@@ -292,6 +306,26 @@ fn head_group() -> serde_json::Value {
         {"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}})
 }
 
+/// Creates the object `doc` describes in `namespace`; its uid.
+async fn create<K>(client: &kube::Client, namespace: &str, doc: serde_json::Value) -> String
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let object: K = serde_json::from_value(doc).expect("a valid object");
+    Api::<K>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("create a {}: {e}", K::kind(&())))
+        .meta()
+        .uid
+        .clone()
+        .expect("a created object has a uid")
+}
+
 #[tokio::test]
 async fn every_controller_reports_and_process_kube_and_kuberay_series_are_exported() {
     use raypipe::api::{RayCluster, RayCronJob, RayJob, RayService};
@@ -300,23 +334,7 @@ async fn every_controller_reports_and_process_kube_and_kuberay_series_are_export
     let client = measured_client(&metrics).await;
     let ns = support::namespace(&client, "opmetrics").await;
     let readiness = Readiness::new();
-    let listener = admin::bind("127.0.0.1:0".parse().expect("an address"))
-        .await
-        .expect("bind the admin port");
-    let address = listener.local_addr().expect("local address");
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-    tokio::spawn(admin::serve(
-        listener,
-        metrics.clone(),
-        readiness.clone(),
-        stopped(),
-    ));
+    let (address, stop_tx, stopped) = serve_admin(&metrics, &readiness).await;
 
     // The process metrics are there from the start.
     let (_, text) = eventually(WAIT, "/metrics to answer", || get(address, "/metrics")).await;
@@ -373,59 +391,32 @@ async fn every_controller_reports_and_process_kube_and_kuberay_series_are_export
         );
     }
 
-    let create = |kind_doc: serde_json::Value| {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            let kind = kind_doc["kind"].as_str().expect("a kind").to_owned();
-            let uid = match kind.as_str() {
-                "RayCluster" => {
-                    let api: Api<RayCluster> = Api::namespaced(client, &ns);
-                    let object = serde_json::from_value(kind_doc).expect("a RayCluster");
-                    api.create(&PostParams::default(), &object)
-                        .await
-                        .map(|o| o.metadata.uid)
-                }
-                "RayJob" => {
-                    let api: Api<RayJob> = Api::namespaced(client, &ns);
-                    let object = serde_json::from_value(kind_doc).expect("a RayJob");
-                    api.create(&PostParams::default(), &object)
-                        .await
-                        .map(|o| o.metadata.uid)
-                }
-                "RayService" => {
-                    let api: Api<RayService> = Api::namespaced(client, &ns);
-                    let object = serde_json::from_value(kind_doc).expect("a RayService");
-                    api.create(&PostParams::default(), &object)
-                        .await
-                        .map(|o| o.metadata.uid)
-                }
-                _ => {
-                    let api: Api<RayCronJob> = Api::namespaced(client, &ns);
-                    let object = serde_json::from_value(kind_doc).expect("a RayCronJob");
-                    api.create(&PostParams::default(), &object)
-                        .await
-                        .map(|o| o.metadata.uid)
-                }
-            };
-            uid.unwrap_or_else(|e| panic!("create a {kind}: {e}"))
-                .expect("a created object has a uid")
-        }
-    };
-    let cluster_uid = create(json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": "plain"}, "spec": {"headGroupSpec": head_group()}}))
+    let cluster_uid = create::<RayCluster>(
+        &client,
+        &ns,
+        json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "plain"}, "spec": {"headGroupSpec": head_group()}}),
+    )
     .await;
-    let job_uid = create(json!({"apiVersion": "ray.io/v1", "kind": "RayJob",
+    let job_uid = create::<RayJob>(
+        &client,
+        &ns,
+        json!({"apiVersion": "ray.io/v1", "kind": "RayJob",
         "metadata": {"name": "paused"}, "spec": {"entrypoint": "python -c 'print(1)'",
-        "suspend": true, "rayClusterSpec": {"headGroupSpec": head_group()}}}))
+        "suspend": true, "rayClusterSpec": {"headGroupSpec": head_group()}}}),
+    )
     .await;
-    let service_uid = create(json!({"apiVersion": "ray.io/v1", "kind": "RayService",
+    let service_uid = create::<RayService>(&client, &ns, json!({"apiVersion": "ray.io/v1", "kind": "RayService",
         "metadata": {"name": "svc"}, "spec": {"rayClusterConfig": {"headGroupSpec": head_group()}}}))
     .await;
-    create(json!({"apiVersion": "ray.io/v1", "kind": "RayCronJob",
+    create::<RayCronJob>(
+        &client,
+        &ns,
+        json!({"apiVersion": "ray.io/v1", "kind": "RayCronJob",
         "metadata": {"name": "cron"}, "spec": {"schedule": "*/5 * * * *", "suspend": true,
         "jobTemplate": {"entrypoint": "python -c 'print(1)'",
-                        "rayClusterSpec": {"headGroupSpec": head_group()}}}}))
+                        "rayClusterSpec": {"headGroupSpec": head_group()}}}}),
+    )
     .await;
     Api::<ServePipeline>::namespaced(client.clone(), &ns)
         .create(&PostParams::default(), &pipeline("refused", None))
