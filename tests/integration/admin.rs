@@ -306,6 +306,45 @@ fn head_group() -> serde_json::Value {
         {"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}})
 }
 
+/// The sample names of `text` as the Prometheus project's own OpenMetrics parser reads it
+/// (Python `prometheus_client`, from the Ray virtualenv the tests use); fails the test when
+/// the parser refuses the exposition.
+async fn parsed_sample_names(text: &str) -> std::collections::BTreeSet<String> {
+    use tokio::io::AsyncWriteExt;
+    const PARSE: &str = "import sys\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+        for family in text_string_to_metric_families(sys.stdin.read()):\n    \
+            for sample in family.samples:\n        print(sample.name)\n";
+    let ray = tokio::task::spawn_blocking(raypipe::devenv::ray::locate_ray)
+        .await
+        .expect("the lookup ran")
+        .expect("the Ray virtualenv");
+    let mut child = tokio::process::Command::new(ray.with_file_name("python"))
+        .args(["-c", PARSE])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(text.as_bytes())
+        .await
+        .expect("the exposition is written");
+    drop(stdin);
+    let output = child.wait_with_output().await.expect("python ends");
+    assert!(
+        output.status.success(),
+        "the OpenMetrics parser refused the exposition: {}\n{text}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Creates the object `doc` describes in `namespace`; its uid.
 async fn create<K>(client: &kube::Client, namespace: &str, doc: serde_json::Value) -> String
 where
@@ -524,6 +563,22 @@ async fn every_controller_reports_and_process_kube_and_kuberay_series_are_export
         assert!(
             sample(&text, series).is_some_and(|n| n >= 1.0),
             "{series} in\n{text}"
+        );
+    }
+    // The exposition parses, and carries the process series and every series KubeRay's
+    // dashboard queries.
+    let parsed = parsed_sample_names(&text).await;
+    for name in KUBERAY_DASHBOARD_SERIES.iter().chain(&[
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
+        "raypipe_kube_requests_total",
+        "raypipe_kube_request_duration_seconds_bucket",
+    ]) {
+        assert!(
+            parsed.contains(*name),
+            "the parser found no {name} in {parsed:?}"
         );
     }
     for name in KUBERAY_DASHBOARD_SERIES {
