@@ -2,8 +2,10 @@
 //! `kube::client::ClientBuilder::with_layer` that counts every request by Kubernetes verb and
 //! HTTP status (`raypipe_kube_requests_total{verb, code}`) and times it by verb
 //! (`raypipe_kube_request_duration_seconds{verb}`, until the response headers: a watch counts
-//! the time to open it). Labels are bounded: the verb is one of the API server's nine verbs
-//! (or `other`), never a URL, namespace or object name.
+//! the time to open it). Labels are bounded: the verb is one of the API server's (`get`,
+//! `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`) or `other`,
+//! never a URL, namespace or object name; the code is the HTTP status or `error` when no
+//! answer came.
 
 use std::future::Future;
 use std::pin::Pin;
