@@ -1,12 +1,16 @@
 //! Prometheus/OpenMetrics metrics: one registry per operator process, filled through typed
 //! methods so controllers never touch metric families or label values directly.
 //!
-//! Labels are bounded sets (controller, error category, fetch outcome, phase) — never object
-//! names: those would grow the series count with every pipeline ever created.
+//! Labels are bounded sets (controller, error category, fetch outcome, phase, Kubernetes verb
+//! and status code) — never object names: those would grow the series count with every
+//! pipeline ever created. The one exception is opt-in: KubeRay's series
+//! ([`MetricsOptions::kuberay`], see `kuberay_metrics`) carry object names as KubeRay's do.
+//!
+//! Besides the `raypipe_` metrics the registry holds the standard `process_*` series (see
+//! `process`), computed at scrape time.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::runtime::reflector::Store;
@@ -18,7 +22,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::api::ServePipeline;
+use super::kuberay_metrics::KubeRayCollector;
+use super::process::ProcessCollector;
+use super::stores::{StoreRegistration, StoreSet};
+use crate::api::{RayCluster, RayJob, RayService, ServePipeline};
+
+/// Keeps a pipeline store counted in `raypipe_servepipelines`; dropping it stops that.
+pub type PipelineRegistration = StoreRegistration;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -64,6 +74,34 @@ struct PhaseLabels {
     phase: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KubeRequestLabels {
+    verb: &'static str,
+    /// The HTTP status, or `error` when no answer came (connection refused, timeout).
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: &'static str,
+}
+
+/// controller-runtime's `result` label: raypipe knows success and error (a requeue is part of
+/// a success).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    controller: &'static str,
+    result: &'static str,
+}
+
+/// What a [`Metrics`] registry exports beyond the always-on metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetricsOptions {
+    /// KubeRay's `kuberay_*` series and the controller-runtime series its dashboard reads
+    /// (`--kuberay-metrics`).
+    pub kuberay: bool,
+}
+
 /// What a graph download ended in, as far as metrics care.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FetchOutcome {
@@ -97,6 +135,11 @@ fn fetch_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 14))
 }
 
+/// API requests: 5 ms … ~41 s (a watch is timed until its response headers).
+fn kube_request_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
 /// Provisioning a cluster or upgrading a service: 1 s … ~2.3 h.
 fn rollout_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
@@ -123,6 +166,12 @@ struct Inner {
     leader: Gauge,
     admissions: Family<AdmissionLabels, Counter>,
     pipelines: Arc<PipelinePhases>,
+    kube_requests: Family<KubeRequestLabels, Counter>,
+    kube_request_duration: HistogramFamily<VerbLabels>,
+    /// Reconcile outcomes under controller-runtime's labels; exported with `kuberay` only.
+    reconcile_results: Family<ResultLabels, Counter>,
+    /// `None` unless [`MetricsOptions::kuberay`].
+    kuberay: Option<Arc<KubeRayCollector>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -138,9 +187,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh registry with every raypipe metric (prefix `raypipe_`).
+    /// A fresh registry with every raypipe metric (prefix `raypipe_`) and the process metrics.
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("raypipe");
+        Metrics::with_options(MetricsOptions::default())
+    }
+
+    /// A fresh registry with the always-on metrics and what `options` adds.
+    pub fn with_options(options: MetricsOptions) -> Metrics {
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("raypipe");
         let reconciles = Family::<ControllerLabels, Counter>::default();
         registry.register(
             "reconcile",
@@ -218,9 +274,49 @@ impl Metrics {
         );
         let pipelines = Arc::new(PipelinePhases::default());
         registry.register_collector(Box::new(pipelines.clone()));
+        let kube_requests = Family::<KubeRequestLabels, Counter>::default();
+        registry.register(
+            "kube_requests",
+            "Requests the operator sent to the Kubernetes API server, by verb and HTTP status code",
+            kube_requests.clone(),
+        );
+        let kube_request_duration: HistogramFamily<VerbLabels> =
+            Family::new_with_constructor(kube_request_histogram);
+        registry.register(
+            "kube_request_duration_seconds",
+            "Time until the Kubernetes API server's answer, by verb",
+            kube_request_duration.clone(),
+        );
+        let reconcile_results = Family::<ResultLabels, Counter>::default();
+        let kuberay = options.kuberay.then(|| {
+            let collector = Arc::new(KubeRayCollector::default());
+            root.register_collector(Box::new(collector.clone()));
+            // The operator panels of KubeRay's dashboard read controller-runtime's names.
+            root.register(
+                "controller_runtime_reconcile",
+                "Total number of reconciliations per controller",
+                reconcile_results.clone(),
+            );
+            root.register(
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                reconcile_duration.clone(),
+            );
+            root.register(
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+                reconciles_in_flight.clone(),
+            );
+            root.register(
+                "workqueue_depth",
+                "Current depth of workqueue",
+                queue_depth.clone(),
+            );
+            collector
+        });
         Metrics {
             inner: Arc::new(Inner {
-                registry,
+                registry: root,
                 reconciles,
                 reconcile_errors,
                 reconcile_duration,
@@ -234,7 +330,61 @@ impl Metrics {
                 leader,
                 admissions,
                 pipelines,
+                kube_requests,
+                kube_request_duration,
+                reconcile_results,
+                kuberay,
             }),
+        }
+    }
+
+    /// A layer for `kube::client::ClientBuilder::with_layer` that records every API request
+    /// in `raypipe_kube_requests_total` and `raypipe_kube_request_duration_seconds`.
+    pub fn kube_client_layer(&self) -> super::kube_requests::KubeRequestMetricsLayer {
+        super::kube_requests::KubeRequestMetricsLayer::new(self)
+    }
+
+    /// One API request answered with `code` (`None`: no answer) after `took`.
+    pub(crate) fn kube_request(&self, verb: &'static str, code: Option<u16>, took: Duration) {
+        let code = code.map_or_else(|| "error".to_owned(), |c| c.to_string());
+        self.inner
+            .kube_requests
+            .get_or_create(&KubeRequestLabels { verb, code })
+            .inc();
+        self.inner
+            .kube_request_duration
+            .get_or_create(&VerbLabels { verb })
+            .observe(took.as_secs_f64());
+    }
+
+    /// KubeRay's RayCluster series read `store` at every scrape while the registration is
+    /// kept (a no-op unless the KubeRay set is on).
+    pub fn observe_rayclusters(&self, store: Store<RayCluster>) -> StoreRegistration {
+        self.observe_for_kuberay(|k| &k.clusters, store)
+    }
+
+    /// As [`observe_rayclusters`](Self::observe_rayclusters), for RayJobs.
+    pub fn observe_rayjobs(&self, store: Store<RayJob>) -> StoreRegistration {
+        self.observe_for_kuberay(|k| &k.jobs, store)
+    }
+
+    /// As [`observe_rayclusters`](Self::observe_rayclusters), for RayServices.
+    pub fn observe_rayservices(&self, store: Store<RayService>) -> StoreRegistration {
+        self.observe_for_kuberay(|k| &k.services, store)
+    }
+
+    fn observe_for_kuberay<K>(
+        &self,
+        set: impl FnOnce(&KubeRayCollector) -> &Arc<StoreSet<K>>,
+        store: Store<K>,
+    ) -> StoreRegistration
+    where
+        K: kube::runtime::reflector::Lookup + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        match &self.inner.kuberay {
+            Some(kuberay) => set(kuberay).register(store),
+            None => StoreRegistration::none(),
         }
     }
 
@@ -326,17 +476,7 @@ impl Metrics {
     /// Counts the pipelines in `store` by `status.phase` at every scrape, until the returned
     /// registration is dropped (a controller holds it for as long as it runs).
     pub fn observe_pipelines(&self, store: Store<ServePipeline>) -> PipelineRegistration {
-        let id = self.inner.pipelines.next_id.fetch_add(1, Ordering::Relaxed);
-        self.inner
-            .pipelines
-            .stores
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, store);
-        PipelineRegistration {
-            phases: self.inner.pipelines.clone(),
-            id,
-        }
+        self.inner.pipelines.stores.register(store)
     }
 
     /// The registry in the OpenMetrics text format (ends with `# EOF`).
@@ -354,6 +494,11 @@ impl Metrics {
     ) {
         let labels = ControllerLabels { controller };
         self.inner.reconciles_in_flight.get_or_create(&labels).dec();
+        let result = if error.is_some() { "error" } else { "success" };
+        self.inner
+            .reconcile_results
+            .get_or_create(&ResultLabels { controller, result })
+            .inc();
         self.inner
             .reconcile_duration
             .get_or_create(&labels)
@@ -401,28 +546,11 @@ impl Drop for ReconcileTimer {
     }
 }
 
-/// Keeps a pipeline store counted in `raypipe_servepipelines`; dropping it stops that.
-pub struct PipelineRegistration {
-    phases: Arc<PipelinePhases>,
-    id: u64,
-}
-
-impl Drop for PipelineRegistration {
-    fn drop(&mut self) {
-        self.phases
-            .stores
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
-    }
-}
-
 /// Computes pipelines by phase from the controllers' caches at scrape time, so deleted
 /// pipelines disappear without bookkeeping (KubeRay computes its info metrics the same way).
 #[derive(Default)]
 struct PipelinePhases {
-    next_id: AtomicU64,
-    stores: Mutex<BTreeMap<u64, Store<ServePipeline>>>,
+    stores: Arc<StoreSet<ServePipeline>>,
 }
 
 impl std::fmt::Debug for PipelinePhases {
@@ -433,17 +561,14 @@ impl std::fmt::Debug for PipelinePhases {
 
 impl PipelinePhases {
     fn counts(&self) -> BTreeMap<String, i64> {
-        let stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
         let mut counts = BTreeMap::new();
-        for store in stores.values() {
-            for pipeline in store.state() {
-                let phase = pipeline
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_else(|| PHASE_UNKNOWN.to_owned());
-                *counts.entry(phase).or_insert(0) += 1;
-            }
+        for pipeline in self.stores.objects() {
+            let phase = pipeline
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_else(|| PHASE_UNKNOWN.to_owned());
+            *counts.entry(phase).or_insert(0) += 1;
         }
         counts
     }
@@ -591,6 +716,38 @@ mod tests {
             "raypipe_rayservice_upgrade_duration_seconds_sum 90.0",
             "raypipe_leader 1",
             "raypipe_webhook_admissions_total{kind=\"RayCluster\",allowed=\"false\"} 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn process_metrics_are_always_there_and_the_kuberay_set_mirrors_reconciles() {
+        let plain = Metrics::new().encode().expect("encodes");
+        #[cfg(target_os = "linux")]
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_start_time_seconds ",
+        ] {
+            assert!(plain.contains(name), "missing {name:?} in\n{plain}");
+        }
+        assert!(!plain.contains("raypipe_process"), "{plain}");
+
+        let compatible = Metrics::with_options(MetricsOptions { kuberay: true });
+        compatible.reconcile_started("rayjob").finish(None);
+        compatible.reconcile_started("rayjob").finish(Some("kube"));
+        let _running = compatible.reconcile_started("raycluster");
+        compatible.queue("rayjob").changed(None, "j".into());
+        let text = compatible.encode().expect("encodes");
+        for expected in [
+            "controller_runtime_reconcile_total{controller=\"rayjob\",result=\"success\"} 1",
+            "controller_runtime_reconcile_total{controller=\"rayjob\",result=\"error\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"rayjob\"} 2",
+            "controller_runtime_active_workers{controller=\"raycluster\"} 1",
+            "workqueue_depth{controller=\"rayjob\"} 1",
+            "raypipe_reconcile_total{controller=\"rayjob\"} 2",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }

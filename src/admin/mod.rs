@@ -1,10 +1,19 @@
 //! The admin HTTP server, on its own port: `/healthz` (the process serves), `/readyz` (CRDs
 //! present, caches synced, webhook serving) and `/metrics` (OpenMetrics). Probes and scrapes
 //! are not traced: they arrive every few seconds and would drown the logs.
+//!
+//! - `metrics`: the registry and its typed recording methods;
+//! - `process`: the `process_*` series; `kube_requests`: the API client's request metrics;
+//! - `kuberay_metrics`: the opt-in KubeRay-compatible series, read from the controllers'
+//!   caches (`stores`) at scrape time.
 
+pub mod kube_requests;
+mod kuberay_metrics;
 pub mod metrics;
+mod process;
+mod stores;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -15,7 +24,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-pub use metrics::{FetchOutcome, Metrics, OPENMETRICS_CONTENT_TYPE};
+pub use metrics::{FetchOutcome, Metrics, MetricsOptions, OPENMETRICS_CONTENT_TYPE};
+pub use stores::StoreRegistration;
 
 use kube::runtime::reflector::Store;
 
@@ -46,6 +56,8 @@ struct ReadinessState {
     /// Caches that have not finished their first list, by name (several controllers may share
     /// a name when one runs per namespace).
     unsynced_caches: BTreeMap<String, usize>,
+    /// Every cache name ever tracked (synced or not).
+    tracked_caches: BTreeSet<String>,
     /// `Some(false)` while a webhook server is configured but not yet serving.
     webhook_serving: Option<bool>,
     /// Controllers whose task ended before shutdown, with why: the process is not alive in
@@ -88,7 +100,10 @@ impl Readiness {
     /// Spawns a task, so call it from within a Tokio runtime.
     pub fn track_cache(&self, name: &str, synced: impl Future<Output = ()> + Send + 'static) {
         let name = name.to_owned();
-        self.with_state(|s| *s.unsynced_caches.entry(name.clone()).or_insert(0) += 1);
+        self.with_state(|s| {
+            *s.unsynced_caches.entry(name.clone()).or_insert(0) += 1;
+            s.tracked_caches.insert(name.clone());
+        });
         let this = self.clone();
         tokio::spawn(async move {
             synced.await;
@@ -159,6 +174,12 @@ impl Readiness {
 
     pub fn is_ready(&self) -> bool {
         self.problems().is_empty()
+    }
+
+    /// The names of the caches readiness has waited for, synced or not (which controllers
+    /// report their cache sync).
+    pub fn tracked_caches(&self) -> Vec<String> {
+        self.with_state(|s| s.tracked_caches.iter().cloned().collect())
     }
 }
 
@@ -260,6 +281,7 @@ mod tests {
             readiness.problems(),
             vec!["the servepipeline cache has not synced yet".to_owned()]
         );
+        assert_eq!(readiness.tracked_caches(), vec!["servepipeline".to_owned()]);
         tx.send(()).expect("the cache task waits");
         for _ in 0..100 {
             if readiness.is_ready() {

@@ -29,8 +29,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("reading the Kubernetes client configuration")?;
+    let metrics = args.operator.admin.metrics();
+    // Inside the rate limiter: request latency is the API server's, not the limiter's wait.
     let builder = kube::client::ClientBuilder::try_from(config)
-        .context("connecting to the Kubernetes API server")?;
+        .context("connecting to the Kubernetes API server")?
+        .with_layer(&metrics.kube_client_layer());
     // KubeRay's --qps/--burst: a noisy reconcile storm must not flood the API server.
     let client = match args.operator.client.rate() {
         Some((requests, period)) => builder
@@ -38,7 +41,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .build(),
         None => builder.build(),
     };
-    run_with_client(client, args, crate::controllers::shutdown_signal()).await
+    run_with_metrics(client, metrics, args, crate::controllers::shutdown_signal()).await
 }
 
 /// Runs the operator on `client` until `shutdown` completes (or leadership is lost, or the
@@ -48,7 +51,18 @@ pub async fn run_with_client(
     args: RunArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let metrics = Metrics::new();
+    let metrics = args.operator.admin.metrics();
+    run_with_metrics(client, metrics, args, shutdown).await
+}
+
+/// As [`run_with_client`], recording into `metrics` (the registry `client`'s request layer
+/// records into).
+pub async fn run_with_metrics(
+    client: kube::Client,
+    metrics: Metrics,
+    args: RunArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let readiness = Readiness::new();
     let operator = &args.operator;
     let operator_namespace = operator.scope.operator_namespace();

@@ -98,6 +98,7 @@ impl ControllerSettings {
             namespace,
             concurrency: self.concurrency,
             metrics: self.metrics.clone(),
+            readiness: self.readiness.clone(),
             requeue_after: switches.raycluster_default_requeue_seconds,
             random_pod_delete: switches.enable_random_pod_delete,
             gcs_ft_redis_cleanup: switches.enable_gcs_ft_redis_cleanup,
@@ -126,6 +127,7 @@ impl ControllerSettings {
             namespace,
             concurrency: self.concurrency,
             metrics: self.metrics.clone(),
+            readiness: self.readiness.clone(),
             ..base
         })
     }
@@ -143,6 +145,7 @@ impl ControllerSettings {
             transition_grace_period: switches
                 .rayjob_deployment_status_transition_grace_period_seconds,
             metrics: self.metrics.clone(),
+            readiness: self.readiness.clone(),
             ..rayjob::Config::default()
         })
     }
@@ -152,6 +155,7 @@ impl ControllerSettings {
             namespace,
             concurrency: self.concurrency,
             metrics: self.metrics.clone(),
+            readiness: self.readiness.clone(),
             ..raycronjob::Config::default()
         }
     }

@@ -191,6 +191,20 @@ pub struct AdminArgs {
     /// Address of the admin server (`/healthz`, `/readyz`, `/metrics`).
     #[arg(long, env = "RAYPIPE_ADMIN_ADDRESS", default_value = "0.0.0.0:8080")]
     pub admin_address: SocketAddr,
+    /// Also export KubeRay's metrics (`kuberay_cluster_info`, `kuberay_job_*`,
+    /// `kuberay_service_*`, and the controller-runtime series KubeRay's dashboard reads) under
+    /// KubeRay's names and labels. Off by default: their labels name every object.
+    #[arg(long, env = "RAYPIPE_KUBERAY_METRICS", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub kuberay_metrics: bool,
+}
+
+impl AdminArgs {
+    /// The metrics registry these flags ask for.
+    pub fn metrics(&self) -> crate::admin::Metrics {
+        crate::admin::Metrics::with_options(crate::admin::MetricsOptions {
+            kuberay: self.kuberay_metrics,
+        })
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -354,6 +368,10 @@ mod tests {
         assert!(defaults.leader.leader_election);
         assert_eq!(defaults.leader.lease_duration, Duration::from_secs(15));
         assert!(!defaults.webhook.webhook);
+        assert!(!defaults.admin.kuberay_metrics);
+        assert!(parse(&["--kuberay-metrics"]).admin.kuberay_metrics);
+        assert!(parse(&["--kuberay-metrics=true"]).admin.kuberay_metrics);
+        assert!(!parse(&["--kuberay-metrics=false"]).admin.kuberay_metrics);
         assert!(defaults.scope.watched_namespaces().is_empty());
         let custom = parse(&[
             "--leader-election=false",

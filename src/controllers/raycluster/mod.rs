@@ -96,6 +96,8 @@ pub struct Config {
     pub gcs_ft_deletion_timeout: Duration,
     /// Where reconciles and provisioning times are recorded.
     pub metrics: crate::admin::Metrics,
+    /// Where the cache sync is reported (`/readyz`).
+    pub readiness: crate::admin::Readiness,
 }
 
 impl Default for Config {
@@ -109,6 +111,7 @@ impl Default for Config {
             gcs_ft_redis_cleanup: true,
             gcs_ft_deletion_timeout: Duration::from_secs(300),
             metrics: crate::admin::Metrics::new(),
+            readiness: crate::admin::Readiness::new(),
         }
     }
 }
@@ -218,6 +221,16 @@ pub async fn run(
         }
     });
 
+    ctx.frame
+        .track_ready(&ctx.config.readiness, ctx.pods.clone());
+    ctx.frame
+        .track_ready(&ctx.config.readiness, ctx.services.clone());
+    ctx.frame
+        .track_ready(&ctx.config.readiness, cluster_store.clone());
+    let _kuberay = ctx
+        .config
+        .metrics
+        .observe_rayclusters(cluster_store.clone());
     let controller = Controller::for_stream(cluster_events, cluster_store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(pod_events)

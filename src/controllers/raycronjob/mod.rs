@@ -144,6 +144,8 @@ pub struct Config {
     pub default_time_zone: TimeZone,
     /// Where reconciles are recorded.
     pub metrics: crate::admin::Metrics,
+    /// Where the cache sync is reported (`/readyz`).
+    pub readiness: crate::admin::Readiness,
 }
 
 impl Default for Config {
@@ -154,6 +156,7 @@ impl Default for Config {
             clock: Arc::new(SystemClock),
             default_time_zone: TimeZone::system(),
             metrics: crate::admin::Metrics::new(),
+            readiness: crate::admin::Readiness::new(),
         }
     }
 }
@@ -208,6 +211,7 @@ pub async fn run(
     let job_events = watcher(jobs, watcher::Config::default().labels(CRONJOB_NAME_LABEL))
         .backoff(crate::k8s::watch_backoff())
         .touched_objects();
+    ctx.frame.track_ready(&ctx.config.readiness, store.clone());
     let controller = Controller::for_stream(cron_events, store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(job_events)

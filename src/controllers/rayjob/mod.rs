@@ -147,6 +147,8 @@ pub struct Config {
     pub submitter_finished_timeout: Duration,
     /// Where reconciles are recorded.
     pub metrics: crate::admin::Metrics,
+    /// Where the cache sync is reported (`/readyz`).
+    pub readiness: crate::admin::Readiness,
 }
 
 impl Default for Config {
@@ -165,6 +167,7 @@ impl Default for Config {
             transition_grace_period: Duration::from_secs(300),
             submitter_finished_timeout: Duration::from_secs(30),
             metrics: crate::admin::Metrics::new(),
+            readiness: crate::admin::Readiness::new(),
         }
     }
 }
@@ -217,6 +220,8 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
 
+    ctx.frame.track_ready(&ctx.config.readiness, store.clone());
+    let _kuberay = ctx.config.metrics.observe_rayjobs(store.clone());
     let controller = Controller::for_stream(job_events, store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(cluster_events)

@@ -131,6 +131,8 @@ pub struct Config {
     pub build: BuildOptions,
     /// Where reconciles and upgrade durations are recorded.
     pub metrics: crate::admin::Metrics,
+    /// Where the cache sync is reported (`/readyz`).
+    pub readiness: crate::admin::Readiness,
     /// The operator's feature gates, which the validation rules consult.
     pub feature_gates: crate::validation::feature_gates::FeatureGates,
 }
@@ -148,6 +150,7 @@ impl Default for Config {
             steady_poll: Duration::from_secs(10),
             build: BuildOptions::default(),
             metrics: crate::admin::Metrics::new(),
+            readiness: crate::admin::Readiness::new(),
             feature_gates: crate::validation::feature_gates::FeatureGates::default(),
         }
     }
@@ -266,6 +269,14 @@ pub async fn run(
             queue.owner_changed(s.meta(), "RayService");
         }
     });
+    ctx.frame
+        .track_ready(&ctx.config.readiness, ctx.clusters.clone());
+    ctx.frame
+        .track_ready(&ctx.config.readiness, rayservice_store.clone());
+    let _kuberay = ctx
+        .config
+        .metrics
+        .observe_rayservices(rayservice_store.clone());
     let controller = Controller::for_stream(rayservice_events, rayservice_store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(cluster_events)
