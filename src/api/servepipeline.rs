@@ -240,8 +240,8 @@ pub struct ServePipelineStatus {
     /// how the last attempt ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
-    /// `SourceReady`, `GraphValid`, `Ready`; with a canary policy also `Progressing` and
-    /// `RolledBack`.
+    /// `SourceReady`, `GraphValid`, `Ready`, `UpToDate`; with a canary policy also
+    /// `Progressing` and `RolledBack`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -398,6 +398,10 @@ pub mod condition_types {
     pub const PROGRESSING: &str = "Progressing";
     /// True after a rollout was rolled back (until a later one is promoted).
     pub const ROLLED_BACK: &str = "RolledBack";
+    /// True when the graph serving is the newest valid one the source offers (False while a
+    /// refused, rolled-back or still rolling-out version is newer; Unknown when the source
+    /// cannot be read). `Ready` stays True meanwhile: the previous graph serves.
+    pub const UP_TO_DATE: &str = "UpToDate";
 }
 
 /// A list of metav1.Conditions as a list-map keyed by `type`, so server-side apply merges

@@ -21,6 +21,11 @@ use crate::support::e2e::{
 };
 use crate::support::{self, eventually};
 
+/// Argo CD's health of a pipeline (deploy/argocd/servepipeline-health.lua).
+fn health(p: &ServePipeline) -> (String, String) {
+    support::argocd::health(&serde_json::to_value(p).expect("JSON"))
+}
+
 const ROLLOUT_WAIT: Duration = Duration::from_secs(300);
 
 fn rollout_of(p: &ServePipeline) -> Option<RolloutStatus> {
@@ -209,6 +214,8 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     assert_eq!(condition(&p, "Progressing").unwrap().reason, "Promoted");
     assert_eq!(condition(&p, "RolledBack").unwrap().status, "False");
     assert_eq!(condition(&p, "Ready").unwrap().status, "True");
+    assert_eq!(condition(&p, "UpToDate").unwrap().status, "True");
+    assert_eq!(health(&p).0, "Healthy");
     let apps = e2e
         .rayservices
         .get(PIPELINE)
@@ -249,6 +256,14 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
             .failed_digests
             .contains(&digest(&broken))
     );
+    // What serves is not the newest graph: Ready stays True, UpToDate and Argo CD say so.
+    let current = condition(&p, "UpToDate").unwrap();
+    assert_eq!(
+        (current.status.as_str(), current.reason.as_str()),
+        ("False", "RolledBack")
+    );
+    assert_eq!(condition(&p, "Ready").unwrap().status, "True");
+    assert_eq!(health(&p).0, "Degraded");
 
     // 3. 30 % errors at the first step trip the error-rate gate; the stable version answers
     // the canary's failures.
@@ -279,6 +294,12 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     let next = ensemble("6");
     e2e.registry.put(GRAPH_PATH, next.clone());
     canary_at_step(&e2e, &next, 1).await;
+    let p = e2e.pipeline().await;
+    assert_eq!(
+        condition(&p, "UpToDate").unwrap().reason,
+        "RolloutInProgress"
+    );
+    assert_eq!(health(&p).0, "Progressing");
     e2e.registry.put(GRAPH_PATH, good.clone());
     let (aborted, _) = outcome(&e2e, &next, "Aborted", Instant::now()).await;
     assert_eq!(aborted.reason, "Reverted");

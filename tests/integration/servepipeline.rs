@@ -248,6 +248,70 @@ async fn ready_follows_the_rayservice_and_serve_statuses_are_copied() {
     );
 }
 
+/// Argo CD's health check (deploy/argocd/servepipeline-health.lua, run by gopher-lua as Argo CD
+/// runs it) on the statuses the controller writes: Progressing while the RayService does not
+/// serve, Healthy once it does, Degraded after a refused push even though `Ready` stays True
+/// (the previous graph serves; `UpToDate` says it is not the pushed one), Healthy again when
+/// the registry serves a good graph.
+#[tokio::test]
+async fn argocd_health_follows_the_pipeline_and_a_refused_push_is_degraded() {
+    use crate::support::argocd::health;
+    let f = fixture("sp-argocd", "token-argocd-1").await;
+    f.create(&pipeline(
+        "argocd",
+        &f.registry.url("graphs/pipeline.pb"),
+        json!({"refreshInterval": "1s"}),
+    ))
+    .await;
+    f.rayservice("argocd").await;
+    let health_of = |p: &ServePipeline| health(&serde_json::to_value(p).expect("JSON"));
+    let p = f
+        .condition("argocd", "Ready", "False", "RayServiceNotReady")
+        .await;
+    assert_eq!(health_of(&p).0, "Progressing", "{:?}", p.status);
+
+    let status = json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints",
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}], "serviceStatus": "Running"}
+    });
+    f.rayservices()
+        .patch_status("argocd", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("write RayService status");
+    let p = f.condition("argocd", "UpToDate", "True", "Serving").await;
+    assert_eq!(health_of(&p).0, "Healthy", "{:?}", p.status);
+
+    f.registry
+        .put("graphs/pipeline.pb", b"\xff not a graph".to_vec());
+    let api = f.pipelines();
+    let p = eventually(WAIT, "UpToDate False after the refused push", || {
+        let api = api.clone();
+        async move {
+            let p = api.get("argocd").await.ok()?;
+            let conds = p.status.as_ref()?.conditions.clone();
+            conditions::find(&conds, "UpToDate")
+                .is_some_and(|c| c.status == "False")
+                .then_some(p)
+        }
+    })
+    .await;
+    let ready = raypipe::api::conditions::find(&p.status.as_ref().unwrap().conditions, "Ready")
+        .cloned()
+        .unwrap();
+    assert_eq!(ready.status, "True", "the previous graph still serves");
+    let (status, message) = health_of(&p);
+    assert_eq!(status, "Degraded", "{message}");
+    assert!(message.contains("refused"), "{message}");
+
+    f.registry.put(
+        "graphs/pipeline.pb",
+        sample_graph_version("sequence", "v3-good"),
+    );
+    let p = f.condition("argocd", "UpToDate", "True", "Serving").await;
+    assert_eq!(health_of(&p).0, "Healthy");
+}
+
 #[tokio::test]
 async fn a_new_graph_at_the_registry_rolls_out_within_the_refresh_interval() {
     let f = fixture("sp-refresh", "token-refresh-1").await;

@@ -45,6 +45,8 @@ pub mod reasons {
     pub const APPLY_FAILED: &str = "ApplyFailed";
     /// A RayService of the pipeline's name exists and the pipeline does not control it.
     pub const RAYSERVICE_CONFLICT: &str = "RayServiceConflict";
+    pub const ROLLOUT_IN_PROGRESS: &str = "RolloutInProgress";
+    pub const ROLLED_BACK: &str = "RolledBack";
 }
 
 /// The name of the RayService a pipeline owns: the pipeline's own name.
@@ -150,6 +152,9 @@ pub struct StatusInputs<'a> {
     pub rayservice: Option<&'a RayService>,
     /// The canary rollout's state (strategy `Canary`), as this pass decided it.
     pub rollout: Option<&'a RolloutStatus>,
+    /// The newest valid graph the source offered (with a canary policy it may differ from
+    /// `applied`, the one that serves).
+    pub newest: Option<&'a AppliedGraph>,
     pub now: Time,
 }
 
@@ -191,6 +196,80 @@ fn canary_serving(rs: &RayService, rollout: &RolloutStatus) -> (bool, String) {
         (true, String::new())
     } else {
         (false, rs_message)
+    }
+}
+
+/// `UpToDate`: whether the graph serving is the newest the source offers. `Ready` stays True
+/// while a previous graph serves (a refused push takes nothing down); this says that what
+/// serves is not what was pushed, for GitOps tools and `kubectl wait`.
+fn up_to_date<'a>(inputs: &'a StatusInputs<'_>, serving: bool) -> (&'static str, &'a str, String) {
+    let problem = |c: &str| inputs.problem.filter(|p| p.condition == c);
+    let label = |digest: &str, version: &Option<String>| {
+        format!("{} ({digest})", version.as_deref().unwrap_or("unversioned"))
+    };
+    if let Some(p) = problem(condition_types::SOURCE_READY) {
+        return (
+            UNKNOWN,
+            &p.reason,
+            format!(
+                "the source could not be read, so whether the serving graph is the newest is unknown: {}",
+                p.message
+            ),
+        );
+    }
+    if let Some(p) = problem(condition_types::GRAPH_VALID) {
+        return (
+            FALSE,
+            &p.reason,
+            format!(
+                "the newest graph was refused; the previous one serves: {}",
+                p.message
+            ),
+        );
+    }
+    if let Some(rollout) = inputs.rollout {
+        if let Some(c) = &rollout.canary {
+            return (
+                FALSE,
+                reasons::ROLLOUT_IN_PROGRESS,
+                format!(
+                    "graph {} is being rolled out (step {} of {})",
+                    label(&c.version.digest, &c.version.version),
+                    c.step,
+                    c.steps
+                ),
+            );
+        }
+        if let (Some(last), Some(newest)) = (&rollout.last, inputs.newest)
+            && last.result == "RolledBack"
+            && last.digest == newest.digest
+        {
+            return (
+                FALSE,
+                reasons::ROLLED_BACK,
+                format!(
+                    "the newest graph {} was rolled back ({}); the previous one serves",
+                    label(&last.digest, &last.version),
+                    last.reason
+                ),
+            );
+        }
+    }
+    match inputs.applied {
+        None => (FALSE, reasons::NO_GRAPH, "no graph serves yet".to_owned()),
+        Some(g) if !serving => (
+            FALSE,
+            reasons::RAYSERVICE_NOT_READY,
+            format!(
+                "graph {} is applied; the RayService does not serve it yet",
+                label(&g.digest, &g.version)
+            ),
+        ),
+        Some(g) => (
+            TRUE,
+            reasons::SERVING,
+            format!("graph {} serves", label(&g.digest, &g.version)),
+        ),
     }
 }
 
@@ -327,6 +406,7 @@ pub fn panic_status(
         problem: Some(&problem),
         rayservice: None,
         rollout: pipeline.status.as_ref().and_then(|s| s.rollout.as_ref()),
+        newest: applied,
         now,
     })
 }
@@ -504,6 +584,11 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
             ready_message,
         ),
     );
+    let (status, reason, message) = up_to_date(inputs, serving && !suspended);
+    conditions::set_condition(
+        &mut conds,
+        cond(condition_types::UP_TO_DATE, status, reason, message),
+    );
     match inputs.rollout {
         Some(rollout) => rollout_conditions(&mut conds, rollout, &cond),
         None => conds.retain(|c| {
@@ -634,6 +719,11 @@ mod tests {
         }
     }
 
+    /// The status `p` carries (computed when it was Ready).
+    fn ok_up_to_date(p: &ServePipeline) -> ServePipelineStatus {
+        p.status.clone().expect("a status")
+    }
+
     fn cond<'a>(s: &'a ServePipelineStatus, t: &str) -> &'a Condition {
         conditions::find(&s.conditions, t).expect("condition present")
     }
@@ -671,6 +761,7 @@ mod tests {
             problem: None,
             rayservice: None,
             rollout: None,
+            newest: None,
             now: at(1),
         });
         assert_eq!(applied_from_status(&status), Some(applied()));
@@ -693,6 +784,7 @@ mod tests {
             problem: None,
             rayservice: None,
             rollout: None,
+            newest: None,
             now: at(1),
         });
         assert_eq!(s.phase.as_deref(), Some(phases::PENDING));
@@ -716,6 +808,7 @@ mod tests {
             problem: Some(&problem),
             rayservice: None,
             rollout: None,
+            newest: None,
             now: at(1),
         });
         assert_eq!(s.phase.as_deref(), Some(phases::FAILED));
@@ -744,6 +837,7 @@ mod tests {
             problem: None,
             rayservice: Some(&rs),
             rollout: None,
+            newest: None,
             now: at(5),
         });
         assert_eq!(ok.phase.as_deref(), Some(phases::READY));
@@ -760,6 +854,7 @@ mod tests {
             problem: Some(&problem),
             rayservice: Some(&rs),
             rollout: None,
+            newest: None,
             now: at(9),
         });
         assert_eq!(s.phase.as_deref(), Some(phases::DEGRADED));
@@ -773,6 +868,15 @@ mod tests {
             at(5),
             "Ready did not transition"
         );
+        // What serves is not what was pushed: UpToDate says so (for GitOps health).
+        let current = cond(&ok_up_to_date(&p), condition_types::UP_TO_DATE).clone();
+        assert_eq!(current.status, TRUE, "{current:?}");
+        let stale = cond(&s, condition_types::UP_TO_DATE);
+        assert_eq!(
+            (stale.status.as_str(), stale.reason.as_str()),
+            (FALSE, "CycleDetected")
+        );
+        assert!(stale.message.contains("the previous one serves"));
         let graph = cond(&s, condition_types::GRAPH_VALID);
         assert_eq!(
             (graph.status.as_str(), graph.reason.as_str()),
@@ -795,6 +899,7 @@ mod tests {
             problem: None,
             rayservice: None,
             rollout: None,
+            newest: None,
             now: at(1),
         });
         p.status = Some(first.clone());
@@ -804,6 +909,7 @@ mod tests {
             problem: None,
             rayservice: None,
             rollout: None,
+            newest: None,
             now: at(99),
         });
         assert_eq!(
@@ -829,6 +935,7 @@ mod tests {
             problem: None,
             rayservice: None,
             rollout: None,
+            newest: None,
             now: whole_seconds(now),
         });
         let stored: ServePipelineStatus =
@@ -846,6 +953,7 @@ mod tests {
             problem: None,
             rayservice: None,
             rollout: None,
+            newest: None,
             now: later,
         });
         assert_eq!(p.status.as_ref(), Some(&second));
@@ -862,6 +970,7 @@ mod tests {
             problem: None,
             rayservice: None,
             rollout: None,
+            newest: None,
             now: at(1),
         });
         assert_eq!(s.phase.as_deref(), Some(phases::SUSPENDED));

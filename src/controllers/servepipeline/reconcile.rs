@@ -207,6 +207,7 @@ pub(super) async fn reconcile(
         problem.as_ref(),
         rayservice.as_ref(),
         rollout.as_ref(),
+        good.as_ref().map(|g| &g.applied),
     )
     .await?;
     let announced = previous_state

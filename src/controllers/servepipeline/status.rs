@@ -20,6 +20,7 @@ pub(super) async fn update(
     problem: Option<&Problem>,
     rayservice: Option<&RayService>,
     rollout: Option<&RolloutStatus>,
+    newest: Option<&AppliedGraph>,
 ) -> Result<(), Error> {
     let status = build::compute_status(&StatusInputs {
         pipeline,
@@ -27,6 +28,7 @@ pub(super) async fn update(
         problem,
         rayservice,
         rollout,
+        newest,
         now: now(),
     });
     if pipeline.status.as_ref() != Some(&status) {

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
+pub mod argocd;
 pub mod e2e;
 pub mod fixture;
 
