@@ -357,8 +357,13 @@ def no_config_reply() -> Reply:
 
 def _unavailable_reply(target: Target, exc: BaseException) -> Reply:
     code = "BACKPRESSURE" if isinstance(exc, engine.Backpressure) else "UNAVAILABLE"
-    return error_reply(code, f"graph version {target.version!r} (application {target.app!r}) "
-                             f"did not answer: {engine.describe_exception(exc)}")
+    status, content, media_type, headers = error_reply(
+        code, f"graph version {target.version!r} (application {target.app!r}) "
+              f"did not answer: {engine.describe_exception(exc)}")
+    if isinstance(exc, engine.Backpressure):
+        # As the executor answers its own backpressure: when to come back.
+        headers = {**headers, "retry-after": str(engine.retry_after_seconds(exc.retry_after_s))}
+    return status, content, media_type, headers
 
 
 async def _timed_call(call: VersionCall, target: Target, body: bytes, headers: dict):

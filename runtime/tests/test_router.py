@@ -270,6 +270,11 @@ def test_a_failed_canary_without_retry_answers_the_client():
     status, body, headers, _ = routed(config(retry_on_stable=False),
                                       Versions({A: 200, B: engine.Backpressure("queue full")}), draw=0.0)
     assert (status, body["error"]["code"], headers[HEADER_VERSION]) == (503, "BACKPRESSURE", "v2")
+    assert headers["retry-after"] == "1", "Serve gave no retry_after_s: one second"
+    status, _, headers, _ = routed(config(retry_on_stable=False),
+                                   Versions({A: 200, B: engine.Backpressure("full", retry_after_s=2.5)}),
+                                   draw=0.0)
+    assert (status, headers["retry-after"]) == (503, "3")
 
 
 def test_client_errors_are_not_canary_failures():
