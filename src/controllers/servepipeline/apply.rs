@@ -34,32 +34,45 @@ pub(super) async fn apply(
     let render_started = std::time::Instant::now();
     let yaml = match build::render(pipeline, &ctx.config, &g.graph) {
         Ok(yaml) => yaml,
-        Err(message) => {
-            return Ok(Applied::Refused {
-                problem: Problem {
-                    condition: condition_types::GRAPH_VALID,
-                    reason: reasons::RENDER_FAILED.to_owned(),
-                    message,
-                },
-                transient: false,
-                not_ours: false,
-            });
-        }
+        Err(message) => return Ok(render_failed(message)),
     };
     let desired = build::desired_rayservice(pipeline, &yaml, &g.applied.digest)?;
     let rendered = render_started.elapsed();
-    if existing.is_some_and(|e| build::is_up_to_date(e, &desired)) {
-        return Ok(Applied::UpToDate);
-    }
     let apply_started = std::time::Instant::now();
+    let applied = write(rs_api, existing, &desired).await;
+    if matches!(applied, Applied::New(_)) {
+        let metrics = &ctx.config.metrics;
+        metrics.pipeline_update_stage("render", rendered);
+        metrics.pipeline_update_stage("apply", apply_started.elapsed());
+    }
+    Ok(applied)
+}
+
+/// A graph that cannot be rendered: refused, nothing written.
+pub(super) fn render_failed(message: String) -> Applied {
+    Applied::Refused {
+        problem: Problem {
+            condition: condition_types::GRAPH_VALID,
+            reason: reasons::RENDER_FAILED.to_owned(),
+            message,
+        },
+        transient: false,
+        not_ours: false,
+    }
+}
+
+/// Server-side applies `desired` unless `existing` already carries it.
+pub(super) async fn write(
+    rs_api: &Api<RayService>,
+    existing: Option<&RayService>,
+    desired: &RayService,
+) -> Applied {
+    if existing.is_some_and(|e| build::is_up_to_date(e, desired)) {
+        return Applied::UpToDate;
+    }
     let known = existing.map(|rs| rs.meta());
-    match crate::k8s::apply_owned(rs_api, &desired, known, field_managers::SERVEPIPELINE).await {
-        Ok(applied) => {
-            let metrics = &ctx.config.metrics;
-            metrics.pipeline_update_stage("render", rendered);
-            metrics.pipeline_update_stage("apply", apply_started.elapsed());
-            Ok(Applied::New(Box::new(applied)))
-        }
+    match crate::k8s::apply_owned(rs_api, desired, known, field_managers::SERVEPIPELINE).await {
+        Ok(applied) => Applied::New(Box::new(applied)),
         Err(e) => {
             let not_ours = e.is_not_owned();
             let reason = if not_ours {
@@ -67,7 +80,7 @@ pub(super) async fn apply(
             } else {
                 reasons::APPLY_FAILED
             };
-            Ok(Applied::Refused {
+            Applied::Refused {
                 problem: Problem {
                     condition: condition_types::READY,
                     reason: reason.to_owned(),
@@ -75,7 +88,7 @@ pub(super) async fn apply(
                 },
                 transient: true,
                 not_ours,
-            })
+            }
         }
     }
 }

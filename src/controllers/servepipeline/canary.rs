@@ -4,18 +4,17 @@
 //! and the version applications. The rollout's state goes to the status; the Events of the step
 //! are published here.
 
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::apply::Applied;
-use super::build::{self, Problem, reasons};
+use super::apply::{self, Applied};
+use super::build::{self, Problem};
 use super::rollout::{self, Inputs, Newest, Policy};
 use super::{Context, Error, GoodGraph, now};
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{RolloutStatus, ServePipeline, condition_types};
-use crate::k8s::field_managers;
 use crate::serve::rollout::{
     RouterStats, STATS_PATH, applications_of, compose, options_of, rendered_options,
     router_application, version_application, version_application_name,
@@ -57,15 +56,7 @@ pub(super) async fn apply(
     let current = applications_of(&existing_yaml);
 
     let refused = |message: String, rollout: Option<RolloutStatus>| CanaryApplied {
-        applied: Applied::Refused {
-            problem: Problem {
-                condition: condition_types::GRAPH_VALID,
-                reason: reasons::RENDER_FAILED.to_owned(),
-                message,
-            },
-            transient: false,
-            not_ours: false,
-        },
+        applied: apply::render_failed(message),
         active: false,
         rollout: rollout.unwrap_or_else(|| RolloutStatus {
             phase: rollout::phases::STABLE.to_owned(),
@@ -198,32 +189,7 @@ pub(super) async fn apply(
         .map(|s| s.digest.clone())
         .unwrap_or_default();
     let desired = build::desired_rayservice(pipeline, &yaml, &stable_digest)?;
-    let applied = if existing.is_some_and(|e| build::is_up_to_date(e, &desired)) {
-        Applied::UpToDate
-    } else {
-        let known = existing.map(|rs| rs.meta());
-        match crate::k8s::apply_owned(rs_api, &desired, known, field_managers::SERVEPIPELINE).await
-        {
-            Ok(applied) => Applied::New(Box::new(applied)),
-            Err(e) => {
-                let not_ours = e.is_not_owned();
-                Applied::Refused {
-                    problem: Problem {
-                        condition: condition_types::READY,
-                        reason: if not_ours {
-                            reasons::RAYSERVICE_CONFLICT
-                        } else {
-                            reasons::APPLY_FAILED
-                        }
-                        .to_owned(),
-                        message: e.to_string(),
-                    },
-                    transient: true,
-                    not_ours,
-                }
-            }
-        }
-    };
+    let applied = apply::write(rs_api, existing, &desired).await;
     if matches!(applied, Applied::Refused { .. }) {
         // Nothing changed on the cluster: the rollout stays where it was.
         return Ok(CanaryApplied {

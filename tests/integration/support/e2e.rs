@@ -33,8 +33,13 @@ pub const PIPELINE: &str = "sentiment";
 /// and these tests count the failures a rollout or a fault causes, not those of CPU starvation.
 pub fn ensemble(version: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/graphs/ensemble.pb");
-    let mut graph = raypipe::graph::decode(&std::fs::read(path).expect("the sample graph"))
+    let graph = raypipe::graph::decode(&std::fs::read(path).expect("the sample graph"))
         .expect("the sample decodes");
+    relaxed(graph, version)
+}
+
+/// `graph` at `version`, its node timeouts raised to 20 s and its deadline to 30 s, encoded.
+fn relaxed(mut graph: raypipe::graph::proto::PipelineGraph, version: &str) -> Vec<u8> {
     graph.version = version.to_owned();
     graph.deadline_ms = 30_000;
     for node in &mut graph.nodes {
@@ -61,15 +66,10 @@ pub fn ensemble_with_model_a(version: &str, kwargs: &str) -> Vec<u8> {
         &format!("        label: a\n{extra}"),
         1,
     );
-    let mut graph = raypipe::graph::from_yaml(&text).expect("the variant parses");
-    graph.version = version.to_owned();
-    graph.deadline_ms = 30_000;
-    for node in &mut graph.nodes {
-        if node.timeout_ms > 0 {
-            node.timeout_ms = 20_000;
-        }
-    }
-    graph.encode_to_vec()
+    relaxed(
+        raypipe::graph::from_yaml(&text).expect("the variant parses"),
+        version,
+    )
 }
 
 /// The ensemble with an edge from `combine` back to `preprocess`: a cycle.
