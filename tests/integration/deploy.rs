@@ -2,8 +2,10 @@
 //! module once per machine, like the control-plane binaries), every object server-side applied
 //! with dryRun=All against the real API server; the namespace-scoped RBAC applied for real and
 //! shown to be enough for the operator there and nothing elsewhere. The container recipe is
-//! checked for well-formedness (no engine runs here).
+//! checked for well-formedness (no engine runs here). The monitoring options (Grafana dashboards,
+//! PodMonitor, ServiceMonitor) are checked against what the code exports and labels.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -186,7 +188,15 @@ async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
     let release_ns = support::namespace(&client, "chart").await;
     let watched = support::namespace(&client, "chart-watched").await;
 
-    let all = render("rp", &release_ns, &["serviceMonitor.enabled=true"]);
+    let all = render(
+        "rp",
+        &release_ns,
+        &[
+            "serviceMonitor.enabled=true",
+            "podMonitor.enabled=true",
+            "grafanaDashboards.enabled=true",
+        ],
+    );
     let scoped = render(
         "rp",
         &release_ns,
@@ -394,7 +404,8 @@ async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
         json!(wanted)
     );
 
-    // Every object is accepted by the API server (ServiceMonitor's CRD is not installed here).
+    // Every object is accepted by the API server (prometheus-operator's CRDs are not installed
+    // here).
     for (label, docs) in [
         ("all", &all),
         ("scoped", &scoped),
@@ -402,7 +413,10 @@ async fn the_chart_renders_and_every_object_passes_a_server_side_dry_run() {
         ("tuned", &tuned),
         ("gitops", &gitops),
     ] {
-        for doc in docs.iter().filter(|d| d["kind"] != "ServiceMonitor") {
+        for doc in docs
+            .iter()
+            .filter(|d| d["kind"] != "ServiceMonitor" && d["kind"] != "PodMonitor")
+        {
             if let Err(e) = apply(&client, doc, true).await {
                 panic!("{label}: {e}");
             }
@@ -940,4 +954,414 @@ async fn under_the_charts_rbac_the_raycluster_controller_sets_up_an_autoscaled_c
     );
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(WAIT, operator).await;
+}
+
+/// The names a query uses for the samples of a metric family of `kind` (OpenMetrics `# TYPE`).
+fn sample_names(family: &str, kind: &str) -> Vec<String> {
+    match kind {
+        "counter" => vec![format!("{family}_total")],
+        "histogram" => ["_bucket", "_sum", "_count"]
+            .iter()
+            .map(|suffix| format!("{family}{suffix}"))
+            .collect(),
+        _ => vec![family.to_owned()],
+    }
+}
+
+/// Every sample name the operator's registry exports (the KubeRay-compatible set included),
+/// from its own exposition after one sample of each kind was recorded (a labelled family shows
+/// no `# TYPE` line before its first sample).
+async fn operator_series() -> BTreeSet<String> {
+    use raypipe::admin::kube_requests::KubeRequestMetricsLayer;
+    use raypipe::admin::metrics::{FetchOutcome, Metrics, MetricsOptions};
+    use std::time::Duration;
+    use tower::{Layer, ServiceExt};
+    let metrics = Metrics::with_options(MetricsOptions { kuberay: true });
+    let took = Duration::from_millis(5);
+    metrics
+        .reconcile_started("servepipeline")
+        .finish(Some("kube"));
+    let _queue = metrics.queue("servepipeline");
+    metrics.pipeline_update_stage("render", took);
+    metrics.graph_fetched(FetchOutcome::Fetched, took);
+    metrics.graph_fetch_failed("Unauthorized", took);
+    metrics.admission_reviewed("RayCluster", true);
+    let api_server =
+        tower::service_fn(|_: http::Request<()>| async { http::Response::builder().body(()) });
+    let request = http::Request::get("/api/v1/namespaces/ns/pods")
+        .body(())
+        .expect("a request");
+    KubeRequestMetricsLayer::new(&metrics)
+        .layer(api_server)
+        .oneshot(request)
+        .await
+        .expect("an answer");
+    let text = metrics.encode().expect("the registry encodes");
+    text.lines()
+        .filter_map(|line| line.strip_prefix("# TYPE ")?.split_once(' '))
+        .flat_map(|(family, kind)| sample_names(family, kind))
+        .collect()
+}
+
+/// Every sample name the graph runtime exports through Ray: the names
+/// `runtime/raypipe_runtime/metrics.py` gives its `counter(…)` and `histogram(…)` calls, with the
+/// `ray_` prefix Ray's metrics agent adds.
+fn runtime_series() -> BTreeSet<String> {
+    let source = std::fs::read_to_string(repo().join("runtime/raypipe_runtime/metrics.py"))
+        .expect("read the runtime's metrics module");
+    let mut names = BTreeSet::new();
+    for line in source.lines() {
+        let Some((constant, value)) = line.split_once(" = \"") else {
+            continue;
+        };
+        let Some(family) = value.strip_suffix('"') else {
+            continue;
+        };
+        for kind in ["counter", "histogram"] {
+            if source.contains(&format!("{kind}({constant},")) {
+                names.extend(sample_names(&format!("ray_{family}"), kind));
+            }
+        }
+    }
+    names
+}
+
+/// The metric names a PromQL expression reads: identifiers outside label matchers, ranges,
+/// strings and grouping lists (`by (…)`, `on (…)`, …) that are neither a function, a keyword
+/// nor a Grafana variable (`$name`, `${name}`).
+fn promql_metric_names(expr: &str) -> Vec<String> {
+    const GROUPING: &[&str] = &[
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    // Aggregations may put their grouping before the parenthesis (`sum by (le) (…)`).
+    const KEYWORDS: &[&str] = &[
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "group_left",
+        "group_right",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+    ];
+    let chars: Vec<char> = expr.chars().collect();
+    let is_name_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    // The index after the bracket that closes the one at `start`, skipping strings.
+    let skip_group = |start: usize| {
+        let (open, close) = match chars[start] {
+            '{' => ('{', '}'),
+            '[' => ('[', ']'),
+            _ => ('(', ')'),
+        };
+        let (mut depth, mut i, mut quote) = (0usize, start, None);
+        while i < chars.len() {
+            let c = chars[i];
+            match quote {
+                Some(_) if c == '\\' => i += 1,
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None if c == '"' || c == '\'' || c == '`' => quote = Some(c),
+                None if c == open => depth += 1,
+                None if c == close => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return i + 1;
+                    }
+                }
+                None => {}
+            }
+            i += 1;
+        }
+        chars.len()
+    };
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '{' || c == '[' || c == '"' || c == '\'' || c == '`' {
+            i = if c == '{' || c == '[' {
+                skip_group(i)
+            } else {
+                let end = chars[i + 1..].iter().position(|&q| q == c);
+                end.map_or(chars.len(), |e| i + e + 2)
+            };
+        } else if c == '$' {
+            i += 1;
+            if chars.get(i) == Some(&'{') {
+                i = skip_group(i);
+            }
+            while i < chars.len() && is_name_char(chars[i]) {
+                i += 1;
+            }
+        } else if c.is_ascii_digit() || c == '.' {
+            while i < chars.len() && (is_name_char(chars[i]) || chars[i] == '.') {
+                i += 1;
+            }
+        } else if is_name_char(c) {
+            let start = i;
+            while i < chars.len() && is_name_char(chars[i]) {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let mut next = i;
+            while next < chars.len() && chars[next].is_whitespace() {
+                next += 1;
+            }
+            let called = chars.get(next) == Some(&'(');
+            if called && GROUPING.contains(&word.as_str()) {
+                i = skip_group(next);
+            } else if !called && !KEYWORDS.contains(&word.as_str()) {
+                names.push(word);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+#[test]
+fn promql_metric_names_are_found_outside_matchers_ranges_and_grouping() {
+    let expr = "histogram_quantile(0.95, sum by (graph, le) (rate(a_bucket{graph=~\"$graph\", \
+                x=\"}{by\"}[$__rate_interval]))) / on (graph) group_left ${factor} * b offset 5m \
+                or sum without (node) (c:recorded)";
+    assert_eq!(promql_metric_names(expr), ["a_bucket", "b", "c:recorded"]);
+}
+
+/// The PromQL of a dashboard: every panel target, and the series each `label_values(…)`
+/// template variable reads.
+fn dashboard_queries(dashboard: &Value) -> Vec<String> {
+    let mut queries: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_owned))
+        .collect();
+    for variable in dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+    {
+        if variable["type"] == "query" {
+            let query = variable["query"]["query"].as_str().expect("a query");
+            let series = query
+                .strip_prefix("label_values(")
+                .and_then(|q| q.rsplit_once(','))
+                .map(|(series, _label)| series.to_owned())
+                .unwrap_or_else(|| panic!("{query} is no label_values query"));
+            queries.push(series);
+        }
+    }
+    queries
+}
+
+/// Whether a Kubernetes label selector (matchLabels, matchExpressions) selects `labels`.
+fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
+    let match_labels = selector["matchLabels"].as_object().into_iter().flatten();
+    let by_label = match_labels
+        .into_iter()
+        .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str());
+    let expressions = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    let by_expression = expressions.into_iter().all(|e| {
+        let value = e["key"].as_str().and_then(|k| labels.get(k));
+        let listed = |v: &String| {
+            e["values"]
+                .as_array()
+                .is_some_and(|vs| vs.iter().any(|x| x == v.as_str()))
+        };
+        match e["operator"].as_str() {
+            Some("In") => value.is_some_and(listed),
+            Some("NotIn") => !value.is_some_and(listed),
+            Some("Exists") => value.is_some(),
+            Some("DoesNotExist") => value.is_none(),
+            other => panic!("unknown selector operator {other:?}"),
+        }
+    });
+    by_label && by_expression
+}
+
+#[tokio::test]
+async fn the_monitoring_options_render_dashboards_of_real_series_and_select_raypipes_ray_pods() {
+    use raypipe::controllers::raycluster::builders::pod::pod_labels;
+    use raypipe::kuberay::keys::{labels, ports};
+    use raypipe::kuberay::names::NodeType;
+
+    // Defaults: none of it.
+    let defaults = render("rp", "ops", &[]);
+    for kind in ["PodMonitor", "ServiceMonitor"] {
+        assert!(of_kind(&defaults, kind).is_empty(), "{kind} by default");
+    }
+    assert!(
+        !of_kind(&defaults, "ConfigMap")
+            .iter()
+            .any(|c| !c["metadata"]["labels"]["grafana_dashboard"].is_null()),
+        "dashboards by default"
+    );
+
+    let docs = render(
+        "rp",
+        "ops",
+        &[
+            "grafanaDashboards.enabled=true",
+            "grafanaDashboards.namespace=monitoring",
+            "grafanaDashboards.label=team_dashboard",
+            "grafanaDashboards.labelValue=yes",
+            "grafanaDashboards.folderAnnotation=dashboards/folder",
+            "grafanaDashboards.folder=Model serving",
+            "podMonitor.enabled=true",
+            "serviceMonitor.enabled=true",
+        ],
+    );
+
+    // Dashboards: one ConfigMap each, in the sidecar's convention.
+    let dashboards: Vec<Value> = of_kind(&docs, "ConfigMap")
+        .into_iter()
+        .filter(|c| c["metadata"]["labels"]["team_dashboard"] == "yes")
+        .flat_map(|c| {
+            assert_eq!(c["metadata"]["namespace"], "monitoring");
+            assert_eq!(
+                c["metadata"]["annotations"]["dashboards/folder"],
+                "Model serving"
+            );
+            let data = c["data"].as_object().expect("data");
+            assert_eq!(data.len(), 1, "one dashboard per ConfigMap");
+            data.iter()
+                .map(|(file, json)| {
+                    assert!(file.ends_with(".json"), "{file}");
+                    serde_json::from_str(json.as_str().expect("text"))
+                        .unwrap_or_else(|e| panic!("{file} is no JSON: {e}"))
+                })
+                .collect::<Vec<Value>>()
+        })
+        .collect();
+    let mut titles: Vec<&str> = dashboards
+        .iter()
+        .filter_map(|d| d["title"].as_str())
+        .collect();
+    titles.sort();
+    assert_eq!(titles, ["raypipe operator", "raypipe pipelines"]);
+
+    let operator = operator_series().await;
+    let runtime = runtime_series();
+    assert!(operator.contains("raypipe_reconcile_total"), "{operator:?}");
+    assert!(
+        operator.contains("process_cpu_seconds_total"),
+        "{operator:?}"
+    );
+    assert_eq!(runtime.len(), 8, "{runtime:?}");
+    let mut used = BTreeSet::new();
+    for dashboard in &dashboards {
+        let title = &dashboard["title"];
+        // A Prometheus data source chosen on the dashboard, used by every panel and query.
+        let variables = dashboard["templating"]["list"]
+            .as_array()
+            .expect("variables");
+        assert!(
+            variables
+                .iter()
+                .any(|v| v["name"] == "datasource" && v["type"] == "datasource"),
+            "{title}"
+        );
+        for panel in dashboard["panels"].as_array().expect("panels") {
+            if panel["type"] != "row" {
+                assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+            }
+        }
+        for query in dashboard_queries(dashboard) {
+            let names = promql_metric_names(&query);
+            assert!(!names.is_empty(), "{title}: no series in {query}");
+            for name in names {
+                assert!(
+                    operator.contains(&name) || runtime.contains(&name),
+                    "{title}: {name} is exported by neither the operator nor the runtime ({query})"
+                );
+                used.insert(name);
+            }
+        }
+    }
+    // The pipelines dashboard shows every runtime family; it selects by namespace, graph and
+    // version.
+    for family in [
+        "ray_raypipe_node_requests_total",
+        "ray_raypipe_node_latency_ms_bucket",
+        "ray_raypipe_graph_overhead_ms_bucket",
+        "ray_raypipe_graph_requests_total",
+    ] {
+        assert!(used.contains(family), "no dashboard shows {family}");
+    }
+    let pipelines = dashboards
+        .iter()
+        .find(|d| d["title"] == "raypipe pipelines")
+        .expect("the pipelines dashboard");
+    for name in ["namespace", "graph", "version"] {
+        assert!(
+            pipelines["templating"]["list"]
+                .as_array()
+                .expect("variables")
+                .iter()
+                .any(|v| v["name"] == name),
+            "no {name} variable"
+        );
+    }
+
+    // The PodMonitor selects the head and worker Pods raypipe builds, in every namespace, on
+    // their metrics port; not the Redis cleanup Job's Pod.
+    let monitors = of_kind(&docs, "PodMonitor");
+    assert_eq!(monitors.len(), 1);
+    let spec = &monitors[0]["spec"];
+    assert_eq!(spec["namespaceSelector"], json!({"any": true}));
+    assert_eq!(spec["podMetricsEndpoints"][0]["port"], ports::METRICS_NAME);
+    for node_type in [NodeType::Head, NodeType::Worker] {
+        let pod = pod_labels(node_type, "c", "g", BTreeMap::new());
+        assert!(selects(&spec["selector"], &pod), "{pod:?}");
+    }
+    let cleanup = BTreeMap::from([
+        (
+            labels::CREATED_BY.to_owned(),
+            labels::CREATED_BY_VALUE.to_owned(),
+        ),
+        (
+            labels::NODE_TYPE.to_owned(),
+            labels::REDIS_CLEANUP.to_owned(),
+        ),
+    ]);
+    assert!(!selects(&spec["selector"], &cleanup));
+    let listed = render(
+        "rp",
+        "ops",
+        &[
+            "podMonitor.enabled=true",
+            "podMonitor.namespaceSelector.any=null",
+            "podMonitor.namespaceSelector.matchNames={team-a}",
+        ],
+    );
+    assert_eq!(
+        of_kind(&listed, "PodMonitor")[0]["spec"]["namespaceSelector"],
+        json!({"matchNames": ["team-a"]})
+    );
+    // The ServiceMonitor keeps the series' own labels (kuberay_* carry namespace and name).
+    let service_monitor = of_kind(&docs, "ServiceMonitor");
+    assert_eq!(
+        service_monitor[0]["spec"]["endpoints"][0]["honorLabels"],
+        true
+    );
 }
