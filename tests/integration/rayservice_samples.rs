@@ -288,6 +288,24 @@ fn assert_spread(details: &Value, app: &str, deployments: &[&str]) {
 /// nodes, both bound to the same 127.0.0.1 port. Serve binds its proxies' sockets with
 /// SO_REUSEPORT (`SERVE_SOCKET_REUSE_PORT_ENABLED`, on by default), so the second bind
 /// succeeds, the kernel spreads connections over both, and both report HEALTHY.
+/// Serve's details once both nodes' proxies are HEALTHY, or after 90 s (then the assertion
+/// below says what was seen): a worker node's proxy can still be STARTING when the
+/// applications already run, more so on a loaded machine.
+async fn details_once_every_node_has_a_proxy(head: &RayHead) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let details = serve_details(head).await;
+        let healthy = details["proxies"]
+            .as_object()
+            .map(|p| p.values().filter(|p| p["status"] == "HEALTHY").count())
+            .unwrap_or(0);
+        if healthy >= 2 || Instant::now() > deadline {
+            return details;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 fn assert_proxies_on_every_node(details: &Value) {
     assert_eq!(details["proxy_location"], "EveryNode");
     let proxies = details["proxies"].as_object().cloned().unwrap_or_default();
@@ -355,7 +373,7 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
         serve_answer(&head, "/calc", json!(["MUL", 2])).await,
         json!(10)
     );
-    let details = serve_details(&head).await;
+    let details = details_once_every_node_has_a_proxy(&head).await;
     assert_spread(&details, "fruit_app", &["MangoStand"]);
     assert_proxies_on_every_node(&details);
     assert!(
@@ -386,7 +404,7 @@ async fn kuberay_sample_rayservices_become_ready_on_a_two_node_ray() {
         serve_answer(&head, "/fruit", json!(["MANGO", 1])).await,
         json!(3)
     );
-    let details = serve_details(&head).await;
+    let details = details_once_every_node_has_a_proxy(&head).await;
     assert_spread(
         &details,
         "fruit_app",
