@@ -4,7 +4,8 @@
 use kube::Resource;
 use kube::api::Api;
 
-use super::build::{self, Problem, reasons};
+use super::build::{self, reasons};
+use super::conditions::Problem;
 use super::{Context, Error, GoodGraph};
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{ServePipeline, condition_types};

@@ -10,7 +10,9 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 
 use super::apply::{self, Applied};
-use super::build::{self, Problem};
+use super::build;
+use super::conditions;
+use super::conditions::Problem;
 use super::rollout::{self, Inputs, Newest, Policy};
 use super::{Context, Error, GoodGraph, now};
 use crate::api::rayservice::RayService;
@@ -116,7 +118,9 @@ pub(super) async fn apply(
             })
         });
 
-    let serve = existing.map(build::applications_from).unwrap_or_default();
+    let serve = existing
+        .map(conditions::applications_from)
+        .unwrap_or_default();
     let stats = match &previous {
         Some(r) if r.canary.is_some() || r.retiring.is_some() => {
             read_stats(ctx, pipeline, &route_prefix, &r.generation).await

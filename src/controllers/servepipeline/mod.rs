@@ -9,6 +9,7 @@
 mod apply;
 pub mod build;
 mod canary;
+pub mod conditions;
 mod fetches;
 mod reconcile;
 mod rollout;
@@ -38,7 +39,8 @@ use crate::controllers::frame::run::{self, Frame};
 use crate::graph::ValidatedGraph;
 use crate::k8s::{LABEL_MANAGED_BY, MANAGED_BY, field_managers};
 use crate::source::Fetcher;
-use build::{AppliedGraph, Problem, reasons};
+use build::{AppliedGraph, reasons};
+use conditions::Problem;
 use fetches::FetchQueue;
 
 /// What one fetch ends in: a new valid graph, `None` when unchanged, or a problem (and whether
@@ -313,7 +315,7 @@ impl crate::controllers::frame::ReportPanic<ServePipeline> for Context {
             .flatten();
         Box::pin(async move {
             event.await;
-            let status = build::panic_status(&pipeline, applied.as_ref(), &message, now());
+            let status = conditions::panic_status(&pipeline, applied.as_ref(), &message, now());
             if let Err(e) = status::write(&client, &pipeline, &status).await {
                 warn!(error = %e, "recording a panic in the status failed");
             }

@@ -13,7 +13,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::apply::{self, Applied};
-use super::build::{self, Problem, reasons};
+use super::build::{self, reasons};
+use super::conditions::Problem;
 use super::fetches::{self, Poll};
 use super::{
     Context, Error, MAX_LOGGED_MESSAGE, PipelineState, canary, refresh_interval, source, status,

@@ -11,7 +11,8 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::build::{AppliedGraph, Problem, reasons};
+use super::build::{AppliedGraph, reasons};
+use super::conditions::Problem;
 use super::{Context, FetchResult, GoodGraph, MAX_LOGGED_MESSAGE, now};
 use crate::api::servepipeline::{ServePipeline, condition_types};
 use crate::source::{BearerToken, FetchOutcome, FetchRequest, SourceError};

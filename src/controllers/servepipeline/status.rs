@@ -6,7 +6,8 @@ use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
-use super::build::{self, AppliedGraph, Problem, StatusInputs};
+use super::build::AppliedGraph;
+use super::conditions::{self, Problem, StatusInputs};
 use super::{Context, Error, GoodGraph, MAX_LOGGED_MESSAGE, now};
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{RolloutStatus, ServePipeline, ServePipelineStatus};
@@ -22,7 +23,7 @@ pub(super) async fn update(
     rollout: Option<&RolloutStatus>,
     newest: Option<&AppliedGraph>,
 ) -> Result<(), Error> {
-    let status = build::compute_status(&StatusInputs {
+    let status = conditions::compute_status(&StatusInputs {
         pipeline,
         applied,
         problem,
