@@ -345,8 +345,10 @@ pub(super) async fn ensure_services(cluster: &RayCluster, ctx: &Context) -> Resu
     Ok(())
 }
 
-/// Creates a Service missing from the cache. The cache may lag behind our own creation, so the
-/// API server is asked first; a Service of that name that is not ours is never taken over.
+/// Creates a Service missing from the cache: one create-only apply, as KubeRay makes one
+/// create. A Service of that name that exists already is read back by `create_owned` and never
+/// taken over; one that is ours (the cache lagging behind our own creation) is not written.
+/// No memo: a Service deleted by hand is made again on the next pass, as KubeRay does.
 async fn create_service(
     cluster: &RayCluster,
     ctx: &Context,
@@ -355,38 +357,8 @@ async fn create_service(
     let namespace = cluster.namespace().unwrap_or_default();
     let name = desired.name_any();
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
-    let existing = api
-        .get_metadata_opt(&name)
-        .await
-        .map_err(|e| Error::kube(format!("reading Service {name}"), e))?;
-    match existing {
-        Some(existing) if owned_by(&existing.metadata, cluster) => Ok(()),
-        Some(existing) => {
-            let conflict = crate::k8s::K8sError::NotOwned {
-                kind: "Service".to_owned(),
-                namespace: namespace.clone(),
-                name: name.clone(),
-                controller: crate::k8s::controller_of(&existing.metadata),
-            };
-            Err(report_conflict(cluster, ctx, conflict).await)
-        }
-        None => {
-            if let Err(e) =
-                crate::k8s::create_owned(&api, desired, field_managers::RAYCLUSTER).await
-            {
-                if e.is_not_owned() {
-                    return Err(report_conflict(cluster, ctx, e).await);
-                }
-                ctx.event(
-                    cluster,
-                    EventType::Warning,
-                    reasons::FAILED_TO_CREATE_SERVICE,
-                    "Create",
-                    format!("Failed creating Service {namespace}/{name}: {e}"),
-                )
-                .await;
-                return Err(e.into());
-            }
+    match crate::k8s::create_owned(&api, desired, field_managers::RAYCLUSTER).await {
+        Ok(crate::k8s::Created::New(_)) => {
             ctx.event(
                 cluster,
                 EventType::Normal,
@@ -395,9 +367,22 @@ async fn create_service(
                 format!("Created Service {namespace}/{name}"),
             )
             .await;
-            Ok(())
+        }
+        Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
+        Err(e) if e.is_not_owned() => return Err(report_conflict(cluster, ctx, e).await),
+        Err(e) => {
+            ctx.event(
+                cluster,
+                EventType::Warning,
+                reasons::FAILED_TO_CREATE_SERVICE,
+                "Create",
+                format!("Failed creating Service {namespace}/{name}: {e}"),
+            )
+            .await;
+            return Err(e.into());
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -236,10 +236,19 @@ pub async fn run(
         .owns_stream(pod_events)
         .owns_stream(service_events)
         .owns_stream(job_events)
-        .with_config(controller::Config::default().concurrency(concurrency))
+        .with_config(
+            controller::Config::default()
+                .concurrency(concurrency)
+                .debounce(RECONCILE_DEBOUNCE),
+        )
         .graceful_shutdown_on(shutdown);
     run::drive(controller, reconcile::reconcile, ctx).await;
 }
+
+/// How long a cluster's triggers are gathered before it reconciles: a new cluster's Pods turn
+/// ready within moments of each other, and one pass over all of them writes one status where
+/// a pass per Pod would write one each. Short enough that nobody waits for it.
+const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(250);
 
 /// The current time in whole seconds, as the API server stores it: a status computed from the
 /// last written one then compares equal to what the cache shows.

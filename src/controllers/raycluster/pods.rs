@@ -304,11 +304,54 @@ pub(super) async fn reconcile_pods(
         if let Some(wait) = plan.wait {
             return Ok(Progress::Waiting(wait));
         }
+        // One Event per group and pass, naming every Pod: the event recorder keys a series by
+        // reason, not note, so one Event per Pod would cost a create plus a patch per further
+        // Pod and keep only the first Pod's name.
+        let mut created = Vec::with_capacity(plan.create.len());
+        let mut outcome = Ok(());
         for replica in &plan.create {
-            create_worker_pod(cluster, ctx, group, replica).await?;
+            match create_worker_pod(cluster, ctx, group, replica).await {
+                Ok(pod_name) => created.push(pod_name),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
         }
+        report_created_workers(cluster, ctx, &group.group_name, &created).await;
+        outcome?;
     }
     Ok(Progress::Done)
+}
+
+/// The `CreatedWorkerPod` Event of one pass over a group (none when nothing was created).
+async fn report_created_workers(
+    cluster: &RayCluster,
+    ctx: &Context,
+    group_name: &str,
+    created: &[String],
+) {
+    let (namespace, _) = key_of(cluster);
+    let note = match created {
+        [] => return,
+        [one] => format!("Created worker Pod {namespace}/{one}"),
+        many => format!(
+            "Created {} worker Pods of group {group_name}: {}",
+            many.len(),
+            many.iter()
+                .map(|pod| format!("{namespace}/{pod}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    ctx.event(
+        cluster,
+        EventType::Normal,
+        reasons::CREATED_WORKER_POD,
+        "Create",
+        note,
+    )
+    .await;
 }
 
 async fn create_head_pod(
@@ -361,7 +404,7 @@ async fn create_worker_pod(
     ctx: &Context,
     group: &crate::api::raycluster::WorkerGroupSpec,
     replica: &WorkerReplica,
-) -> Result<(), Error> {
+) -> Result<String, Error> {
     let (namespace, name) = key_of(cluster);
     let pod = builders::pod::worker_pod(cluster, group, replica, &ctx.config.build)?;
     match create_pod(ctx, &pod).await {
@@ -374,15 +417,7 @@ async fn create_worker_pod(
                 ScaleAction::Create,
                 Instant::now(),
             );
-            ctx.event(
-                cluster,
-                EventType::Normal,
-                reasons::CREATED_WORKER_POD,
-                "Create",
-                format!("Created worker Pod {namespace}/{created_name}"),
-            )
-            .await;
-            Ok(())
+            Ok(created_name)
         }
         Err(e) => {
             ctx.event(
