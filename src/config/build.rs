@@ -102,6 +102,7 @@ impl ControllerSettings {
             requeue_after: switches.raycluster_default_requeue_seconds,
             random_pod_delete: switches.enable_random_pod_delete,
             gcs_ft_redis_cleanup: switches.enable_gcs_ft_redis_cleanup,
+            feature_gates: self.feature_gates.clone(),
             build,
             ..raycluster::Config::default()
         }

@@ -98,10 +98,43 @@ pub mod env {
     pub const RAY_AUTH_TOKEN: &str = "RAY_AUTH_TOKEN";
     pub const RAY_ENABLE_K8S_TOKEN_AUTH: &str = "RAY_ENABLE_K8S_TOKEN_AUTH";
     pub const RAY_START_ULIMIT_OPEN_FILES: &str = "RAY_START_ULIMIT_OPEN_FILES";
+    /// mTLS between Ray processes (gate RayClusterMTLS).
+    pub const RAY_USE_TLS: &str = "RAY_USE_TLS";
+    pub const RAY_TLS_SERVER_CERT: &str = "RAY_TLS_SERVER_CERT";
+    pub const RAY_TLS_SERVER_KEY: &str = "RAY_TLS_SERVER_KEY";
+    pub const RAY_TLS_CA_CERT: &str = "RAY_TLS_CA_CERT";
+    /// Embedded GCS storage (gate GCSFaultToleranceEmbeddedStorage).
+    pub const RAY_GCS_STORAGE: &str = "RAY_gcs_storage";
+    pub const RAY_GCS_STORAGE_PATH: &str = "RAY_gcs_storage_path";
+}
+
+/// Volumes and paths the operator owns in Ray Pods for the gated features.
+pub mod volumes {
+    /// The cert-manager Secret of the Pod's node type, and where it is mounted.
+    pub const RAY_TLS: &str = "ray-tls";
+    pub const RAY_TLS_PATH: &str = "/etc/ray/tls";
+    /// The PVC of the embedded RocksDB GCS store on the head, and where it is mounted.
+    pub const GCS_STORAGE: &str = "gcs-storage";
+    pub const GCS_STORAGE_PATH: &str = "/data/gcs";
+    pub const GCS_STORAGE_ROCKSDB: &str = "rocksdb";
+    pub const GCS_STORAGE_DEFAULT_SIZE: &str = "1Gi";
 }
 
 /// Event reasons (KubeRay's), so `kubectl get events` reads the same.
 pub mod reasons {
+    pub const CREATED_NETWORK_POLICY: &str = "CreatedNetworkPolicy";
+    pub const UPDATED_NETWORK_POLICY: &str = "UpdatedNetworkPolicy";
+    pub const DELETED_NETWORK_POLICY: &str = "DeletedNetworkPolicy";
+    pub const FAILED_TO_CREATE_NETWORK_POLICY: &str = "FailedToCreateNetworkPolicy";
+    pub const FAILED_TO_UPDATE_NETWORK_POLICY: &str = "FailedToUpdateNetworkPolicy";
+    pub const FAILED_TO_DELETE_NETWORK_POLICY: &str = "FailedToDeleteNetworkPolicy";
+    pub const NETWORK_POLICY_NAME_COLLISION: &str = "NetworkPolicyNameCollision";
+    pub const CREATED_PVC: &str = "CreatedPVC";
+    pub const FAILED_TO_CREATE_PVC: &str = "FailedToCreatePVC";
+    pub const MTLS_PKI_READY: &str = "MTLSPKIReady";
+    pub const MTLS_CERTS_NOT_READY: &str = "MTLSCertsNotReady";
+    pub const MTLS_FAILED_TO_RECONCILE: &str = "MTLSFailedToReconcile";
+    pub const MTLS_CERTIFICATES_UPDATED: &str = "MTLSCertificatesUpdated";
     pub const INVALID_SPEC: &str = "InvalidRayClusterSpec";
     pub const INVALID_METADATA: &str = "InvalidRayClusterMetadata";
     pub const INVALID_STATUS: &str = "InvalidRayClusterStatus";

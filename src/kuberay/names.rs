@@ -164,6 +164,55 @@ pub fn auth_secret_name(cluster: &str) -> String {
     check_name(cluster)
 }
 
+/// The NetworkPolicy of the head Pod.
+pub fn head_network_policy_name(cluster: &str) -> String {
+    format!("{cluster}-head")
+}
+
+/// The NetworkPolicy of one worker group's Pods.
+pub fn worker_network_policy_name(cluster: &str, group: &str) -> String {
+    format!("{cluster}-workers-{group}")
+}
+
+/// The operator-made PVC of the embedded GCS store, or the user's claim.
+pub fn gcs_storage_pvc_name(cluster: &str, spec: &RayClusterSpec) -> String {
+    spec.gcs_fault_tolerance_options
+        .as_ref()
+        .and_then(|o| o.storage.as_ref())
+        .and_then(|s| s.claim_name.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("{cluster}-gcs-pvc"))
+}
+
+/// cert-manager objects of a cluster's mTLS PKI (KubeRay's names).
+pub fn tls_self_signed_issuer_name(cluster: &str) -> String {
+    format!("ray-selfsigned-issuer-{cluster}")
+}
+pub fn tls_ca_certificate_name(cluster: &str) -> String {
+    format!("ray-ca-certificate-{cluster}")
+}
+pub fn tls_ca_issuer_name(cluster: &str) -> String {
+    format!("ray-ca-issuer-{cluster}")
+}
+/// The CA's Secret carries the first 8 characters of the cluster UID, so a cluster recreated
+/// under the same name never picks up an old CA.
+pub fn tls_ca_secret_name(cluster: &str, uid: &str) -> String {
+    let prefix: String = uid.chars().take(8).collect();
+    format!("{cluster}-ca-secret-{prefix}")
+}
+pub fn tls_certificate_name(cluster: &str, node_type: NodeType) -> String {
+    match node_type {
+        NodeType::Head => format!("ray-head-cert-{cluster}"),
+        NodeType::Worker => format!("ray-worker-cert-{cluster}"),
+    }
+}
+pub fn tls_secret_name(cluster: &str, node_type: NodeType) -> String {
+    match node_type {
+        NodeType::Head => format!("ray-head-secret-{cluster}"),
+        NodeType::Worker => format!("ray-worker-secret-{cluster}"),
+    }
+}
+
 /// A multi-host replica's name: `<group>-<5 lowercase alphanumerics>`; the suffix comes from
 /// the caller so this stays deterministic.
 pub fn replica_name(group: &str, suffix: &str) -> String {

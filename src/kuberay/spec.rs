@@ -72,6 +72,11 @@ pub fn gcs_ft_redis(cluster: &RayCluster) -> bool {
     gcs_ft_enabled(cluster) && !gcs_ft_embedded(&cluster.spec)
 }
 
+/// mTLS between Ray processes (`tlsOptions.enabled: true`; validation has checked the gate).
+pub fn tls_enabled(spec: &RayClusterSpec) -> bool {
+    spec.tls_options.as_ref().and_then(|t| t.enabled) == Some(true)
+}
+
 /// Ray token authentication (`authOptions.mode: token`).
 pub fn auth_enabled(spec: &RayClusterSpec) -> bool {
     spec.auth_options.as_ref().and_then(|a| a.mode) == Some(AuthMode::Token)

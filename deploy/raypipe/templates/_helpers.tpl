@@ -62,7 +62,7 @@ and Events.
 {{- if or (has "servepipeline" $c) (has "raycluster" $c) }}
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, list, watch{{ if has "raycluster" $c }}, create{{ end }}]
+  verbs: [get, list, watch{{ if has "raycluster" $c }}, create, patch{{ end }}]
 {{- end }}
 {{- if has "raycluster" $c }}
 - apiGroups: [ray.io]
@@ -86,7 +86,7 @@ and Events.
   verbs: [patch]
 - apiGroups: [""]
   resources: [serviceaccounts, persistentvolumeclaims]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, update, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, list, watch, create, patch, delete]
@@ -94,8 +94,12 @@ and Events.
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
 - apiGroups: [networking.k8s.io]
-  resources: [ingresses]
+  resources: [ingresses, networkpolicies]
   verbs: [get, list, watch, create, update, patch, delete]
+# mTLS (gate RayClusterMTLS): the cluster's cert-manager PKI.
+- apiGroups: [cert-manager.io]
+  resources: [issuers, certificates]
+  verbs: [get, list, watch, create, update, patch]
 {{- end }}
 {{- if has "rayservice" $c }}
 - apiGroups: [ray.io]

@@ -1,5 +1,6 @@
 //! The apply stage of a RayCluster reconcile: every child in KubeRay's order (RBAC, Ingress,
-//! Secret, Services by server-side apply; Pods by create and delete under scale expectations),
+//! Secret, Services by server-side apply; the gated NetworkPolicies, GCS PVC and mTLS PKI
+//! (`isolation`); Pods by create and delete under scale expectations),
 //! each built by the pure `builders`; and the cluster's own finalizers.
 
 use super::*;
@@ -91,5 +92,11 @@ async fn apply_in_order(
         children::ensure_auth_secret(cluster, ctx).await?;
     }
     children::ensure_services(cluster, ctx).await?;
-    pods::reconcile_pods(cluster, ctx, status).await
+    isolation::ensure_network_policies(cluster, ctx).await?;
+    isolation::ensure_gcs_storage(cluster, ctx).await?;
+    let mtls = isolation::ensure_mtls(cluster, ctx).await?;
+    match pods::reconcile_pods(cluster, ctx, status).await? {
+        Progress::Done => Ok(mtls),
+        waiting => Ok(waiting),
+    }
 }

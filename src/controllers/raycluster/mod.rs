@@ -22,6 +22,7 @@ mod context;
 mod deletion;
 mod error;
 pub mod expectations;
+mod isolation;
 mod pods;
 mod reconcile;
 pub mod scaling;
@@ -94,6 +95,9 @@ pub struct Config {
     /// How long a deleted GCS-FT cluster may wait for its cleanup before the finalizer is
     /// removed anyway (annotation `ray.io/gcs-ft-deletion-timeout` overrides it per cluster).
     pub gcs_ft_deletion_timeout: Duration,
+    /// KubeRay's feature gates: the alpha fields (network policies, mTLS, embedded GCS
+    /// storage) are refused unless theirs is on.
+    pub feature_gates: crate::validation::feature_gates::FeatureGates,
     /// Where reconciles and provisioning times are recorded.
     pub metrics: crate::admin::Metrics,
     /// Where the cache sync is reported (`/readyz`).
@@ -110,6 +114,7 @@ impl Default for Config {
             random_pod_delete: false,
             gcs_ft_redis_cleanup: true,
             gcs_ft_deletion_timeout: Duration::from_secs(300),
+            feature_gates: Default::default(),
             metrics: crate::admin::Metrics::new(),
             readiness: crate::admin::Readiness::new(),
         }
@@ -231,11 +236,32 @@ pub async fn run(
         .config
         .metrics
         .observe_rayclusters(cluster_store.clone());
-    let controller = Controller::for_stream(cluster_events, cluster_store)
+    let mut controller = Controller::for_stream(cluster_events, cluster_store)
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(pod_events)
         .owns_stream(service_events)
-        .owns_stream(job_events)
+        .owns_stream(job_events);
+    // The gated children are watched only with their gate on, by their labels.
+    let gates = &ctx.config.feature_gates;
+    if gates.enabled(crate::validation::feature_gates::gates::RAY_CLUSTER_NETWORK_POLICY) {
+        let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+            crate::k8s::scoped_api(&ctx.client, namespace.as_deref());
+        let selector = format!("{}={}", labels::CREATED_BY, labels::CREATED_BY_VALUE);
+        let events = watcher(policies, watcher::Config::default().labels(&selector))
+            .backoff(crate::k8s::watch_backoff())
+            .touched_objects();
+        controller = controller.owns_stream(events);
+    }
+    if gates.enabled(crate::validation::feature_gates::gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE)
+    {
+        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            crate::k8s::scoped_api(&ctx.client, namespace.as_deref());
+        let events = watcher(claims, watcher::Config::default().labels(labels::CLUSTER))
+            .backoff(crate::k8s::watch_backoff())
+            .touched_objects();
+        controller = controller.owns_stream(events);
+    }
+    let controller = controller
         .with_config(
             controller::Config::default()
                 .concurrency(concurrency)

@@ -185,6 +185,9 @@ pub(super) async fn reconcile_pods(
                     .get(annotations::DISABLE_PROVISIONED_HEAD_RESTART)
                     .is_some_and(|v| v == "true");
                 if !(provisioned && no_restart) {
+                    if let Some(why) = super::isolation::wait_for_mtls(cluster, ctx).await? {
+                        return Ok(Progress::Waiting(why));
+                    }
                     create_head_pod(cluster, ctx, &spec_hash).await?;
                 }
             }
@@ -303,6 +306,11 @@ pub(super) async fn reconcile_pods(
         }
         if let Some(wait) = plan.wait {
             return Ok(Progress::Waiting(wait));
+        }
+        if !plan.create.is_empty()
+            && let Some(why) = super::isolation::wait_for_mtls(cluster, ctx).await?
+        {
+            return Ok(Progress::Waiting(why));
         }
         // One Event per group and pass, naming every Pod: the event recorder keys a series by
         // reason, not note, so one Event per Pod would cost a create plus a patch per further

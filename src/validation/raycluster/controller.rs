@@ -17,9 +17,13 @@ use crate::kuberay::spec::{
     Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_enabled,
     k8s_auth_enabled, ray_version_at_least,
 };
+use crate::validation::feature_gates::{FeatureGates, gates as gate};
 use crate::validation::k8s_names::{first_name_problem, is_label_key, is_label_value};
 use crate::validation::pod::{env_value, has_env};
 use crate::validation::problem::Problem;
+
+mod gated;
+use gated::{validate_embedded_storage, validate_network_policy, validate_tls};
 
 /// KubeRay's limit: `<name>-serve-svc` must stay a valid Service name.
 pub const MAX_NAME_LENGTH: usize = super::MAX_RAYCLUSTER_NAME;
@@ -28,10 +32,15 @@ fn spec_error(message: String) -> Problem {
     Problem::new("spec", reasons::INVALID_SPEC, message)
 }
 
-/// The first problem KubeRay would report, in KubeRay's order.
+/// The first problem KubeRay would report, in KubeRay's order, with KubeRay's default gates.
 pub fn validate(cluster: &RayCluster) -> Result<(), Problem> {
+    validate_with(cluster, &FeatureGates::default())
+}
+
+/// The first problem KubeRay would report under `gates` (the alpha fields need theirs).
+pub fn validate_with(cluster: &RayCluster, gates: &FeatureGates) -> Result<(), Problem> {
     validate_metadata(cluster)?;
-    validate_spec(cluster).map_err(spec_error)?;
+    validate_spec(cluster, gates).map_err(spec_error)?;
     validate_status(cluster)
 }
 
@@ -112,7 +121,7 @@ fn validate_group(
     Ok(())
 }
 
-fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
+fn validate_spec(cluster: &RayCluster, gates: &FeatureGates) -> Result<(), String> {
     let spec = &cluster.spec;
     let cluster_annotations = cluster.annotations();
     let head = spec
@@ -238,7 +247,13 @@ fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
         }
         match options.backend {
             Some(GcsFaultToleranceBackend::Rocksdb) => {
-                return Err("gcsFaultToleranceOptions.backend 'rocksdb' needs the GCSFaultToleranceEmbeddedStorage feature gate, which raypipe does not enable".into());
+                if !gates.enabled(gate::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE) {
+                    return Err(format!(
+                        "gcsFaultToleranceOptions.backend 'rocksdb' needs the {} feature gate",
+                        gate::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE
+                    ));
+                }
+                validate_embedded_storage(cluster)?;
             }
             _ if options.storage.is_some() => {
                 return Err(
@@ -358,10 +373,22 @@ fn validate_spec(cluster: &RayCluster) -> Result<(), String> {
         return Err("authOptions.enableK8sTokenAuth needs authOptions.mode 'token'".into());
     }
     if spec.network_policy.is_some() {
-        return Err("networkPolicy needs the RayClusterNetworkPolicy feature gate, which raypipe does not enable".into());
+        if !gates.enabled(gate::RAY_CLUSTER_NETWORK_POLICY) {
+            return Err(format!(
+                "networkPolicy needs the {} feature gate",
+                gate::RAY_CLUSTER_NETWORK_POLICY
+            ));
+        }
+        validate_network_policy(cluster)?;
     }
     if spec.tls_options.is_some() {
-        return Err("tlsOptions needs the RayClusterMTLS feature gate (and cert-manager), which raypipe does not enable".into());
+        if !gates.enabled(gate::RAY_CLUSTER_MTLS) {
+            return Err(format!(
+                "tlsOptions needs the {} feature gate (and cert-manager)",
+                gate::RAY_CLUSTER_MTLS
+            ));
+        }
+        validate_tls(cluster)?;
     }
 
     if spec
@@ -496,6 +523,55 @@ mod tests {
         let mut by_rayjob = base(json!({"upgradeStrategy": {"type": "Recreate"}}));
         by_rayjob["metadata"]["labels"] = json!({"ray.io/originated-from-crd": "RayJob"});
         assert!(message(by_rayjob).contains("RayJob"));
+    }
+
+    #[test]
+    fn gated_fields_follow_kuberays_rules_once_their_gate_is_on() {
+        let on = FeatureGates::default()
+            .with(gate::RAY_CLUSTER_NETWORK_POLICY, true)
+            .with(gate::RAY_CLUSTER_MTLS, true)
+            .with(gate::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE, true);
+        let gated = |value: Value| validate_with(&test_cluster(value), &on);
+        let all = base(json!({
+            "networkPolicy": {"mode": "DenyAll", "workerGroups": [{"groupName": "g"}]},
+            "tlsOptions": {"enabled": true},
+            "gcsFaultToleranceOptions": {"backend": "rocksdb", "storage": {"size": "2Gi"}}
+        }));
+        assert_eq!(gated(all.clone()), Ok(()));
+        assert!(
+            validate(&test_cluster(all)).is_err(),
+            "gates are off by default"
+        );
+        let message = |value: Value| gated(value).expect_err("invalid").message;
+        assert!(
+            message(base(json!({"networkPolicy": {"mode": "DenyAllEgress",
+                "head": {"ingressRules": [{}]}}})))
+            .contains("DenyAllEgress")
+        );
+        assert!(
+            message(base(
+                json!({"networkPolicy": {"workerGroups": [{"groupName": "other"}]}})
+            ))
+            .contains("does not match")
+        );
+        let mut bad_group = base(json!({"networkPolicy": {}}));
+        bad_group["spec"]["workerGroupSpecs"][0]["groupName"] = json!("Big_Group");
+        assert!(message(bad_group).contains("DNS-1123"));
+        let mut tls_env = base(json!({"tlsOptions": {"enabled": true}}));
+        tls_env["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "RAY_USE_TLS", "value": "1"}]);
+        assert!(message(tls_env).contains("RAY_USE_TLS"));
+        let redis = base(
+            json!({"gcsFaultToleranceOptions": {"backend": "rocksdb", "redisAddress": "r:6379"}}),
+        );
+        assert!(message(redis).contains("redisAddress"));
+        let claim = base(json!({"gcsFaultToleranceOptions": {"backend": "rocksdb",
+            "storage": {"claimName": "c", "size": "1Gi"}}}));
+        assert!(message(claim).contains("claimName"));
+        let mut mount = base(json!({"gcsFaultToleranceOptions": {"backend": "rocksdb"}}));
+        mount["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "x", "mountPath": "/data/gcs"}]);
+        assert!(message(mount).contains("/data/gcs"));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::support::{self, assert_contains, eventually, fixture};
 mod benchmark;
 mod deletion;
 mod foreign;
+mod isolation;
 mod samples;
 mod scaling;
 

@@ -1,8 +1,12 @@
 //! Pure builders for everything a RayCluster owns: Pods, Services, autoscaler RBAC, Ingress,
-//! the auth Secret and the Redis cleanup Job. No client, no clock, no environment: the same
+//! the auth Secret, the Redis cleanup Job, and the gated NetworkPolicies, cert-manager objects
+//! and embedded GCS PVC. No client, no clock, no environment: the same
 //! inputs always give the same objects, so applying twice changes nothing.
 
 pub mod cleanup_job;
+pub mod gcs_storage;
+pub mod mtls;
+pub mod network_policy;
 pub mod objects;
 pub mod pod;
 pub mod ray_start;

@@ -36,8 +36,7 @@ pub(super) fn configure_gcs_fault_tolerance(
             container,
             env(env_names::RAY_GCS_RPC_SERVER_RECONNECT_TIMEOUT_S, "600"),
         ),
-        // The embedded RocksDB backend needs a feature gate raypipe does not offer; validation
-        // refuses such clusters before any Pod is built.
+        // The embedded RocksDB backend's variables and volume come with its PVC (`gcs_storage`).
         NodeType::Head if gcs_ft_embedded(&cluster.spec) => {}
         NodeType::Head => configure_redis(cluster, pod_annotations, container, params),
     }

@@ -30,7 +30,7 @@ use crate::kuberay::keys::{self, annotations, env as env_names, labels, ports};
 use crate::kuberay::names::{self, NodeType};
 use crate::kuberay::spec::{
     Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_embedded,
-    gcs_ft_enabled, overwrite_container_cmd, ray_version_at_least,
+    gcs_ft_enabled, overwrite_container_cmd, ray_version_at_least, tls_enabled,
 };
 use env_vars::*;
 use probes::*;
@@ -175,9 +175,18 @@ pub fn head_pod(
         &mut spec.containers[RAY_CONTAINER],
         &mut params,
     );
+    super::gcs_storage::configure_head(cluster, &mut spec, RAY_CONTAINER);
     ensure_metrics_port(&mut spec.containers[RAY_CONTAINER]);
     if auth_enabled(&cluster.spec) {
         configure_token_auth(&facts.name, &mut spec, cluster.spec.auth_options.as_ref());
+    }
+    if tls_enabled(&cluster.spec) {
+        for container in spec.containers.iter_mut() {
+            if container.name == AUTOSCALER_CONTAINER_NAME {
+                super::mtls::set_container_tls(container);
+            }
+        }
+        super::mtls::configure_pod(&facts.name, NodeType::Head, &mut spec, RAY_CONTAINER);
     }
 
     spec.containers
@@ -271,6 +280,9 @@ pub fn worker_pod(
     }
     if auth_enabled(&cluster.spec) {
         configure_token_auth(&facts.name, &mut spec, cluster.spec.auth_options.as_ref());
+    }
+    if tls_enabled(&cluster.spec) {
+        super::mtls::configure_pod(&facts.name, NodeType::Worker, &mut spec, RAY_CONTAINER);
     }
 
     spec.containers
