@@ -343,7 +343,8 @@ async fn an_incremental_upgrade_moves_capacity_and_weights_step_by_step_then_pro
         active_cluster_name(s).as_deref() == Some(new.as_str()) && pending_name(s).is_none()
     })
     .await;
-    // KubeRay's sequence for stepSize 25, maxSurge 50 (each state as the status showed it).
+    // KubeRay's sequence for stepSize 25, maxSurge 50 (each state as the status showed it),
+    // then the promoted cluster with everything.
     let expected = [
         (Some(100), Some(0), Some(100), Some(0)),
         (Some(100), Some(50), Some(100), Some(0)),
@@ -352,7 +353,9 @@ async fn an_incremental_upgrade_moves_capacity_and_weights_step_by_step_then_pro
         (Some(50), Some(50), Some(50), Some(50)),
         (Some(50), Some(100), Some(50), Some(50)),
         (Some(50), Some(100), Some(25), Some(75)),
-        (Some(50), Some(100), Some(0), Some(100)),
+        // (50, 100, 0, 100) follows, but the serve Service's switch in that pass wakes the
+        // next pass at once (active capacity to 0, promotion): too short-lived to poll.
+        (Some(100), None, Some(100), None),
     ];
     let mut rest = states.iter();
     for state in expected {
