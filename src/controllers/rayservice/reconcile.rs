@@ -91,20 +91,17 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     // An incremental upgrade: a rollback starts when the spec moved, and the pass's
     // capacities are decided before Serve takes them.
     let incremental = incremental::options(service, &ctx.config.feature_gates).cloned();
-    let plan = match &incremental {
-        Some(options) => {
-            upgrade::detect_rollback(service, ctx, &desired, &mut status, &now).await;
-            Some(upgrade::incremental_plan(service, ctx, options, &desired, &status).await)
-        }
-        None => None,
-    };
+    if let Some(options) = &incremental {
+        upgrade::detect_rollback(service, ctx, &desired, &mut status, &now).await;
+        desired.incremental =
+            Some(upgrade::incremental_plan(service, ctx, options, &desired, &status).await);
+    }
     let traffic = upgrade::traffic(service, ctx, &desired, &status);
-    let mut observed =
-        serve::reconcile_clusters(service, ctx, &desired, traffic, plan.as_ref()).await;
-    if let Some(plan) = &plan {
+    let mut observed = serve::reconcile_clusters(service, ctx, &desired, traffic).await;
+    if let Some(plan) = &desired.incremental {
         apply::gateway_objects(service, ctx, plan, &desired, &observed, &mut status, &now).await?;
     }
-    if let Some(target) = upgrade::traffic_target(&mut desired, &observed, plan.as_ref(), &status) {
+    if let Some(target) = upgrade::traffic_target(&mut desired, &observed, &status) {
         apply_services(service, ctx, target).await?;
         observed.traffic.routed_to = Some(target.cluster.name_any());
     }
@@ -116,7 +113,6 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
         status,
         &desired,
         &observed,
-        plan.as_ref(),
         dangling_left,
         &now,
     )
@@ -131,7 +127,6 @@ async fn record_status(
     mut status: RayServiceStatus,
     desired: &Desired,
     observed: &Observed,
-    plan: Option<&upgrade::IncrementalPlan>,
     mut dangling_left: usize,
     now: &Time,
 ) -> Result<Action, Error> {
@@ -140,7 +135,7 @@ async fn record_status(
         now_active,
         now_pending,
         promoted,
-    } = upgrade::advance(service, ctx, &mut status, desired, observed, plan, now).await;
+    } = upgrade::advance(service, ctx, &mut status, desired, observed, now).await;
     if promoted {
         dangling_left += 1;
     }
@@ -148,7 +143,7 @@ async fn record_status(
     // During an incremental upgrade both clusters serve (KubeRay counts their per-cluster
     // serve Services); a Pod behind several of them counts once.
     let mut serve_services = vec![build::serve_service_name(service)];
-    if plan.is_some() {
+    if desired.incremental.is_some() {
         serve_services.extend(
             [desired.active_cluster(), desired.pending_cluster()]
                 .into_iter()

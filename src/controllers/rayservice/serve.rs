@@ -38,8 +38,8 @@ pub(super) async fn reconcile_clusters(
     ctx: &Context,
     desired: &Desired,
     traffic: Traffic,
-    plan: Option<&IncrementalPlan>,
 ) -> Observed {
+    let plan = desired.incremental.as_ref();
     let pending_obs = match desired.pending_cluster() {
         Some(cluster) => Some(reconcile_serve(service, ctx, cluster, plan).await),
         None => None,

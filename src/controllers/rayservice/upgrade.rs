@@ -36,6 +36,8 @@ pub(super) struct Desired {
     pub(super) create: Option<(String, Built<RayCluster>)>,
     /// Existing clusters whose spec change is applied in place, with what they become.
     pub(super) update_in_place: Vec<(Arc<RayCluster>, Built<RayCluster>)>,
+    /// The pass's plan of an incremental upgrade (set before Serve is reconciled).
+    pub(super) incremental: Option<IncrementalPlan>,
 }
 
 impl Desired {
@@ -87,7 +89,25 @@ pub(super) fn desired(
         });
 
     let create = match (&pending_name, &pending) {
-        (Some(name), None) => Some((name.clone(), build::cluster(service, name, None))),
+        (Some(name), None) => {
+            let mut built = build::cluster(service, name, None);
+            // KubeRay: a cluster that joins an incremental upgrade starts with the worker
+            // counts the autoscaler gives it as its target_capacity grows.
+            if active.is_some()
+                && service
+                    .spec
+                    .upgrade_strategy
+                    .as_ref()
+                    .and_then(|u| u.type_)
+                    == Some(crate::api::rayservice::RayServiceUpgradeType::NewClusterWithIncrementalUpgrade)
+                && let Ok(cluster) = &mut built
+            {
+                for group in cluster.spec.worker_group_specs.iter_mut().flatten() {
+                    group.replicas = None;
+                }
+            }
+            Some((name.clone(), built))
+        }
         _ => None,
     };
     let goal = build::goal_spec(service);
@@ -128,6 +148,7 @@ pub(super) fn desired(
         deletion_delay,
         create,
         update_in_place,
+        incremental: None,
     }
 }
 
@@ -170,10 +191,9 @@ pub(super) fn traffic(
 pub(super) fn traffic_target<'a>(
     desired: &'a mut Desired,
     observed: &Observed,
-    plan: Option<&IncrementalPlan>,
     status: &RayServiceStatus,
 ) -> Option<&'a mut Candidate> {
-    let pending_may_serve = match plan {
+    let pending_may_serve = match &desired.incremental {
         Some(plan) if plan.upgrading => {
             !plan.rolling_back
                 && status
@@ -405,9 +425,9 @@ pub(super) async fn advance(
     status: &mut RayServiceStatus,
     desired: &Desired,
     observed: &Observed,
-    plan: Option<&IncrementalPlan>,
     now: &Time,
 ) -> Advanced {
+    let plan = desired.incremental.as_ref();
     let traffic = &observed.traffic;
     let mut active_status = status.active_service_status.clone().unwrap_or_default();
     let mut pending_status = status.pending_service_status.clone().unwrap_or_default();
@@ -544,6 +564,43 @@ mod tests {
             desired.update_in_place.is_empty(),
             "the spec did not change"
         );
+    }
+
+    #[test]
+    fn a_cluster_joining_an_incremental_upgrade_leaves_worker_counts_to_the_autoscaler() {
+        let mut svc = service(spec("ray:1", 3, 1));
+        svc.spec.upgrade_strategy = Some(crate::api::rayservice::RayServiceUpgradeStrategy {
+            type_: Some(
+                crate::api::rayservice::RayServiceUpgradeType::NewClusterWithIncrementalUpgrade,
+            ),
+            cluster_upgrade_options: None,
+        });
+        let clusters = [cluster(&svc, "svc-old")];
+        let replicas = |desired: &Desired| {
+            let (_, built) = desired.create.as_ref().expect("a cluster to create");
+            built
+                .as_ref()
+                .expect("builds")
+                .spec
+                .worker_group_specs
+                .as_ref()
+                .unwrap()[0]
+                .replicas
+        };
+        let upgrade = desired(
+            &svc,
+            &status(Some("svc-old"), Some("svc-new")),
+            &clusters,
+            &BuildOptions::default(),
+        );
+        assert_eq!(replicas(&upgrade), None);
+        let first = desired(
+            &svc,
+            &status(None, Some("svc-new")),
+            &[],
+            &BuildOptions::default(),
+        );
+        assert_eq!(replicas(&first), Some(3), "a first cluster keeps them");
     }
 
     #[test]
