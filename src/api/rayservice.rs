@@ -12,6 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::raycluster::{RayClusterSpec, RayClusterStatus};
 use super::schema::{embedded_service, enum_schema, k8s_object_schema, managed_by_schema};
 
+/// raypipe's annotation (not in KubeRay's API): an existing Gateway, `name` or
+/// `namespace/name`, the HTTPRoute of `NewClusterWithIncrementalUpgrade` attaches to instead
+/// of a Gateway made for the RayService (for platforms that forbid a Gateway per service).
+pub const SHARED_GATEWAY_ANNOTATION: &str = "raypipe.dev/gateway";
+
 /// Ray Serve applications and the RayCluster that serves them.
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[kube(

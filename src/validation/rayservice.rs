@@ -10,7 +10,9 @@ use super::problem::{Problem, Problems};
 use super::raycluster::{ClusterContext, raycluster_spec};
 use crate::api::RayService;
 use crate::api::raycluster::RayClusterSpec;
-use crate::api::rayservice::{RayServiceUpgradeStrategy, RayServiceUpgradeType};
+use crate::api::rayservice::{
+    RayServiceUpgradeStrategy, RayServiceUpgradeType, SHARED_GATEWAY_ANNOTATION,
+};
 use crate::kuberay::keys::annotations::INITIALIZING_TIMEOUT as ANNOTATION_INITIALIZING_TIMEOUT;
 
 /// Longest RayService name KubeRay accepts (it derives child names by appending suffixes).
@@ -68,6 +70,19 @@ pub(crate) fn upgrade_strategy(
     }
 }
 
+/// The shared Gateway annotation names a Gateway: `name` or `namespace/name`.
+fn shared_gateway(value: &str) -> Result<(), String> {
+    let parts: Vec<&str> = value.trim().split('/').collect();
+    let valid = |s: &str| super::k8s_names::is_dns1123_subdomain(s);
+    match parts.as_slice() {
+        [name] if valid(name) => Ok(()),
+        [ns, name] if super::k8s_names::is_dns1123_label(ns) && valid(name) => Ok(()),
+        _ => Err(format!(
+            "{value:?} is not a Gateway reference; write `name` or `namespace/name`"
+        )),
+    }
+}
+
 pub(crate) fn no_k8s_token_auth(cluster: &RayClusterSpec, path: &str, problems: &mut Problems) {
     if cluster
         .auth_options
@@ -108,6 +123,13 @@ pub fn validate(service: &RayService, feature_gates: &FeatureGates) -> Vec<Probl
     {
         problems.push(format!(
             "metadata.annotations[{ANNOTATION_INITIALIZING_TIMEOUT}]: {e}; write a positive duration (like 30m) or number of seconds"
+        ));
+    }
+    if let Some(gateway) = service.annotations().get(SHARED_GATEWAY_ANNOTATION)
+        && let Err(e) = shared_gateway(gateway)
+    {
+        problems.push(format!(
+            "metadata.annotations[{SHARED_GATEWAY_ANNOTATION}]: {e}"
         ));
     }
     let cluster_path = "spec.rayClusterConfig";

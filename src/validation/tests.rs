@@ -284,6 +284,21 @@ fn rayservice_rules_from_kuberay_and_ours() {
         },
         "headService.metadata.name must be empty",
     );
+    assert_refused(
+        "RayService",
+        "s",
+        |v| v["metadata"]["annotations"] = json!({"raypipe.dev/gateway": "a/b/c"}),
+        "is not a Gateway reference",
+    );
+    for gateway in ["edge", "infra/edge"] {
+        let mut v = object(
+            "RayService",
+            "s",
+            json!({"rayClusterConfig": cluster_spec()}),
+        );
+        v["metadata"]["annotations"] = json!({"raypipe.dev/gateway": gateway});
+        assert_eq!(problems_of(&v), Some(vec![]), "{gateway}");
+    }
     // Go durations and plain seconds are both accepted.
     for timeout in ["30m", "1h30m", "600"] {
         let mut v = object(

@@ -15,6 +15,7 @@ mod raycluster;
 mod raycronjob;
 mod rayjob;
 mod rayservice;
+mod rayservice_incremental;
 mod rayservice_samples;
 mod rollout;
 mod runtime;

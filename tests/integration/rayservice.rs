@@ -25,9 +25,9 @@ use crate::support::{self, eventually};
 
 const WAIT: Duration = Duration::from_secs(180);
 
-struct Fixture {
-    client: kube::Client,
-    ns: String,
+pub(crate) struct Fixture {
+    pub(crate) client: kube::Client,
+    pub(crate) ns: String,
     metrics: raypipe::admin::Metrics,
     /// Stops the test's controllers when the fixture is dropped.
     _stop: fixture::Stopper,
@@ -35,7 +35,9 @@ struct Fixture {
 
 /// Maps each RayCluster (by its head Service) to one of `heads`, in the order clusters first
 /// ask: the first cluster gets the first head, the next one the second.
-fn locator_over(heads: Vec<&'static RayHead>) -> (DashboardLocator, rayservice::HttpBindingFor) {
+pub(crate) fn locator_over(
+    heads: Vec<&'static RayHead>,
+) -> (DashboardLocator, rayservice::HttpBindingFor) {
     let assigned: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let urls: Vec<String> = heads
         .iter()
@@ -66,7 +68,18 @@ fn locator_over(heads: Vec<&'static RayHead>) -> (DashboardLocator, rayservice::
     (locator, binding)
 }
 
-async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
+pub(crate) async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
+    let (locator, binding) = locator_over(heads);
+    fixture_with(prefix, locator, Some(binding)).await
+}
+
+/// A namespace with its own RayCluster and RayService controllers, finding dashboards
+/// through `locator`.
+pub(crate) async fn fixture_with(
+    prefix: &str,
+    locator: DashboardLocator,
+    binding: Option<rayservice::HttpBindingFor>,
+) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
     let mut stop = fixture::Stopper::default();
@@ -77,14 +90,13 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
         ..raycluster::Config::default()
     };
     fixture::spawn_raycluster_controller(&client, &ns, cluster_config, &mut stop);
-    let (locator, binding) = locator_over(heads);
     tokio::spawn(rayservice::run(
         client.clone(),
         rayservice::Config {
             namespace: Some(ns.clone()),
             concurrency: 4,
             dashboard: locator,
-            http_binding: Some(binding),
+            http_binding: binding,
             steady_poll: Duration::from_secs(2),
             metrics: metrics.clone(),
             ..rayservice::Config::default()
@@ -100,7 +112,7 @@ async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
 }
 
 /// A small RayService serving the echo test app (importable on the test heads).
-fn echo_service(name: &str, greeting: &str, image: &str) -> Value {
+pub(crate) fn echo_service(name: &str, greeting: &str, image: &str) -> Value {
     json!({
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
@@ -140,7 +152,7 @@ fn echo_service(name: &str, greeting: &str, image: &str) -> Value {
     })
 }
 
-fn echo_config(greeting: &str) -> String {
+pub(crate) fn echo_config(greeting: &str) -> String {
     format!(
         r#"proxy_location: HeadOnly
 applications:
@@ -159,11 +171,11 @@ applications:
 }
 
 impl Fixture {
-    fn services(&self) -> Api<RayService> {
+    pub(crate) fn services(&self) -> Api<RayService> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    async fn create(&self, object: &Value) -> RayService {
+    pub(crate) async fn create(&self, object: &Value) -> RayService {
         let service: RayService = serde_json::from_value(object.clone()).expect("a RayService");
         self.services()
             .create(&PostParams::default(), &service)
@@ -171,7 +183,7 @@ impl Fixture {
             .expect("the RayService is created")
     }
 
-    async fn patch_spec(&self, name: &str, spec: Value) {
+    pub(crate) async fn patch_spec(&self, name: &str, spec: Value) {
         self.services()
             .patch(
                 name,
@@ -183,7 +195,7 @@ impl Fixture {
     }
 
     /// Waits until the status satisfies `check`; returns it.
-    async fn status_until(
+    pub(crate) async fn status_until(
         &self,
         name: &str,
         what: &str,
@@ -192,7 +204,7 @@ impl Fixture {
         fixture::rayservice_status_until(&self.client, &self.ns, name, what, WAIT, check).await
     }
 
-    async fn clusters(&self) -> Vec<RayCluster> {
+    pub(crate) async fn clusters(&self) -> Vec<RayCluster> {
         Api::<RayCluster>::namespaced(self.client.clone(), &self.ns)
             .list(&ListParams::default())
             .await
@@ -203,7 +215,7 @@ impl Fixture {
             .collect()
     }
 
-    async fn service_selects(&self, name: &str) -> Option<String> {
+    pub(crate) async fn service_selects(&self, name: &str) -> Option<String> {
         let svc = Api::<Service>::namespaced(self.client.clone(), &self.ns)
             .get_opt(name)
             .await
@@ -211,7 +223,7 @@ impl Fixture {
         svc.spec?.selector?.get("ray.io/cluster").cloned()
     }
 
-    async fn event_reasons(&self) -> Vec<String> {
+    pub(crate) async fn event_reasons(&self) -> Vec<String> {
         fixture::events(&self.client, &self.ns)
             .await
             .into_iter()
@@ -220,7 +232,7 @@ impl Fixture {
     }
 }
 
-fn pending_name(status: &RayServiceStatus) -> Option<String> {
+pub(crate) fn pending_name(status: &RayServiceStatus) -> Option<String> {
     status
         .pending_service_status
         .as_ref()?
@@ -228,7 +240,7 @@ fn pending_name(status: &RayServiceStatus) -> Option<String> {
         .clone()
 }
 
-fn app_status(status: &RayServiceStatus, app: &str) -> Option<String> {
+pub(crate) fn app_status(status: &RayServiceStatus, app: &str) -> Option<String> {
     status
         .active_service_status
         .as_ref()?

@@ -123,6 +123,10 @@ and Events.
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [get, list, watch]
+# NewClusterWithIncrementalUpgrade (KubeRay's rule).
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [gateways, httproutes]
+  verbs: [get, list, watch, create, update, patch, delete]
 {{- end }}
 {{- if has "rayjob" $c }}
 - apiGroups: [ray.io]

@@ -1,12 +1,15 @@
 //! The RayService's writes to its children: RayClusters (create-only for a new one, in-place
 //! update, delayed deletion of the ones no longer active or pending), the head and serve
-//! Services (the traffic switch), and the EndpointSlice count. Objects come from `build`;
+//! Services (the traffic switch), the Gateway API objects of an incremental upgrade, and the
+//! EndpointSlice count. Objects come from `build`;
 //! a child of our name that the RayService does not control is reported and left alone.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::gateway;
+use super::serve::Observed;
 use super::status::write_status_if_changed;
-use super::upgrade::{Built, Candidate, Desired};
+use super::upgrade::{Built, Candidate, Desired, IncrementalPlan};
 use super::*;
 
 /// How the cluster writes of a pass ended.
@@ -280,19 +283,20 @@ pub(super) async fn apply_services(
     Ok(())
 }
 
-/// Distinct ready Pods behind the serve Service (from its EndpointSlices).
+/// Distinct ready Pods behind the serve Services (from their EndpointSlices).
 pub(super) async fn count_serve_endpoints(
     ctx: &Context,
     namespace: &str,
-    service: &str,
+    services: &[String],
 ) -> Result<i32, Error> {
     let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), namespace);
+    let names = services.join(",");
     let slices = api
-        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name in ({names})")))
         .await
         .map_err(|e| {
             Error::kube(
-                format!("listing the EndpointSlices of Service {service}"),
+                format!("listing the EndpointSlices of Service(s) {names}"),
                 e,
             )
         })?;
@@ -306,4 +310,221 @@ pub(super) async fn count_serve_endpoints(
         .filter_map(|r| r.uid.clone().or_else(|| r.name.clone()))
         .collect();
     Ok(i32::try_from(pods.len()).unwrap_or(i32::MAX))
+}
+
+/// The Gateway API side of an incremental upgrade, after Serve: records the capacities Serve
+/// took, writes the Gateway (unless a shared one is named), the per-cluster serve Services and
+/// the HTTPRoute with this pass's weights, and records the weights as the traffic each cluster
+/// gets.
+pub(super) async fn gateway_objects(
+    service: &RayService,
+    ctx: &Context,
+    plan: &IncrementalPlan,
+    desired: &Desired,
+    observed: &Observed,
+    status: &mut RayServiceStatus,
+    now: &Time,
+) -> Result<(), Error> {
+    for (obs, slot) in [
+        (&observed.active, &mut status.active_service_status),
+        (&observed.pending, &mut status.pending_service_status),
+    ] {
+        if let (Some(capacity), Some(slot)) = (obs.as_ref().and_then(|o| o.target_capacity), slot) {
+            slot.target_capacity = Some(capacity);
+        }
+    }
+    let namespace = service.namespace().unwrap_or_default();
+    let (parent, shared) = gateway::parent(service);
+    if !shared {
+        let desired_gateway = gateway::gateway(service, &plan.options.gateway_class_name)?;
+        apply_gateway_object(
+            service,
+            ctx,
+            &desired_gateway,
+            plan.gateway.as_ref(),
+            |a, b| a.spec == b.spec,
+            [
+                reasons::CREATED_GATEWAY,
+                reasons::UPDATED_GATEWAY,
+                reasons::FAILED_TO_CREATE_GATEWAY,
+                reasons::FAILED_TO_UPDATE_GATEWAY,
+            ],
+        )
+        .await?;
+    }
+    for cluster in [desired.active_cluster(), desired.pending_cluster()]
+        .into_iter()
+        .flatten()
+    {
+        let svc = gateway::cluster_serve_service(service, cluster)?;
+        if ctx.cached_service(&namespace, &svc.name_any()).is_some() {
+            continue;
+        }
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+        match crate::k8s::create_owned(&api, &svc, field_managers::RAYSERVICE).await {
+            Ok(crate::k8s::Created::New(_)) => {
+                ctx.event(
+                    service,
+                    EventType::Normal,
+                    reasons::CREATED_SERVICE,
+                    "ApplyService",
+                    format!(
+                        "created Service {}; it selects RayCluster {}",
+                        svc.name_any(),
+                        cluster.name_any()
+                    ),
+                )
+                .await;
+            }
+            Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
+            Err(e) => {
+                ctx.event(
+                    service,
+                    EventType::Warning,
+                    e.conflict_reason()
+                        .unwrap_or(reasons::FAILED_TO_CREATE_SERVICE),
+                    "ApplyService",
+                    format!("creating Service {} failed: {e}", svc.name_any()),
+                )
+                .await;
+                return Err(e.into());
+            }
+        }
+    }
+    // KubeRay makes the route once there is an active cluster.
+    let Some(active) = desired.active_cluster() else {
+        return Ok(());
+    };
+    let empty = RayServiceClusterStatus::default();
+    let active_status = status.active_service_status.as_ref().unwrap_or(&empty);
+    let pending_status = status.pending_service_status.as_ref().unwrap_or(&empty);
+    let split = incremental::Split::of(active_status, pending_status);
+    let pending = desired.pending_cluster().filter(|_| plan.upgrading);
+    let (active_weight, pending_weight) = if pending.is_some() {
+        let last = if plan.rolling_back {
+            active_status.last_traffic_migrated_time.as_ref()
+        } else {
+            pending_status.last_traffic_migrated_time.as_ref()
+        };
+        let pending_ready = observed.pending.as_ref().is_some_and(|o| o.ready);
+        incremental::next_weights(
+            split,
+            &plan.options,
+            plan.rolling_back,
+            pending_ready,
+            last,
+            now,
+        )
+    } else {
+        (split.active_traffic, 0)
+    };
+    let mut backends = vec![gateway::Backend {
+        cluster: active.name_any(),
+        port: gateway::serve_port(active),
+        weight: active_weight,
+    }];
+    if let Some(pending) = pending {
+        backends.push(gateway::Backend {
+            cluster: pending.name_any(),
+            port: gateway::serve_port(pending),
+            weight: pending_weight,
+        });
+    }
+    let route = gateway::http_route(service, parent, &backends)?;
+    apply_gateway_object(
+        service,
+        ctx,
+        &route,
+        plan.route.as_ref(),
+        |a, b| a.spec == b.spec,
+        [
+            reasons::CREATED_HTTP_ROUTE,
+            reasons::UPDATED_HTTP_ROUTE,
+            reasons::FAILED_TO_CREATE_HTTP_ROUTE,
+            reasons::FAILED_TO_UPDATE_HTTP_ROUTE,
+        ],
+    )
+    .await?;
+    // The route carries these weights now: they are the traffic each cluster gets.
+    let record = |slot: &mut Option<RayServiceClusterStatus>, weight: i32| {
+        let slot = slot.get_or_insert_with(Default::default);
+        if slot.traffic_routed_percent != Some(weight) {
+            slot.traffic_routed_percent = Some(weight);
+            slot.last_traffic_migrated_time = Some(now.clone());
+        }
+    };
+    record(&mut status.active_service_status, active_weight);
+    if pending.is_some() {
+        record(&mut status.pending_service_status, pending_weight);
+    }
+    Ok(())
+}
+
+/// Creates or updates one Gateway API object of the RayService (someone else's of that name
+/// is reported and left alone); Events as KubeRay names them (created, updated, failed).
+async fn apply_gateway_object<K>(
+    service: &RayService,
+    ctx: &Context,
+    desired: &K,
+    existing: Option<&K>,
+    same: impl Fn(&K, &K) -> bool,
+    [created, updated, failed_create, failed_update]: [&str; 4],
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let kind = K::kind(&()).into_owned();
+    let name = desired.name_any();
+    if let Some(existing) = existing
+        && gateway::is_ours(existing.meta(), service)
+        && same(existing, desired)
+    {
+        return Ok(());
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let result = crate::k8s::apply_owned(
+        &api,
+        desired,
+        existing.map(|e| e.meta()),
+        field_managers::RAYSERVICE,
+    )
+    .await;
+    let (reason, verb) = match (&result, existing) {
+        (Ok(_), None) => (created, "created"),
+        (Ok(_), Some(_)) => (updated, "updated"),
+        (Err(e), _) if e.is_not_owned() => {
+            (e.conflict_reason().unwrap_or(failed_create), "applying")
+        }
+        (Err(_), None) => (failed_create, "creating"),
+        (Err(_), Some(_)) => (failed_update, "updating"),
+    };
+    match result {
+        Ok(_) => {
+            info!(%kind, %name, "{verb} the {kind}");
+            ctx.event(
+                service,
+                EventType::Normal,
+                reason,
+                "Apply",
+                format!("{verb} {kind} {name}"),
+            )
+            .await;
+            Ok(())
+        }
+        Err(e) => {
+            ctx.event(
+                service,
+                EventType::Warning,
+                reason,
+                "Apply",
+                format!("{verb} {kind} {name} failed: {e}"),
+            )
+            .await;
+            Err(e.into())
+        }
+    }
 }

@@ -12,6 +12,9 @@ pub(super) struct Pushed {
     pub(super) config_hash: String,
     /// The head's Ray session when it was pushed (a new session is a restarted head).
     pub(super) session: Option<String>,
+    /// What was pushed: an incremental upgrade re-pushes it with another `target_capacity`
+    /// to the cluster whose config is held.
+    pub(super) config: serde_json::Value,
 }
 
 #[derive(Default)]

@@ -14,8 +14,12 @@
 //! - While an upgrade or the first start waits, the conditions say on what (head not ready,
 //!   an application's Serve error, the dashboard unreachable) instead of only a reason.
 //! - With the autoscaler off, a changed replica count is applied in place.
-//! - `NewClusterWithIncrementalUpgrade` (Gateway API traffic steps) is not implemented: such an
-//!   upgrade runs as `NewCluster` and a Warning event says so.
+//! - `NewClusterWithIncrementalUpgrade` (Gateway API traffic steps, `incremental`): the
+//!   `<svc>-serve-svc` and `<svc>-head-svc` keep their names and stay on the active cluster
+//!   until the pending one takes all the route's traffic (KubeRay renames the serve Service
+//!   per cluster, and it loses its endpoints while the old cluster drains); the annotation
+//!   `raypipe.dev/gateway` attaches the HTTPRoute to an existing shared Gateway instead of
+//!   making one per RayService.
 //! - A RayCluster or Service of a child's name that the RayService does not control is never
 //!   written, adopted or deleted: a `<Kind>Conflict` Warning (and for a first cluster the Ready
 //!   condition) says so (issue 14).
@@ -23,6 +27,8 @@
 mod apply;
 pub mod build;
 mod context;
+pub mod gateway;
+pub mod incremental;
 pub mod reasons;
 mod reconcile;
 mod serve;

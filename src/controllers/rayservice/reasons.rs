@@ -17,5 +17,19 @@ pub const UPDATED_SERVICE: &str = "UpdatedService";
 pub const FAILED_TO_CREATE_SERVICE: &str = "FailedToCreateService";
 pub const DELETED_SERVICE: &str = "DeletedService";
 pub const FAILED_TO_DELETE_SERVICE: &str = "FailedToDeleteService";
-/// raypipe's: the upgrade runs as NewCluster.
-pub const INCREMENTAL_UPGRADE_NOT_SUPPORTED: &str = "IncrementalUpgradeNotSupported";
+// NewClusterWithIncrementalUpgrade.
+pub const CREATED_GATEWAY: &str = "CreatedGateway";
+pub const UPDATED_GATEWAY: &str = "UpdatedGateway";
+pub const FAILED_TO_CREATE_GATEWAY: &str = "FailedToCreateGateway";
+pub const FAILED_TO_UPDATE_GATEWAY: &str = "FailedToUpdateGateway";
+pub const DELETED_GATEWAY: &str = "DeletedGateway";
+pub const FAILED_TO_DELETE_GATEWAY: &str = "FailedToDeleteGateway";
+pub const CREATED_HTTP_ROUTE: &str = "CreatedHTTPRoute";
+pub const UPDATED_HTTP_ROUTE: &str = "UpdatedHTTPRoute";
+pub const FAILED_TO_CREATE_HTTP_ROUTE: &str = "FailedToCreateHTTPRoute";
+pub const FAILED_TO_UPDATE_HTTP_ROUTE: &str = "FailedToUpdateHTTPRoute";
+pub const DELETED_HTTP_ROUTE: &str = "DeletedHTTPRoute";
+pub const FAILED_TO_DELETE_HTTP_ROUTE: &str = "FailedToDeleteHTTPRoute";
+pub const UPDATED_SERVE_TARGET_CAPACITY: &str = "UpdatedServeTargetCapacity";
+pub const FAILED_TO_UPDATE_TARGET_CAPACITY: &str = "FailedToUpdateTargetCapacity";
+pub const ROLLBACK_IMPOSSIBLE: &str = "RollbackImpossible";

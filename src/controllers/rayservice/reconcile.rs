@@ -1,7 +1,8 @@
 //! One RayService pass inside the shared frame (`controllers::frame::run`: span, metrics,
 //! per-object backoff): `reconcile_inner` reads get → validate → suspend → build (the desired clusters and
-//! Services, pure) → apply (clusters, Serve, traffic switch; the apply stage owns the order) →
-//! status, each stage one call into its own file.
+//! Services, pure) → apply (clusters, Serve, the Gateway API objects of an incremental upgrade,
+//! traffic switch; the apply stage owns the order) → status, each stage one call into its own
+//! file.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -87,9 +88,20 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
             ClustersApplied::PendingCreated => return Ok(Action::requeue(SHORT_REQUEUE)),
             ClustersApplied::Applied { dangling_left } => dangling_left,
         };
+    // An incremental upgrade: a rollback starts when the spec moved, and the pass's
+    // capacities are decided before Serve takes them.
+    let incremental = incremental::options(service, &ctx.config.feature_gates).cloned();
+    if let Some(options) = &incremental {
+        upgrade::detect_rollback(service, ctx, &desired, &mut status, &now).await;
+        desired.incremental =
+            Some(upgrade::incremental_plan(service, ctx, options, &desired, &status).await);
+    }
     let traffic = upgrade::traffic(service, ctx, &desired, &status);
     let mut observed = serve::reconcile_clusters(service, ctx, &desired, traffic).await;
-    if let Some(target) = upgrade::traffic_target(&mut desired, &observed) {
+    if let Some(plan) = &desired.incremental {
+        apply::gateway_objects(service, ctx, plan, &desired, &observed, &mut status, &now).await?;
+    }
+    if let Some(target) = upgrade::traffic_target(&mut desired, &observed, &status) {
         apply_services(service, ctx, target).await?;
         observed.traffic.routed_to = Some(target.cluster.name_any());
     }
@@ -128,9 +140,19 @@ async fn record_status(
         dangling_left += 1;
     }
     let namespace = service.namespace().unwrap_or_default();
-    let serve_service_name = build::serve_service_name(service);
+    // During an incremental upgrade both clusters serve (KubeRay counts their per-cluster
+    // serve Services); a Pod behind several of them counts once.
+    let mut serve_services = vec![build::serve_service_name(service)];
+    if desired.incremental.is_some() {
+        serve_services.extend(
+            [desired.active_cluster(), desired.pending_cluster()]
+                .into_iter()
+                .flatten()
+                .map(|c| crate::kuberay::names::serve_service_name(&c.name_any())),
+        );
+    }
     let num_endpoints = match &observed.traffic.routed_to {
-        Some(_) => count_serve_endpoints(ctx, &namespace, &serve_service_name).await?,
+        Some(_) => count_serve_endpoints(ctx, &namespace, &serve_services).await?,
         None => 0,
     };
     status.num_serve_endpoints = Some(num_endpoints);

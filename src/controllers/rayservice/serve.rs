@@ -3,7 +3,7 @@
 //! session), and keeps the head Pod's `ray.io/serve` label on the health of its proxy.
 
 use super::context::Pushed;
-use super::upgrade::{Desired, Traffic};
+use super::upgrade::{Desired, IncrementalPlan, Traffic};
 use super::*;
 
 /// What one pass learnt from a cluster's Serve.
@@ -16,6 +16,8 @@ pub(super) struct ServeObservation {
     pub(super) head_proxy_healthy: bool,
     /// What is being waited for, or what went wrong, in words.
     pub(super) waiting_for: Option<String>,
+    /// The Serve `target_capacity` the cluster has from the operator (incremental upgrade).
+    pub(super) target_capacity: Option<i32>,
 }
 
 /// What the Serve stage learnt from the active and the pending cluster (`None`: not read),
@@ -27,21 +29,25 @@ pub(super) struct Observed {
 }
 
 /// Serve: the pending cluster while there is one; the active one otherwise (never both: a
-/// combined cluster + config change must not reach the cluster being replaced). Then the head
-/// Pod label of each cluster whose Serve was read.
+/// combined cluster + config change must not reach the cluster being replaced), except during
+/// an incremental upgrade, where both serve (the config of the cluster being phased out is
+/// held; only its `target_capacity` moves). Then the head Pod label of each cluster whose
+/// Serve was read.
 pub(super) async fn reconcile_clusters(
     service: &RayService,
     ctx: &Context,
     desired: &Desired,
     traffic: Traffic,
 ) -> Observed {
+    let plan = desired.incremental.as_ref();
     let pending_obs = match desired.pending_cluster() {
-        Some(cluster) => Some(reconcile_serve(service, ctx, cluster).await),
+        Some(cluster) => Some(reconcile_serve(service, ctx, cluster, plan).await),
         None => None,
     };
+    let both = plan.is_some_and(|p| p.upgrading);
     let active_obs = match desired.active_cluster() {
-        Some(cluster) if desired.pending.is_none() && !traffic.needs_new_cluster => {
-            Some(reconcile_serve(service, ctx, cluster).await)
+        Some(cluster) if both || (desired.pending.is_none() && !traffic.needs_new_cluster) => {
+            Some(reconcile_serve(service, ctx, cluster, plan).await)
         }
         _ => None,
     };
@@ -67,7 +73,7 @@ pub(super) async fn reconcile_clusters(
     }
 }
 
-fn head_ready(cluster: &RayCluster) -> Result<(), String> {
+pub(super) fn head_ready(cluster: &RayCluster) -> Result<(), String> {
     let status = cluster.status.as_ref();
     let condition = status.and_then(|s| {
         crate::api::conditions::find(&s.conditions, cluster_conditions::HEAD_POD_READY)
@@ -93,6 +99,7 @@ async fn reconcile_serve(
     service: &RayService,
     ctx: &Context,
     cluster: &RayCluster,
+    plan: Option<&IncrementalPlan>,
 ) -> ServeObservation {
     let waiting = |why: String| ServeObservation {
         waiting_for: Some(why),
@@ -136,16 +143,36 @@ async fn reconcile_serve(
             .http_binding
             .as_ref()
             .and_then(|f| f(dashboard.dashboard_url()));
-        match build::serve_config_json(
-            config_text,
-            binding.as_ref(),
-            &ctx.config.runtime_env_mirrors,
-        ) {
+        let previous = ctx.with_memory(service, |m| m.pushed.get(&cluster_name).cloned());
+        let capacity = plan.and_then(|p| p.capacity.get(&cluster_name).copied());
+        // A held config (the cluster being phased out) is what was pushed last.
+        let held = plan
+            .filter(|p| p.held.contains(&cluster_name))
+            .and(previous.as_ref())
+            .map(|p| p.config.clone());
+        let config = match held {
+            Some(config) => Ok(config),
+            None => build::serve_config_json(
+                config_text,
+                binding.as_ref(),
+                &ctx.config.runtime_env_mirrors,
+            ),
+        }
+        .map(|mut config| {
+            if let (Some(capacity), Some(object)) = (capacity, config.as_object_mut()) {
+                object.insert("target_capacity".into(), capacity.into());
+            }
+            config
+        });
+        let capacity_changed = capacity.is_some()
+            && previous.as_ref().is_some_and(|p| {
+                p.config.get("target_capacity").and_then(|c| c.as_i64()) != capacity.map(i64::from)
+            });
+        match config {
             Err(e) => push_error = Some(format!("spec.serveConfigV2 is not valid: {e}")),
             Ok(config) => {
                 expected_apps = Some(build::application_names(&config));
                 let config_hash = crate::k8s::stable_hash(&config);
-                let previous = ctx.with_memory(service, |m| m.pushed.get(&cluster_name).cloned());
                 // The session says whether the head restarted since the last push; read it
                 // only when the rest says the push is still in place.
                 let session = match &previous {
@@ -185,15 +212,28 @@ async fn reconcile_serve(
                                     Pushed {
                                         config_hash,
                                         session,
+                                        config: config.clone(),
                                     },
                                 )
                             });
+                            let (reason, note) = match capacity {
+                                Some(c) if capacity_changed => (
+                                    reasons::UPDATED_SERVE_TARGET_CAPACITY,
+                                    format!(
+                                        "set the Serve target_capacity of RayCluster {cluster_name} to {c}"
+                                    ),
+                                ),
+                                _ => (
+                                    reasons::UPDATED_SERVE_APPLICATIONS,
+                                    format!("pushed the Serve config to RayCluster {cluster_name}"),
+                                ),
+                            };
                             ctx.event(
                                 service,
                                 EventType::Normal,
-                                reasons::UPDATED_SERVE_APPLICATIONS,
+                                reason,
                                 "UpdateServeApplications",
-                                format!("pushed the Serve config to RayCluster {cluster_name}"),
+                                note,
                             )
                             .await;
                         }
@@ -204,7 +244,11 @@ async fn reconcile_serve(
                             ctx.event(
                                 service,
                                 EventType::Warning,
-                                reasons::FAILED_TO_UPDATE_SERVE_APPLICATIONS,
+                                if capacity_changed {
+                                    reasons::FAILED_TO_UPDATE_TARGET_CAPACITY
+                                } else {
+                                    reasons::FAILED_TO_UPDATE_SERVE_APPLICATIONS
+                                },
                                 "UpdateServeApplications",
                                 message.clone(),
                             )
@@ -225,6 +269,9 @@ async fn reconcile_serve(
             .as_ref()
             .is_some_and(|names| names.iter().eq(apps.keys()))
         && details.all_applications_running();
+    let target_capacity = plan
+        .and_then(|p| p.capacity.get(&cluster_name).copied())
+        .filter(|_| push_error.is_none());
     let waiting_for = push_error.or_else(|| {
         if ready {
             None
@@ -240,6 +287,7 @@ async fn reconcile_serve(
         apps: Some(apps),
         ready,
         waiting_for,
+        target_capacity,
     }
 }
 

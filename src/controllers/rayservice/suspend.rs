@@ -1,5 +1,6 @@
-//! The suspend state machine of a RayService: Suspending deletes every cluster and Service,
-//! Suspended waits, a resume starts initializing afresh.
+//! The suspend state machine of a RayService: Suspending deletes every cluster and Service
+//! (and the Gateway and HTTPRoute of an incremental upgrade), Suspended waits, a resume starts
+//! initializing afresh.
 
 use super::apply::delete_clusters;
 use super::*;
@@ -27,7 +28,11 @@ pub(super) async fn reconcile_suspend(
             condition_reasons::SUSPEND_REQUESTED,
             "spec.suspend is true: the clusters and Services are being deleted",
         );
-        for t in [condition_types::READY, condition_types::UPGRADE_IN_PROGRESS] {
+        for t in [
+            condition_types::READY,
+            condition_types::UPGRADE_IN_PROGRESS,
+            condition_types::ROLLBACK_IN_PROGRESS,
+        ] {
             set(
                 status,
                 t,
@@ -94,6 +99,9 @@ pub(super) async fn reconcile_suspend(
                 }
             }
         }
+        if super::incremental::options(service, &ctx.config.feature_gates).is_some() {
+            remaining += delete_gateway_objects(service, ctx).await;
+        }
         ctx.with_memory(service, |m| {
             m.pushed.clear();
             m.applied_services.clear();
@@ -122,7 +130,11 @@ pub(super) async fn reconcile_suspend(
             condition_reasons::SUSPEND_COMPLETE,
             "every cluster and Service of the RayService is deleted",
         );
-        for t in [condition_types::READY, condition_types::UPGRADE_IN_PROGRESS] {
+        for t in [
+            condition_types::READY,
+            condition_types::UPGRADE_IN_PROGRESS,
+            condition_types::ROLLBACK_IN_PROGRESS,
+        ] {
             set(
                 status,
                 t,
@@ -150,4 +162,99 @@ pub(super) async fn reconcile_suspend(
         });
     }
     Ok(None)
+}
+
+/// Deletes the RayService's own Gateway and HTTPRoute (never a shared Gateway, never someone
+/// else's object of those names); returns how many were still there.
+async fn delete_gateway_objects(service: &RayService, ctx: &Context) -> usize {
+    use super::gateway::{self, Gateway, HTTPRoute};
+    let namespace = service.namespace().unwrap_or_default();
+    let (_, shared) = gateway::parent(service);
+    let mut remaining = 0;
+    let route = delete_if_ours::<HTTPRoute>(
+        service,
+        ctx,
+        &namespace,
+        &gateway::http_route_name(service),
+        [
+            reasons::DELETED_HTTP_ROUTE,
+            reasons::FAILED_TO_DELETE_HTTP_ROUTE,
+        ],
+    )
+    .await;
+    remaining += usize::from(route);
+    if !shared {
+        let gw = delete_if_ours::<Gateway>(
+            service,
+            ctx,
+            &namespace,
+            &gateway::gateway_name(service),
+            [reasons::DELETED_GATEWAY, reasons::FAILED_TO_DELETE_GATEWAY],
+        )
+        .await;
+        remaining += usize::from(gw);
+    }
+    remaining
+}
+
+/// Deletes `name` if the RayService controls it; true when it was still there.
+async fn delete_if_ours<K>(
+    service: &RayService,
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    [deleted, failed]: [&str; 2],
+) -> bool
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let kind = K::kind(&()).into_owned();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let found = match api.get_opt(name).await {
+        Ok(Some(found)) if super::gateway::is_ours(found.meta(), service) => found,
+        Ok(_) => return false,
+        // No Gateway API installed, or not readable: nothing of ours to wait for.
+        Err(kube::Error::Api(e)) if e.code == 404 => return false,
+        Err(e) => {
+            warn!(error = %e, %kind, "reading failed");
+            return true;
+        }
+    };
+    if found.meta().deletion_timestamp.is_some() {
+        return true;
+    }
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: found.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            ctx.event(
+                service,
+                EventType::Normal,
+                deleted,
+                "Delete",
+                format!("deleted {kind} {name}"),
+            )
+            .await
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+        Err(e) => {
+            ctx.event(
+                service,
+                EventType::Warning,
+                failed,
+                "Delete",
+                format!("deleting {kind} {name} failed: {e}"),
+            )
+            .await
+        }
+    }
+    true
 }

@@ -1,6 +1,8 @@
 //! Zero-downtime cluster switching: the desired clusters and Services of a pass (pure), whether
 //! a new pending cluster must be prepared (KubeRay's `shouldPrepareNewCluster`), which cluster
 //! the Services should select, and the promotion of the pending cluster once traffic moved.
+//! For `NewClusterWithIncrementalUpgrade` also the pass's plan (capacities, held configs,
+//! rollback), from the step logic in `incremental`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -34,6 +36,8 @@ pub(super) struct Desired {
     pub(super) create: Option<(String, Built<RayCluster>)>,
     /// Existing clusters whose spec change is applied in place, with what they become.
     pub(super) update_in_place: Vec<(Arc<RayCluster>, Built<RayCluster>)>,
+    /// The pass's plan of an incremental upgrade (set before Serve is reconciled).
+    pub(super) incremental: Option<IncrementalPlan>,
 }
 
 impl Desired {
@@ -85,7 +89,25 @@ pub(super) fn desired(
         });
 
     let create = match (&pending_name, &pending) {
-        (Some(name), None) => Some((name.clone(), build::cluster(service, name, None))),
+        (Some(name), None) => {
+            let mut built = build::cluster(service, name, None);
+            // KubeRay: a cluster that joins an incremental upgrade starts with the worker
+            // counts the autoscaler gives it as its target_capacity grows.
+            if active.is_some()
+                && service
+                    .spec
+                    .upgrade_strategy
+                    .as_ref()
+                    .and_then(|u| u.type_)
+                    == Some(crate::api::rayservice::RayServiceUpgradeType::NewClusterWithIncrementalUpgrade)
+                && let Ok(cluster) = &mut built
+            {
+                for group in cluster.spec.worker_group_specs.iter_mut().flatten() {
+                    group.replicas = None;
+                }
+            }
+            Some((name.clone(), built))
+        }
         _ => None,
     };
     let goal = build::goal_spec(service);
@@ -126,6 +148,7 @@ pub(super) fn desired(
         deletion_delay,
         create,
         update_in_place,
+        incremental: None,
     }
 }
 
@@ -161,20 +184,189 @@ pub(super) fn traffic(
 }
 
 /// The traffic switch: both Services follow the pending cluster once its applications run,
-/// else stay on (or go to) the active one.
+/// else stay on (or go to) the active one. During an incremental upgrade they stay on the
+/// active cluster until the pending one takes all the route's traffic (at full capacity, as
+/// the active cluster still is then): the serve Service never selects a cluster scaled to
+/// nothing, and keeps its endpoints throughout.
 pub(super) fn traffic_target<'a>(
     desired: &'a mut Desired,
     observed: &Observed,
+    status: &RayServiceStatus,
 ) -> Option<&'a mut Candidate> {
+    let pending_may_serve = match &desired.incremental {
+        Some(plan) if plan.upgrading => {
+            !plan.rolling_back
+                && status
+                    .pending_service_status
+                    .as_ref()
+                    .and_then(|p| p.traffic_routed_percent)
+                    == Some(100)
+        }
+        _ => true,
+    };
     match (
         &mut desired.pending,
         &observed.pending,
         &mut desired.active,
         &observed.active,
     ) {
-        (Some(p), Some(obs), _, _) if obs.ready => Some(p),
+        (Some(p), Some(obs), _, _) if obs.ready && pending_may_serve => Some(p),
         (_, _, Some(a), Some(obs)) if obs.ready => Some(a),
         _ => None,
+    }
+}
+
+/// What an incremental upgrade decides for one pass before Serve is reconciled.
+pub(super) struct IncrementalPlan {
+    pub(super) options: crate::api::rayservice::ClusterUpgradeOptions,
+    /// Both clusters exist: traffic and capacity move between them.
+    pub(super) upgrading: bool,
+    pub(super) rolling_back: bool,
+    /// The Serve `target_capacity` each cluster must have after this pass.
+    pub(super) capacity: std::collections::BTreeMap<String, i32>,
+    /// Clusters whose Serve config is held (only `target_capacity` changes): the active one
+    /// during an upgrade, the pending one during a rollback.
+    pub(super) held: BTreeSet<String>,
+    /// The Gateway and HTTPRoute as read this pass.
+    pub(super) gateway: Option<super::gateway::Gateway>,
+    pub(super) route: Option<super::gateway::HTTPRoute>,
+}
+
+/// Reads the Gateway API objects and decides the pass's capacities (capacity moves only once
+/// the Gateway and the route are ready, as KubeRay requires).
+pub(super) async fn incremental_plan(
+    service: &RayService,
+    ctx: &Context,
+    options: &crate::api::rayservice::ClusterUpgradeOptions,
+    desired: &Desired,
+    status: &RayServiceStatus,
+) -> IncrementalPlan {
+    use super::gateway;
+    let active_name = desired.active_cluster().map(|c| c.name_any());
+    let pending_name = desired.pending_cluster().map(|c| c.name_any());
+    let upgrading = active_name.is_some() && pending_name.is_some();
+    let rolling_back =
+        upgrading && status::is_true(&status.conditions, condition_types::ROLLBACK_IN_PROGRESS);
+    let namespace = service.namespace().unwrap_or_default();
+    let (parent, _) = gateway::parent(service);
+    let gateways: Api<gateway::Gateway> = Api::namespaced(
+        ctx.client.clone(),
+        parent.namespace.as_deref().unwrap_or(&namespace),
+    );
+    let routes: Api<gateway::HTTPRoute> = Api::namespaced(ctx.client.clone(), &namespace);
+    let found = gateways.get_opt(&parent.name).await;
+    let gateway = found.unwrap_or_else(|e| {
+        warn!(error = %e, "reading the Gateway failed");
+        None
+    });
+    let route = routes
+        .get_opt(&gateway::http_route_name(service))
+        .await
+        .unwrap_or_else(|e| {
+            warn!(error = %e, "reading the HTTPRoute failed");
+            None
+        });
+    let empty = RayServiceClusterStatus::default();
+    let active_status = status.active_service_status.as_ref().unwrap_or(&empty);
+    let pending_status = status.pending_service_status.as_ref().unwrap_or(&empty);
+    let mut split = incremental::Split::of(active_status, pending_status);
+    let routed = gateway.as_ref().is_some_and(gateway::gateway_ready)
+        && route
+            .as_ref()
+            .is_some_and(|r| gateway::http_route_ready(r, &parent, &namespace));
+    if upgrading && routed {
+        let surge = options.max_surge_percent.unwrap_or(100);
+        for (role, goal) in incremental::capacity_changes(split, surge, rolling_back) {
+            match role {
+                incremental::Role::Active => split.active_capacity = goal,
+                incremental::Role::Pending => split.pending_capacity = goal,
+            }
+        }
+    }
+    let mut capacity = std::collections::BTreeMap::new();
+    let mut held = BTreeSet::new();
+    if let Some(name) = &active_name
+        && (upgrading || active_status.target_capacity.is_some())
+    {
+        capacity.insert(name.clone(), split.active_capacity);
+        if upgrading && !rolling_back {
+            held.insert(name.clone());
+        }
+    }
+    if let Some(name) = &pending_name
+        && (upgrading || pending_status.target_capacity.is_some())
+    {
+        capacity.insert(name.clone(), split.pending_capacity);
+        if rolling_back {
+            held.insert(name.clone());
+        }
+    }
+    IncrementalPlan {
+        options: options.clone(),
+        upgrading,
+        rolling_back,
+        capacity,
+        held,
+        gateway,
+        route,
+    }
+}
+
+/// Starts or cancels a rollback when the goal spec moved during an incremental upgrade
+/// (KubeRay's `reconcileRollbackState`); an upgrade without its active cluster cannot roll
+/// back and says so.
+pub(super) async fn detect_rollback(
+    service: &RayService,
+    ctx: &Context,
+    desired: &Desired,
+    status: &mut RayServiceStatus,
+    now: &Time,
+) {
+    if !status::is_true(&status.conditions, condition_types::UPGRADE_IN_PROGRESS) {
+        return;
+    }
+    let (Some(active), Some(pending)) = (desired.active_cluster(), desired.pending_cluster())
+    else {
+        if desired.active_cluster().is_none() && desired.pending_name.is_some() {
+            ctx.event(
+                service,
+                EventType::Warning,
+                reasons::ROLLBACK_IMPOSSIBLE,
+                "Reconcile",
+                "the active RayCluster is gone: a rollback cannot be started".to_owned(),
+            )
+            .await;
+        }
+        return;
+    };
+    let goal = build::replacement_hash(&build::goal_spec(service));
+    let hash = |c: &RayCluster| {
+        c.annotations()
+            .get(build::HASH_ANNOTATION)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let rolling_back = status::is_true(&status.conditions, condition_types::ROLLBACK_IN_PROGRESS);
+    match incremental::rollback_decision(&goal, &hash(active), &hash(pending), rolling_back) {
+        incremental::Rollback::Start(why) => {
+            info!(active = %active.name_any(), pending = %pending.name_any(), "rolling back the incremental upgrade");
+            status::set(
+                status,
+                condition_types::ROLLBACK_IN_PROGRESS,
+                TRUE,
+                condition_reasons::DESIRED_CLUSTER_SPEC_CHANGED,
+                why,
+                service.meta().generation,
+                now.clone(),
+            );
+        }
+        incremental::Rollback::Cancel => {
+            info!("the spec is the pending cluster's again: the rollback is cancelled");
+            status
+                .conditions
+                .retain(|c| c.type_ != condition_types::ROLLBACK_IN_PROGRESS);
+        }
+        incremental::Rollback::Keep => {}
     }
 }
 
@@ -225,7 +417,8 @@ pub(super) struct Advanced {
 
 /// Records the clusters in the status: the pending cluster becomes active once traffic moved
 /// to it (the upgrade's duration is recorded), and a new pending cluster is named when one
-/// must be prepared.
+/// must be prepared. In an incremental upgrade the pending cluster becomes active when the
+/// upgrade is complete, and is dropped when a rollback is.
 pub(super) async fn advance(
     service: &RayService,
     ctx: &Context,
@@ -234,6 +427,7 @@ pub(super) async fn advance(
     observed: &Observed,
     now: &Time,
 ) -> Advanced {
+    let plan = desired.incremental.as_ref();
     let traffic = &observed.traffic;
     let mut active_status = status.active_service_status.clone().unwrap_or_default();
     let mut pending_status = status.pending_service_status.clone().unwrap_or_default();
@@ -247,11 +441,17 @@ pub(super) async fn advance(
         desired.pending_cluster(),
         observed.pending.as_ref(),
     );
+    let split = incremental::Split::of(&active_status, &pending_status);
+    let promote = match plan {
+        Some(plan) if plan.upgrading => !plan.rolling_back && incremental::upgrade_complete(split),
+        _ => matches!(
+            (&traffic.routed_to, &desired.pending_name),
+            (Some(routed), Some(pending)) if routed == pending
+        ),
+    };
     let mut promoted = false;
-    if let (Some(routed), Some(pending_cluster)) = (&traffic.routed_to, &desired.pending_name)
-        && routed == pending_cluster
-    {
-        info!(cluster = %routed, "traffic switched to the new cluster; it is now active");
+    if promote && desired.pending.is_some() {
+        info!(cluster = ?desired.pending_name, "traffic switched to the new cluster; it is now active");
         // An upgrade (not the first start): from UpgradeInProgress=True to the switch.
         if desired.active_name.is_some()
             && let Some(since) = crate::api::conditions::find(
@@ -269,29 +469,30 @@ pub(super) async fn advance(
         // The old active cluster is now dangling: its deletion delay starts now.
         promoted = true;
     }
+    if let Some(plan) = plan
+        && plan.upgrading
+        && plan.rolling_back
+    {
+        let pending_head_ready = desired
+            .pending_cluster()
+            .is_some_and(|c| super::serve::head_ready(c).is_ok());
+        if incremental::rollback_complete(split, pending_head_ready) {
+            info!(cluster = ?desired.pending_name, "rollback complete; the pending cluster is dropped");
+            pending_status = RayServiceClusterStatus::default();
+            status
+                .conditions
+                .retain(|c| c.type_ != condition_types::ROLLBACK_IN_PROGRESS);
+            // The dropped cluster is dangling from now on.
+            promoted = true;
+        }
+    }
     let now_active = active_status.ray_cluster_name.clone();
     let now_pending = if traffic.needs_new_cluster && pending_status.ray_cluster_name.is_none() {
         let name = build::new_cluster_name(service);
         info!(cluster = %name, "a new RayCluster will be prepared");
-        if now_active.is_some()
-            && service
-                .spec
-                .upgrade_strategy
-                .as_ref()
-                .and_then(|u| u.type_.as_ref())
-                == Some(&crate::api::rayservice::RayServiceUpgradeType::NewClusterWithIncrementalUpgrade)
-        {
-            ctx.event(
-                service,
-                EventType::Warning,
-                reasons::INCREMENTAL_UPGRADE_NOT_SUPPORTED,
-                "Upgrade",
-                format!("raypipe does not move traffic step by step (NewClusterWithIncrementalUpgrade): RayCluster {name} takes all traffic at once when its applications run, as with NewCluster"),
-            )
-            .await;
-        }
         pending_status = RayServiceClusterStatus {
             ray_cluster_name: Some(name.clone()),
+            target_capacity: plan.map(|_| incremental::initial_capacity(now_active.is_some())),
             ..Default::default()
         };
         Some(name)
@@ -363,6 +564,43 @@ mod tests {
             desired.update_in_place.is_empty(),
             "the spec did not change"
         );
+    }
+
+    #[test]
+    fn a_cluster_joining_an_incremental_upgrade_leaves_worker_counts_to_the_autoscaler() {
+        let mut svc = service(spec("ray:1", 3, 1));
+        svc.spec.upgrade_strategy = Some(crate::api::rayservice::RayServiceUpgradeStrategy {
+            type_: Some(
+                crate::api::rayservice::RayServiceUpgradeType::NewClusterWithIncrementalUpgrade,
+            ),
+            cluster_upgrade_options: None,
+        });
+        let clusters = [cluster(&svc, "svc-old")];
+        let replicas = |desired: &Desired| {
+            let (_, built) = desired.create.as_ref().expect("a cluster to create");
+            built
+                .as_ref()
+                .expect("builds")
+                .spec
+                .worker_group_specs
+                .as_ref()
+                .unwrap()[0]
+                .replicas
+        };
+        let upgrade = desired(
+            &svc,
+            &status(Some("svc-old"), Some("svc-new")),
+            &clusters,
+            &BuildOptions::default(),
+        );
+        assert_eq!(replicas(&upgrade), None);
+        let first = desired(
+            &svc,
+            &status(None, Some("svc-new")),
+            &[],
+            &BuildOptions::default(),
+        );
+        assert_eq!(replicas(&first), Some(3), "a first cluster keeps them");
     }
 
     #[test]
