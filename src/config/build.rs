@@ -140,6 +140,7 @@ impl ControllerSettings {
             concurrency: self.concurrency,
             locator: self.dashboard_locator()?,
             deletion_policy: self.feature_gates.enabled(gates::RAY_JOB_DELETION_POLICY),
+            build: self.cluster_build_options(),
             cluster_domain: switches.dashboard_domain(),
             delete_rayjob_after_finish: switches.delete_rayjob_cr_after_job_finishes,
             status_check_timeout: switches.rayjob_status_check_timeout_seconds,

@@ -84,6 +84,11 @@ pub fn identifier(cluster: &str, node_type: NodeType) -> String {
     check_label(&format!("{cluster}-{}", node_type.as_str()))
 }
 
+/// The head Service a RayService or RayJob keeps in front of its current cluster.
+pub fn owner_head_service_name(owner: &str) -> String {
+    format!("{owner}-head-svc")
+}
+
 /// The head Service: `headService.metadata.name` when given, else `<cluster>-head-svc`.
 pub fn head_service_name(cluster: &str, spec: &RayClusterSpec) -> String {
     spec.head_group_spec

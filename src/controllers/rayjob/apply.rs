@@ -1,5 +1,6 @@
 //! The RayJob's writes to its children: the RayCluster it creates (or the selected one it
-//! uses), the submitter Job, its finalizer, worker suspension and cluster deletion. Objects
+//! uses), its head Service, the submitter Job, its finalizer, worker suspension and cluster
+//! deletion. Objects
 //! are built in `build` (pure); here they are created, patched or deleted, with KubeRay's
 //! Events. An object of a child's name that the RayJob does not control is reported and left
 //! alone.
@@ -138,6 +139,90 @@ pub(super) async fn report_conflict(
     )
     .await;
     Error::K8s(conflict)
+}
+
+/// The RayJob's head Service `<rayjob>-head-svc` (KubeRay's, made while Running): created for
+/// a cluster the RayJob made (none for a selected cluster) and re-pointed only when the RayJob
+/// moved to another cluster (after a retry), by server-side apply, which keeps its clusterIP.
+/// A Service of that name the RayJob does not control is reported and left alone (KubeRay
+/// would take it over).
+pub(super) async fn ensure_head_service(
+    job: &RayJob,
+    ctx: &Context,
+    cluster: &RayCluster,
+) -> Result<(), Error> {
+    if build::selected_cluster(job).is_some() {
+        return Ok(());
+    }
+    let desired = build::head_service(job, cluster, &ctx.config.build)?;
+    let name = desired.name_any();
+    let api: Api<Service> =
+        Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let found = api
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!("reading Service {name}")))?;
+    let selects = |s: &Service| {
+        s.spec
+            .as_ref()
+            .and_then(|spec| spec.selector.as_ref())
+            .and_then(|selector| selector.get(labels::CLUSTER))
+            .cloned()
+    };
+    if let Some(found) = &found
+        && controlled_by_job(found.meta(), job)
+        && selects(found) == Some(cluster.name_any())
+    {
+        return Ok(());
+    }
+    let (reason, failed_reason, verb) = match &found {
+        None => (
+            reasons::CREATED_SERVICE,
+            reasons::FAILED_TO_CREATE_SERVICE,
+            "Created",
+        ),
+        Some(_) => (
+            reasons::UPDATED_SERVICE,
+            reasons::FAILED_TO_UPDATE_SERVICE,
+            "Updated",
+        ),
+    };
+    let namespace = job.namespace().unwrap_or_default();
+    match crate::k8s::apply_owned(
+        &api,
+        &desired,
+        found.as_ref().map(|f| f.meta()),
+        field_managers::RAYJOB,
+    )
+    .await
+    {
+        Ok(_) => {
+            ctx.event(
+                job,
+                EventType::Normal,
+                reason,
+                "ApplyService",
+                format!(
+                    "{verb} the service {namespace}/{name}; it selects RayCluster {}",
+                    cluster.name_any()
+                ),
+            )
+            .await;
+            Ok(())
+        }
+        Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
+        Err(e) => {
+            ctx.event(
+                job,
+                EventType::Warning,
+                failed_reason,
+                "ApplyService",
+                format!("Failed to apply the service {namespace}/{name}: {e}"),
+            )
+            .await;
+            Err(e.into())
+        }
+    }
 }
 
 pub(super) async fn ensure_submitter(

@@ -1,11 +1,12 @@
-//! Pure builders for what a RayJob creates: its RayCluster, the submitter Job (K8sJobMode) or
-//! container (SidecarMode), the `ray job submit` command and the HTTPMode submission. No
-//! client: the same RayJob always builds the same objects.
+//! Pure builders for what a RayJob creates: its RayCluster, its head Service
+//! `<rayjob>-head-svc`, the submitter Job (K8sJobMode) or container (SidecarMode) with the
+//! cluster's token-auth environment, the `ray job submit` command and the HTTPMode submission.
+//! No client: the same RayJob always builds the same objects.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirements, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -13,8 +14,10 @@ use kube::ResourceExt;
 use super::Error;
 use crate::api::RayCluster;
 use crate::api::rayjob::{JobSubmissionMode, RayJob};
+use crate::controllers::raycluster::builders::{BuildError, BuildOptions, pod::env_vars, service};
 use crate::kuberay::keys::{annotations, labels, ports};
 use crate::kuberay::names;
+use crate::kuberay::spec::auth_enabled;
 use crate::ray::JobSubmitRequest;
 
 /// Label on the RayCluster made for a RayJob: the submission mode.
@@ -158,6 +161,35 @@ fn head_dashboard_port(cluster: &RayCluster) -> i32 {
                 .find(|p| p.name.as_deref() == Some(ports::DASHBOARD_NAME))
         })
         .map_or(ports::DASHBOARD, |p| p.container_port)
+}
+
+/// The RayJob's head Service `<rayjob>-head-svc` (KubeRay makes one for a cluster the RayJob
+/// creates, none for a selected cluster): the cluster's head Service under the RayJob's name
+/// and labels, controlled by the RayJob; its selector names the RayJob's current cluster.
+pub fn head_service(
+    job: &RayJob,
+    cluster: &RayCluster,
+    options: &BuildOptions,
+) -> Result<Service, Error> {
+    service::owner_head_service(job, ORIGINATED_FROM_RAYJOB, cluster, options).map_err(
+        |e| match e {
+            BuildError::Owner(e) => Error::K8s(e),
+            other => Error::Invalid(other.to_string()),
+        },
+    )
+}
+
+/// The cluster's token-auth environment on a submitter container when the cluster uses token
+/// auth (as KubeRay does): `RAY_AUTH_MODE=token` and `RAY_AUTH_TOKEN` from the cluster's token
+/// Secret, by reference only, so the token never enters the RayJob's objects or logs.
+fn add_token_auth_env(container: &mut Container, cluster: &RayCluster) {
+    if auth_enabled(&cluster.spec) {
+        env_vars::set_token_auth_env(
+            &cluster.name_any(),
+            container,
+            cluster.spec.auth_options.as_ref(),
+        );
+    }
 }
 
 /// The submitter's shell command (§3.4), one string for `/bin/bash -ce --`.
@@ -317,7 +349,7 @@ fn sidecar_container(job: &RayJob, cluster: &RayCluster, job_id: &str) -> Result
         &health,
         job_id,
     )?;
-    Ok(Container {
+    let mut container = Container {
         name: SUBMITTER_CONTAINER.to_owned(),
         image: Some(head_image(cluster)),
         command: Some(vec!["/bin/bash".into(), "-ce".into(), "--".into()]),
@@ -329,7 +361,9 @@ fn sidecar_container(job: &RayJob, cluster: &RayCluster, job_id: &str) -> Result
             env("RAY_JOB_SUBMISSION_ID", job_id),
         ]),
         ..Default::default()
-    })
+    };
+    add_token_auth_env(&mut container, cluster);
+    Ok(container)
 }
 
 /// The submitter Job of K8sJobMode (§3.4): named like the RayJob, owned by it, running
@@ -390,6 +424,7 @@ pub fn submitter_job(
     envs.push(env("PYTHONUNBUFFERED", "1"));
     envs.push(env("RAY_DASHBOARD_ADDRESS", dashboard_url));
     envs.push(env("RAY_JOB_SUBMISSION_ID", job_id));
+    add_token_auth_env(container, cluster);
     Ok(Job {
         metadata: ObjectMeta {
             name: Some(job.name_any()),
@@ -499,6 +534,88 @@ pub(crate) mod tests {
              -- echo no quote 'single quote' \"double quote\" ; fi ; ray job logs --address {a} --follow testJobId"
         );
         assert_eq!(command, expected);
+    }
+
+    #[test]
+    fn head_service_is_the_clusters_under_the_rayjobs_name() {
+        let job = job(json!({}));
+        let mut cluster = ray_cluster(&job, "rj-abcde", "rj-x").expect("builds");
+        cluster.metadata.uid = Some("cluster-uid".into());
+        let svc = head_service(&job, &cluster, &BuildOptions::default()).expect("builds");
+        assert_eq!(svc.name_any(), "rj-head-svc");
+        assert_eq!(
+            svc.labels(),
+            &BTreeMap::from([
+                (labels::ORIGINATED_FROM_CR_NAME.to_owned(), "rj".to_owned()),
+                (labels::ORIGINATED_FROM_CRD.to_owned(), "RayJob".to_owned()),
+                (labels::NODE_TYPE.to_owned(), "head".to_owned()),
+                (labels::IDENTIFIER.to_owned(), "rj-head".to_owned()),
+            ])
+        );
+        let cluster_svc = service::head_service(&cluster, &BuildOptions::default())
+            .expect("the cluster's head Service");
+        assert_eq!(svc.spec, cluster_svc.spec, "same ports, selector and type");
+        let selector = svc.spec.as_ref().and_then(|s| s.selector.as_ref());
+        assert_eq!(
+            selector.map(|s| s[labels::CLUSTER].as_str()),
+            Some("rj-abcde")
+        );
+        let owner = &svc.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("RayJob", "rj", Some(true))
+        );
+    }
+
+    #[test]
+    fn submitters_get_the_token_by_secret_reference_when_the_cluster_uses_token_auth() {
+        let auth = json!({"spec": {"rayClusterSpec": {"authOptions": {"mode": "token"}}}});
+        let token_env = |c: &Container| {
+            let envs = c.env.clone().unwrap_or_default();
+            let mode = envs
+                .iter()
+                .find(|e| e.name == "RAY_AUTH_MODE")
+                .and_then(|e| e.value.clone());
+            let secret = envs.iter().find(|e| e.name == "RAY_AUTH_TOKEN").map(|e| {
+                assert_eq!(e.value, None, "never the token itself");
+                let key = e
+                    .value_from
+                    .as_ref()
+                    .and_then(|v| v.secret_key_ref.as_ref());
+                key.map(|k| (k.name.clone(), k.key.clone()))
+            });
+            (mode, secret)
+        };
+        let mut with_auth = job(json!({}));
+        let mut merged = serde_json::to_value(&with_auth).expect("json");
+        merged["spec"]["rayClusterSpec"]["authOptions"] =
+            auth["spec"]["rayClusterSpec"]["authOptions"].clone();
+        with_auth = serde_json::from_value(merged).expect("a RayJob");
+        let cluster = ray_cluster(&with_auth, "rj-abcde", "rj-x").expect("builds");
+        let submitter = submitter_job(
+            &with_auth,
+            &cluster,
+            "rj-abcde-head-svc.ns.svc:8265",
+            "rj-x",
+        )
+        .expect("builds");
+        let pod = submitter.spec.and_then(|s| s.template.spec).expect("pod");
+        assert_eq!(
+            token_env(&pod.containers[0]),
+            (
+                Some("token".to_owned()),
+                Some(Some(("rj-abcde".to_owned(), "auth_token".to_owned())))
+            )
+        );
+        let sidecar = sidecar_container(&with_auth, &cluster, "rj-x").expect("builds");
+        assert_eq!(token_env(&sidecar).0.as_deref(), Some("token"));
+
+        // Without token auth, no auth environment.
+        let plain = job(json!({}));
+        let cluster = ray_cluster(&plain, "rj-abcde", "rj-x").expect("builds");
+        let submitter = submitter_job(&plain, &cluster, "x:8265", "rj-x").expect("builds");
+        let pod = submitter.spec.and_then(|s| s.template.spec).expect("pod");
+        assert_eq!(token_env(&pod.containers[0]), (None, None));
     }
 
     #[test]

@@ -74,6 +74,9 @@ pub mod reasons {
     pub const DELETED_SUBMITTER: &str = "DeletedRayJobSubmitter";
     pub const FAILED_TO_CREATE_SUBMITTER: &str = "FailedToCreateRayJobSubmitter";
     pub const FAILED_TO_DELETE_SUBMITTER: &str = "FailedToDeleteRayJobSubmitter";
+    pub use crate::kuberay::keys::reasons::{CREATED_SERVICE, FAILED_TO_CREATE_SERVICE};
+    pub const UPDATED_SERVICE: &str = "UpdatedService";
+    pub const FAILED_TO_UPDATE_SERVICE: &str = "FailedToUpdateService";
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +140,9 @@ pub struct Config {
     pub cluster_domain: String,
     /// Feature gate RayJobDeletionPolicy.
     pub deletion_policy: bool,
+    /// How the RayJob's head Service is built (as the RayCluster controller builds the
+    /// cluster's: KubeRay's `ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE`).
+    pub build: crate::controllers::raycluster::builders::BuildOptions,
     /// `DELETE_RAYJOB_CR_AFTER_JOB_FINISHES`: shutdown deletes the RayJob instead of the cluster.
     pub delete_rayjob_after_finish: bool,
     /// `RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS`.
@@ -162,6 +168,7 @@ impl Default for Config {
             requeue: Duration::from_secs(3),
             cluster_domain: crate::ray::DEFAULT_CLUSTER_DOMAIN.to_owned(),
             deletion_policy: true,
+            build: Default::default(),
             delete_rayjob_after_finish: false,
             status_check_timeout: Duration::from_secs(300),
             transition_grace_period: Duration::from_secs(300),
@@ -190,6 +197,7 @@ pub async fn run(
     let jobs: Api<RayJob> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let clusters: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let submitters: Api<Job> = crate::k8s::scoped_api(&client, namespace.as_deref());
+    let services: Api<Service> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let concurrency = config.concurrency.max(1);
     let frame =
         Frame::new("rayjob", &config.metrics).with_backoff(Backoff::starting_at(config.requeue));
@@ -212,6 +220,10 @@ pub async fn run(
     let submitter_events = watcher(submitters, watcher::Config::default().labels(&origin))
         .backoff(crate::k8s::watch_backoff())
         .touched_objects();
+    // A deleted or edited head Service is put back.
+    let service_events = watcher(services, watcher::Config::default().labels(&origin))
+        .backoff(crate::k8s::watch_backoff())
+        .touched_objects();
     let (store, writer) = reflector::store();
     let job_events = watcher(jobs, watcher::Config::default())
         .backoff(crate::k8s::watch_backoff())
@@ -226,6 +238,7 @@ pub async fn run(
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(cluster_events)
         .owns_stream(submitter_events)
+        .owns_stream(service_events)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown);
     crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;

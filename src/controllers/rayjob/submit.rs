@@ -2,7 +2,7 @@
 //! read: the dashboard (located through the configured locator, with the cluster's auth token
 //! when it uses one) and the submitter (Job or head sidecar).
 
-use super::apply::ensure_cluster;
+use super::apply::{ensure_cluster, ensure_head_service};
 use super::reconcile::check_deadlines;
 use super::*;
 
@@ -234,6 +234,7 @@ pub(super) async fn running(
     // The cluster comes back if it vanished (selected clusters must exist).
     let cluster = ensure_cluster(job, ctx, status).await?;
     status.ray_cluster_status = cluster.status.clone();
+    ensure_head_service(job, ctx, &cluster).await?;
 
     let mode = build::mode(job);
     let Some(submitter) = submitter_state(job, ctx, &cluster).await? else {

@@ -187,7 +187,7 @@ pub fn serve_service_name(service: &RayService) -> String {
 
 /// `<service>-head-svc`.
 pub fn head_service_name(service: &RayService) -> String {
-    format!("{}-head-svc", service.name_any())
+    names::owner_head_service_name(&service.name_any())
 }
 
 fn service_labels(service: &RayService) -> BTreeMap<String, String> {
@@ -207,22 +207,7 @@ pub fn head_service(
     target: &RayCluster,
     options: &BuildOptions,
 ) -> Result<Service, BuildError> {
-    let mut svc = cluster_service::head_service(target, options)?;
-    let mut svc_labels = service_labels(service);
-    svc_labels.insert(labels::NODE_TYPE.to_owned(), labels::HEAD.to_owned());
-    svc_labels.insert(
-        labels::IDENTIFIER.to_owned(),
-        format!("{}-head", service.name_any()),
-    );
-    svc.metadata = ObjectMeta {
-        name: Some(head_service_name(service)),
-        namespace: service.namespace(),
-        labels: Some(svc_labels),
-        annotations: svc.metadata.annotations.take(),
-        owner_references: Some(vec![crate::k8s::controller_owner_ref(service)?]),
-        ..Default::default()
-    };
-    Ok(svc)
+    cluster_service::owner_head_service(service, CREATOR, target, options)
 }
 
 /// The RayService's serve Service: selects the target cluster's Pods that serve

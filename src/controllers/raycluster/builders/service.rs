@@ -170,6 +170,44 @@ pub fn head_service(cluster: &RayCluster, options: &BuildOptions) -> Result<Serv
     Ok(service)
 }
 
+/// The head Service a RayService or RayJob keeps in front of its current cluster,
+/// `<owner>-head-svc`: `target`'s head Service (ports, selector, type) under the owner's name
+/// and labels (`originated-from-*`, `node-type: head`, identifier `<owner>-head`), controlled
+/// by the owner. Its selector names the cluster, so it follows the owner to a new cluster.
+pub fn owner_head_service<K: kube::Resource<DynamicType = ()>>(
+    owner: &K,
+    originated_from_crd: &str,
+    target: &RayCluster,
+    options: &BuildOptions,
+) -> Result<Service, BuildError> {
+    let mut service = head_service(target, options)?;
+    let owner_name = owner.name_any();
+    let owner_labels = BTreeMap::from([
+        (
+            labels::ORIGINATED_FROM_CR_NAME.to_owned(),
+            owner_name.clone(),
+        ),
+        (
+            labels::ORIGINATED_FROM_CRD.to_owned(),
+            originated_from_crd.to_owned(),
+        ),
+        (labels::NODE_TYPE.to_owned(), labels::HEAD.to_owned()),
+        (
+            labels::IDENTIFIER.to_owned(),
+            names::identifier(&owner_name, NodeType::Head),
+        ),
+    ]);
+    service.metadata = ObjectMeta {
+        name: Some(names::owner_head_service_name(&owner_name)),
+        namespace: owner.namespace(),
+        labels: Some(owner_labels),
+        annotations: service.metadata.annotations.take(),
+        owner_references: Some(vec![crate::k8s::controller_owner_ref(owner)?]),
+        ..Default::default()
+    };
+    Ok(service)
+}
+
 /// The headless Service multi-host workers use to find each other; only for clusters with a
 /// group of more than one host.
 pub fn headless_worker_service(cluster: &RayCluster) -> Result<Option<Service>, BuildError> {

@@ -161,11 +161,9 @@ pub(super) fn configure_token_auth(cluster: &str, spec: &mut PodSpec, auth: Opti
     }
 }
 
-pub(super) fn set_token_auth_env(
-    cluster: &str,
-    container: &mut Container,
-    auth: Option<&AuthOptions>,
-) {
+/// Token auth on one container: `RAY_AUTH_MODE=token` and the token from the cluster's Secret
+/// by reference (or the Kubernetes token mount); also used for RayJob submitters.
+pub fn set_token_auth_env(cluster: &str, container: &mut Container, auth: Option<&AuthOptions>) {
     push_env_if_absent(container, env(env_names::RAY_AUTH_MODE, "token"));
     if auth.and_then(|a| a.enable_k8s_token_auth) == Some(true) {
         push_env_if_absent(container, env(env_names::RAY_ENABLE_K8S_TOKEN_AUTH, "true"));
