@@ -500,13 +500,16 @@ async fn attempt_once(prepared: &Prepared<'_>, attempt: u32) -> Result<FetchOutc
     })
 }
 
-enum BodyError {
+pub(in crate::source) enum BodyError {
     Transport(reqwest::Error),
     Rejected(SourceError),
 }
 
 impl BodyError {
-    fn map_transport(self, map: impl FnOnce(reqwest::Error) -> SourceError) -> SourceError {
+    pub(in crate::source) fn map_transport(
+        self,
+        map: impl FnOnce(reqwest::Error) -> SourceError,
+    ) -> SourceError {
         match self {
             BodyError::Transport(error) => map(error),
             BodyError::Rejected(error) => error,
@@ -518,7 +521,7 @@ impl BodyError {
 /// `max_bytes`, so an oversized or endless body never sits in memory. The buffer starts at
 /// [`INITIAL_BODY_CAPACITY`] and doubles as bytes arrive, never past `reserved`; returns the
 /// body, its digest and the buffer's capacity (what it occupies).
-async fn read_capped_body(
+pub(in crate::source) async fn read_capped_body(
     mut response: Response,
     max_bytes: u64,
     reserved: u64,
