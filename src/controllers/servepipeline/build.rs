@@ -116,6 +116,8 @@ pub struct AppliedGraph {
     pub edges: usize,
     pub ingress: String,
     pub version: Option<String>,
+    /// For an OCI source: tag, manifest digest and graph digest.
+    pub oci: Option<crate::api::servepipeline::OciSourceStatus>,
 }
 
 /// The applied graph as a status describes it (`source` and `graph`), when it has both.
@@ -130,6 +132,7 @@ pub fn applied_from_status(status: &ServePipelineStatus) -> Option<AppliedGraph>
         edges: usize::try_from(graph.edges).unwrap_or(0),
         ingress: graph.ingress.clone(),
         version: graph.version.clone(),
+        oci: source.oci.clone(),
     })
 }
 
@@ -606,6 +609,7 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
                 etag: g.etag.clone(),
                 fetched_at: Some(g.fetched_at.clone()),
                 bytes: i64::try_from(g.size).unwrap_or(i64::MAX),
+                oci: g.oci.clone(),
             }),
             Some(GraphStatus {
                 nodes: i32::try_from(g.nodes).unwrap_or(i32::MAX),
@@ -716,6 +720,7 @@ mod tests {
             edges: 3,
             ingress: "request".into(),
             version: Some("1".into()),
+            oci: None,
         }
     }
 
