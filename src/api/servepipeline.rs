@@ -132,13 +132,33 @@ pub struct RolloutGates {
     pub min_requests: Option<i64>,
 }
 
-/// A model graph at an HTTP(S) address.
+/// A model graph at an HTTP(S) address (`url`) or in an OCI registry (`oci`): exactly one.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct GraphSource {
-    /// HTTPS address of the protobuf graph. `http://` only with `allowInsecureHttp`.
-    #[schemars(regex(pattern = r"^https?://[^\s]+$"))]
+    /// HTTPS address of the protobuf graph. `http://` only with `allowInsecureHttp`. Empty
+    /// when `oci` is set.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(regex(pattern = r"^(https?://[^\s]+)?$"))]
     pub url: String,
+    /// The graph as an OCI artifact (pushed with `raypipe dag push`):
+    /// `registry.example/team/graph:tag`, `…@sha256:<hex>`, or both (the digest is fetched).
+    /// The registry host is always explicit (no default registry, no implicit `:latest`). A
+    /// tag is polled every `refreshInterval` with the manifest digest as the change signal; a
+    /// digest never changes and is fetched once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub oci: Option<String>,
+    /// Secret with the registry credentials for `oci`. Key `.dockerconfigjson` (a
+    /// `kubernetes.io/dockerconfigjson` Secret, as image pulls use): the entry for the
+    /// registry host, `auth` or `username`/`password`, used in the registry's token flow. Any
+    /// other key: a registry token sent as `Authorization: Bearer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretKeySelector>,
+    /// Require a cosign signature over the manifest digest (only with `oci`); an artifact not
+    /// signed as required is refused and the running version stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<SourceVerification>,
     /// Secret (in the pipeline's namespace) holding the bearer token sent as
     /// `Authorization: Bearer <token>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -170,6 +190,18 @@ pub struct GraphSource {
     /// Allows a plain `http://` URL (the token then travels unencrypted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_insecure_http: Option<bool>,
+}
+
+/// How the signature of an OCI graph is verified. Exactly one way: today a public key; a
+/// `keyless` identity (Fulcio certificate issuer and subject, Rekor) is the planned sibling
+/// field.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceVerification {
+    /// Secret key holding the PEM public key (ECDSA P-256, as `cosign generate-key-pair`
+    /// writes to `cosign.pub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key_secret_ref: Option<SecretKeySelector>,
 }
 
 /// A key in a Secret of the pipeline's own namespace.
@@ -257,6 +289,22 @@ pub struct SourceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetched_at: Option<Time>,
     pub bytes: i64,
+    /// For an OCI source: what the reference resolved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciSourceStatus>,
+}
+
+/// The OCI artifact applied.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OciSourceStatus {
+    /// The tag polled (absent for a digest reference).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// `sha256:<hex>` of the manifest applied; a new digest behind the tag is a new version.
+    pub manifest_digest: String,
+    /// `sha256:<hex>` of the graph layer (equal to `digest`).
+    pub graph_digest: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]

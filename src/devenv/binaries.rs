@@ -1,6 +1,8 @@
 //! Finding the control-plane binaries, following the ecosystem's order: explicit paths, then
 //! `KUBEBUILDER_ASSETS` (what setup-envtest fills), then raypipe's version-keyed cache, and only
-//! then a build from the Go modules by the embedded `provision.sh`.
+//! then a build from the Go modules by the embedded `provision.sh`. The CNCF distribution
+//! registry (the real OCI registry of the OCI source tests) follows the same order with its own
+//! script, `distribution.sh`: `RAYPIPE_DISTRIBUTION_REGISTRY`, the cache, then a build.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,6 +16,12 @@ pub const PROVISION_SCRIPT: &str = include_str!("provision.sh");
 pub const KUBE_VERSION: &str = "1.36.3";
 pub const ETCD_VERSION: &str = "3.6.16";
 pub const KWOK_VERSION: &str = "0.8.0";
+
+/// The OCI registry build script, embedded like [`PROVISION_SCRIPT`].
+pub const DISTRIBUTION_SCRIPT: &str = include_str!("distribution.sh");
+
+/// The distribution registry version `distribution.sh` builds; part of its cache key.
+pub const DISTRIBUTION_VERSION: &str = "3.1.2";
 
 /// Paths of the binaries one control plane runs.
 #[derive(Clone, Debug)]
@@ -175,6 +183,53 @@ pub fn provision(dir: &Path) -> Result<(), DevEnvError> {
     )
 }
 
+/// The version-keyed directory `distribution.sh` fills.
+pub fn distribution_cache_dir() -> PathBuf {
+    cache_root()
+        .join("registry")
+        .join(format!("v{DISTRIBUTION_VERSION}"))
+}
+
+/// The distribution registry binary: `$RAYPIPE_DISTRIBUTION_REGISTRY`, else the cache, else
+/// built into the cache by the embedded `distribution.sh` (printing progress; needs Go).
+pub fn distribution_registry() -> Result<PathBuf, DevEnvError> {
+    if let Some(explicit) = std::env::var_os("RAYPIPE_DISTRIBUTION_REGISTRY") {
+        return Ok(PathBuf::from(explicit));
+    }
+    locate_distribution(&distribution_cache_dir(), |dir| {
+        eprintln!(
+            "raypipe: building the distribution registry v{DISTRIBUTION_VERSION} into {} — once per machine",
+            dir.display()
+        );
+        run_embedded_script(
+            "distribution.sh",
+            DISTRIBUTION_SCRIPT,
+            dir,
+            &[("DISTRIBUTION_VERSION", DISTRIBUTION_VERSION)],
+        )
+    })
+}
+
+/// `<cache>/registry` when present, else what `build` leaves there.
+fn locate_distribution(
+    cache: &Path,
+    build: impl FnOnce(&Path) -> Result<(), DevEnvError>,
+) -> Result<PathBuf, DevEnvError> {
+    let binary = cache.join("registry");
+    if binary.is_file() {
+        return Ok(binary);
+    }
+    build(cache)?;
+    if binary.is_file() {
+        Ok(binary)
+    } else {
+        Err(DevEnvError::Provision(format!(
+            "{} is missing after building the registry",
+            binary.display()
+        )))
+    }
+}
+
 /// Runs a script embedded in the binary with `bash -c`, with `target` as its one argument and
 /// raypipe's cache root in `RAYPIPE_CACHE_DIR`; its progress goes to stderr.
 pub fn run_embedded_script(
@@ -309,6 +364,26 @@ mod script_tests {
             })
             .expect("provisioned");
         assert_eq!(found.etcd, lookup.cache.join("etcd"));
+    }
+
+    #[test]
+    fn the_registry_binary_is_built_once_into_its_cache_then_reused() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let cache = root.path().join("registry").join("v-test");
+        let calls = Cell::new(0);
+        let found = locate_distribution(&cache, |dir| {
+            calls.set(calls.get() + 1);
+            fill(dir, &["registry"]);
+            Ok(())
+        })
+        .expect("built");
+        assert_eq!((found, calls.get()), (cache.join("registry"), 1));
+        locate_distribution(&cache, |_| panic!("a warm cache is not built again"))
+            .expect("the cache is used");
+
+        let empty = root.path().join("empty");
+        let err = locate_distribution(&empty, |_| Ok(())).expect_err("nothing was built");
+        assert!(err.to_string().contains("missing"), "{err}");
     }
 
     #[test]

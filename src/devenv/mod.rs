@@ -6,6 +6,7 @@
 //!   machine ([`binaries`], `provision.sh`), with its own certificates ([`pki`]);
 //! - [`ray`]: a pinned Ray in a cached virtualenv and local Ray heads on 127.0.0.1;
 //! - [`registry`]: a token-protected HTTP model registry with ETags and request counters;
+//! - [`distribution`]: the CNCF distribution registry (a real OCI registry) on 127.0.0.1;
 //! - [`process`]: child processes in their own process group that die with their parent.
 //!
 //! Everything here is started by process id and stopped the same way; nothing listens beyond
@@ -13,6 +14,7 @@
 
 pub mod binaries;
 pub mod control_plane;
+pub mod distribution;
 pub mod pki;
 pub mod process;
 pub mod ray;

@@ -48,13 +48,28 @@ impl ManagedProcess {
         args: &[String],
         log: &Path,
     ) -> Result<ManagedProcess, DevEnvError> {
+        Self::start_with_env(name, program, args, &[], log)
+    }
+
+    /// [`ManagedProcess::start`] with extra environment variables.
+    pub fn start_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<ManagedProcess, DevEnvError> {
         let out = File::create(log)
             .map_err(|e| DevEnvError::Io(format!("create {}", log.display()), e))?;
         let err = out
             .try_clone()
             .map_err(|e| DevEnvError::Io("dup log".into(), e))?;
         let mut cmd = Command::new(program);
-        cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        cmd.args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
         // SAFETY: only async-signal-safe libc calls between fork and exec.
         unsafe {
             cmd.pre_exec(|| {

@@ -36,6 +36,21 @@ pub mod reasons {
     pub const DIGEST_MISMATCH: &str = "DigestMismatch";
     pub const DESTINATION_NOT_ALLOWED: &str = "DestinationNotAllowed";
     pub const MEMORY_BUDGET_EXHAUSTED: &str = "MemoryBudgetExhausted";
+    // OCI sources (issue 21).
+    pub const INVALID_REFERENCE: &str = "InvalidReference";
+    pub const INVALID_CREDENTIALS: &str = "InvalidCredentials";
+    pub const REGISTRY_UNAUTHORIZED: &str = "RegistryUnauthorized";
+    pub const TOKEN_REJECTED: &str = "TokenRejected";
+    pub const TOKEN_EXPIRED: &str = "TokenExpired";
+    pub const INVALID_AUTH_CHALLENGE: &str = "InvalidAuthChallenge";
+    pub const INVALID_TOKEN_RESPONSE: &str = "InvalidTokenResponse";
+    pub const TAG_NOT_FOUND: &str = "TagNotFound";
+    pub const MANIFEST_NOT_FOUND: &str = "ManifestNotFound";
+    pub const INVALID_MANIFEST: &str = "InvalidManifest";
+    pub const WRONG_MEDIA_TYPE: &str = "WrongMediaType";
+    pub const INVALID_PUBLIC_KEY: &str = "InvalidPublicKey";
+    pub const SIGNATURE_MISSING: &str = "SignatureMissing";
+    pub const SIGNATURE_INVALID: &str = "SignatureInvalid";
 }
 
 /// Which limit a [`SourceError::Timeout`] hit.
@@ -219,6 +234,82 @@ pub enum SourceError {
         requested: u64,
         budget: u64,
     },
+
+    #[error("source.oci is not usable: {0}")]
+    InvalidReference(#[from] crate::source::oci::ReferenceError),
+
+    #[error("the registry credentials Secret is not usable: {problem}")]
+    InvalidCredentials { problem: String },
+
+    #[error("{}", registry_unauthorized_message(registry, *credentials_sent))]
+    RegistryUnauthorized {
+        registry: String,
+        credentials_sent: bool,
+    },
+
+    #[error(
+        "the registry {registry} rejected the token it was given (HTTP 401): the credentials \
+         may lack pull access to the repository, or the token issuer and the registry disagree"
+    )]
+    TokenRejected { registry: String },
+
+    #[error(
+        "the registry {registry} rejected a token that had already expired when it was issued \
+         (issued_at + expires_in lies in the past): check the clock of the token issuer"
+    )]
+    TokenExpired { registry: String },
+
+    #[error(
+        "the registry {registry} sent an authentication challenge raypipe cannot follow: {problem}"
+    )]
+    InvalidAuthChallenge { registry: String, problem: String },
+
+    #[error("the token endpoint {realm} answered something that is not a token: {problem}")]
+    InvalidTokenResponse { realm: String, problem: String },
+
+    #[error("no tag {tag:?} in {repository} (HTTP 404): check source.oci, or push the graph first")]
+    TagNotFound { repository: String, tag: String },
+
+    #[error("no manifest {digest} in {repository} (HTTP 404): check the digest in source.oci")]
+    ManifestNotFound { repository: String, digest: String },
+
+    #[error("the manifest of {reference} is not a raypipe graph artifact: {problem}")]
+    InvalidManifest { reference: String, problem: String },
+
+    #[error(
+        "the {what} of {reference} has digest {actual} but {expected} was expected: refusing \
+         it (the registry or something on the way changed the content)"
+    )]
+    OciDigestMismatch {
+        reference: String,
+        what: &'static str,
+        expected: String,
+        actual: String,
+    },
+
+    #[error("{reference} is not a raypipe graph: {problem}")]
+    WrongMediaType { reference: String, problem: String },
+
+    #[error("the public key for source.verify is not usable: {problem}")]
+    InvalidPublicKey { problem: String },
+
+    #[error(
+        "{reference} (manifest {digest}) has no cosign signature (looked up through the \
+         referrers API and the tag {tag}): sign it with the key source.verify names, or remove \
+         source.verify"
+    )]
+    SignatureMissing {
+        reference: String,
+        digest: String,
+        tag: String,
+    },
+
+    #[error("the signature of {reference} (manifest {digest}) is not valid: {problem}")]
+    SignatureInvalid {
+        reference: String,
+        digest: String,
+        problem: String,
+    },
 }
 
 fn attempts_note(attempts: u32) -> String {
@@ -239,6 +330,20 @@ fn unauthorized_message(url: &str, token_sent: bool) -> String {
         format!(
             "{url} requires authentication (HTTP 401 Unauthorized) and no token was sent: set \
              bearerTokenSecretRef"
+        )
+    }
+}
+
+fn registry_unauthorized_message(registry: &str, credentials_sent: bool) -> String {
+    if credentials_sent {
+        format!(
+            "the registry {registry} refused the credentials (HTTP 401): check the username and \
+             password in the Secret named by source.credentialsSecretRef"
+        )
+    } else {
+        format!(
+            "the registry {registry} requires authentication (HTTP 401) and no credentials were \
+             configured: set source.credentialsSecretRef"
         )
     }
 }
@@ -281,6 +386,21 @@ impl SourceError {
             SourceError::DestinationNotAllowed { .. } => reasons::DESTINATION_NOT_ALLOWED,
             SourceError::MemoryBudgetExhausted { .. }
             | SourceError::LargerThanMemoryBudget { .. } => reasons::MEMORY_BUDGET_EXHAUSTED,
+            SourceError::InvalidReference(_) => reasons::INVALID_REFERENCE,
+            SourceError::InvalidCredentials { .. } => reasons::INVALID_CREDENTIALS,
+            SourceError::RegistryUnauthorized { .. } => reasons::REGISTRY_UNAUTHORIZED,
+            SourceError::TokenRejected { .. } => reasons::TOKEN_REJECTED,
+            SourceError::TokenExpired { .. } => reasons::TOKEN_EXPIRED,
+            SourceError::InvalidAuthChallenge { .. } => reasons::INVALID_AUTH_CHALLENGE,
+            SourceError::InvalidTokenResponse { .. } => reasons::INVALID_TOKEN_RESPONSE,
+            SourceError::TagNotFound { .. } => reasons::TAG_NOT_FOUND,
+            SourceError::ManifestNotFound { .. } => reasons::MANIFEST_NOT_FOUND,
+            SourceError::InvalidManifest { .. } => reasons::INVALID_MANIFEST,
+            SourceError::OciDigestMismatch { .. } => reasons::DIGEST_MISMATCH,
+            SourceError::WrongMediaType { .. } => reasons::WRONG_MEDIA_TYPE,
+            SourceError::InvalidPublicKey { .. } => reasons::INVALID_PUBLIC_KEY,
+            SourceError::SignatureMissing { .. } => reasons::SIGNATURE_MISSING,
+            SourceError::SignatureInvalid { .. } => reasons::SIGNATURE_INVALID,
         }
     }
 
@@ -300,7 +420,12 @@ impl SourceError {
     pub fn is_authorization_problem(&self) -> bool {
         matches!(
             self,
-            SourceError::Unauthorized { .. } | SourceError::Forbidden { .. }
+            SourceError::Unauthorized { .. }
+                | SourceError::Forbidden { .. }
+                | SourceError::RegistryUnauthorized { .. }
+                | SourceError::TokenRejected { .. }
+                | SourceError::TokenExpired { .. }
+                | SourceError::InvalidCredentials { .. }
         )
     }
 

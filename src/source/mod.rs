@@ -16,6 +16,7 @@ mod destination;
 mod digest;
 mod error;
 mod fetcher;
+pub mod oci;
 mod redact;
 mod request;
 

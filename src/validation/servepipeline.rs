@@ -109,6 +109,7 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Vec<Problem> {
             );
         }
     }
+    source_kind_problems(source, &mut refuse);
     if let Some(rollout) = &pipeline.spec.rollout {
         rollout_problems(pipeline, rollout, &mut refuse);
     }
@@ -121,6 +122,68 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Vec<Problem> {
         );
     }
     problems
+}
+
+/// `source.url` or `source.oci`, exactly one, and the fields that belong to each.
+fn source_kind_problems(source: &GraphSource, refuse: &mut impl FnMut(&str, String)) {
+    match (&source.oci, source.url.is_empty()) {
+        (None, true) => refuse(
+            "spec.source",
+            "set source.url (a graph at an HTTPS address) or source.oci (an OCI artifact)"
+                .to_owned(),
+        ),
+        (Some(_), false) => refuse(
+            "spec.source",
+            "source.url and source.oci are both set; set exactly one".to_owned(),
+        ),
+        (Some(reference), true) => {
+            if let Err(error) = reference.parse::<crate::source::oci::OciReference>() {
+                refuse("spec.source.oci", format!("source.oci: {}", error.problem));
+            }
+            for (field, set) in [
+                (
+                    "bearerTokenSecretRef",
+                    source.bearer_token_secret_ref.is_some(),
+                ),
+                ("sha256", source.sha256.is_some()),
+            ] {
+                if set {
+                    refuse(
+                        &format!("spec.source.{field}"),
+                        format!(
+                            "source.{field} applies to source.url only; with source.oci use \
+                             credentialsSecretRef and a @sha256: digest in the reference"
+                        ),
+                    );
+                }
+            }
+        }
+        (None, false) => {
+            for (field, set) in [
+                (
+                    "credentialsSecretRef",
+                    source.credentials_secret_ref.is_some(),
+                ),
+                ("verify", source.verify.is_some()),
+            ] {
+                if set {
+                    refuse(
+                        &format!("spec.source.{field}"),
+                        format!("source.{field} applies to source.oci only"),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(verify) = &source.verify
+        && verify.public_key_secret_ref.is_none()
+    {
+        refuse(
+            "spec.source.verify.publicKeySecretRef",
+            "source.verify needs publicKeySecretRef (the only verification supported so far)"
+                .to_owned(),
+        );
+    }
 }
 
 /// The canary policy: bounded durations and weights, and an application name short enough for
@@ -353,6 +416,59 @@ mod tests {
         s.url = "http://127.0.0.1/g.pb".into();
         s.allow_insecure_http = Some(true);
         assert_eq!(spec_messages(&pipeline("ok", s)), Ok(()));
+    }
+
+    #[test]
+    fn exactly_one_of_url_and_oci_with_the_fields_of_each() {
+        use crate::api::servepipeline::{SecretKeySelector, SourceVerification};
+        let secret = || SecretKeySelector {
+            name: "s".into(),
+            key: "k".into(),
+        };
+        let oci = |reference: &str| GraphSource {
+            oci: Some(reference.into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            spec_messages(&pipeline("ok", oci("registry.example/team/g:v1"))),
+            Ok(())
+        );
+        let verified = GraphSource {
+            credentials_secret_ref: Some(secret()),
+            verify: Some(SourceVerification {
+                public_key_secret_ref: Some(secret()),
+            }),
+            ..oci("registry.example/team/g:v1")
+        };
+        assert_eq!(spec_messages(&pipeline("ok", verified)), Ok(()));
+
+        let neither = spec_messages(&pipeline("p", GraphSource::default())).unwrap_err();
+        assert!(neither[0].contains("set source.url"), "{neither:?}");
+        let both = GraphSource {
+            url: "https://r.example/g.pb".into(),
+            ..oci("registry.example/g:v1")
+        };
+        let problems = spec_messages(&pipeline("p", both)).unwrap_err();
+        assert!(problems[0].contains("both set"), "{problems:?}");
+        let no_registry = spec_messages(&pipeline("p", oci("team/g:v1"))).unwrap_err();
+        assert!(no_registry[0].starts_with("source.oci:"), "{no_registry:?}");
+        assert!(no_registry[0].contains("registry"), "{no_registry:?}");
+
+        let url_fields_on_oci = GraphSource {
+            bearer_token_secret_ref: Some(secret()),
+            sha256: Some("a".repeat(64)),
+            ..oci("registry.example/g:v1")
+        };
+        let problems = spec_messages(&pipeline("p", url_fields_on_oci)).unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        let oci_fields_on_url = GraphSource {
+            credentials_secret_ref: Some(secret()),
+            verify: Some(SourceVerification::default()),
+            ..source(None, None)
+        };
+        let problems = spec_messages(&pipeline("p", oci_fields_on_url)).unwrap_err();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[2].contains("publicKeySecretRef"), "{problems:?}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod admin;
 mod crds;
+mod dag_oci;
 mod deploy;
 mod dev;
 mod faults;

@@ -113,6 +113,8 @@ pub struct AppliedGraph {
     pub edges: usize,
     pub ingress: String,
     pub version: Option<String>,
+    /// For an OCI source: tag, manifest digest and graph digest.
+    pub oci: Option<crate::api::servepipeline::OciSourceStatus>,
 }
 
 /// The applied graph as a status describes it (`source` and `graph`), when it has both.
@@ -127,6 +129,7 @@ pub fn applied_from_status(status: &ServePipelineStatus) -> Option<AppliedGraph>
         edges: usize::try_from(graph.edges).unwrap_or(0),
         ingress: graph.ingress.clone(),
         version: graph.version.clone(),
+        oci: source.oci.clone(),
     })
 }
 
@@ -218,6 +221,7 @@ mod tests {
             edges: 3,
             ingress: "request".into(),
             version: Some("1".into()),
+            oci: None,
         }
     }
 

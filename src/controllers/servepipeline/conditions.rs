@@ -488,6 +488,7 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
                 etag: g.etag.clone(),
                 fetched_at: Some(g.fetched_at.clone()),
                 bytes: i64::try_from(g.size).unwrap_or(i64::MAX),
+                oci: g.oci.clone(),
             }),
             Some(GraphStatus {
                 nodes: i32::try_from(g.nodes).unwrap_or(i32::MAX),

@@ -203,6 +203,18 @@ impl<T: Send + 'static> FetchQueue<T> {
 
 /// The pool key of a source URL: `host:port`, or the URL itself when it does not parse (such a
 /// fetch fails at once anyway).
+/// The registry host a source's fetches count against: `source.url`'s `host:port`, or the
+/// registry of `source.oci`.
+pub fn source_host(source: &crate::api::servepipeline::GraphSource) -> String {
+    match &source.oci {
+        Some(reference) => {
+            let registry = reference.split('/').next().unwrap_or_default();
+            crate::k8s::truncate(registry, 256)
+        }
+        None => host_of(&source.url),
+    }
+}
+
 pub fn host_of(url: &str) -> String {
     reqwest::Url::parse(url)
         .ok()

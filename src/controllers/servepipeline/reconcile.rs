@@ -76,7 +76,7 @@ pub(super) async fn reconcile(
 
     let mut fetching = false;
     if problem.is_none() && due {
-        let host = fetches::host_of(&pipeline.spec.source.url);
+        let host = fetches::source_host(&pipeline.spec.source);
         let poll = ctx.fetches.poll(&key, &source_inputs, &host, || {
             source::fetch_and_validate(pipeline.clone(), ctx.clone(), good.clone())
         });

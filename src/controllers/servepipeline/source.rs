@@ -1,5 +1,6 @@
-//! The source stage of a ServePipeline: its Secrets (token, CA bundle), the conditional fetch
-//! and the decode → validate of the graph, run outside the reconcile workers (see `fetches`).
+//! The source stage of a ServePipeline: its Secrets (token, registry credentials, CA bundle,
+//! signature key), the conditional fetch of `source.url` or pull of `source.oci`, and the
+//! decode → validate of the graph, run outside the reconcile workers (see `fetches`).
 //! Whatever fails here becomes a `Problem` and never reaches the RayService.
 
 use std::sync::Arc;
@@ -14,8 +15,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::build::{AppliedGraph, reasons};
 use super::conditions::Problem;
 use super::{Context, FetchResult, GoodGraph, MAX_LOGGED_MESSAGE, now};
-use crate::api::servepipeline::{ServePipeline, condition_types};
-use crate::source::{BearerToken, FetchOutcome, FetchRequest, SourceError};
+use crate::api::servepipeline::{OciSourceStatus, ServePipeline, condition_types};
+use crate::source::oci::{
+    OciOutcome, OciReference, OciRequest, RegistryCredentials, VerificationKey,
+};
+use crate::source::{BearerToken, FetchOutcome, FetchRequest, FetchedBytes, SourceError};
 
 /// Reads `key` of Secret `name` in `namespace`.
 async fn secret_value(
@@ -80,6 +84,19 @@ pub(super) fn source_inputs_hash(
                 .as_ref()
                 .map(|r| r.name.as_str()),
         ),
+        version_of(
+            source
+                .credentials_secret_ref
+                .as_ref()
+                .map(|r| r.name.as_str()),
+        ),
+        version_of(
+            source
+                .verify
+                .as_ref()
+                .and_then(|v| v.public_key_secret_ref.as_ref())
+                .map(|r| r.name.as_str()),
+        ),
     ))
 }
 
@@ -100,11 +117,23 @@ pub(super) async fn fetch_and_validate(
     result
 }
 
-async fn fetch_and_validate_inner(
+/// A graph downloaded and not yet decoded.
+struct Downloaded {
+    bytes: FetchedBytes,
+    digest: String,
+    etag: Option<String>,
+    size: u64,
+    oci: Option<OciSourceStatus>,
+}
+
+type DownloadResult = Result<Option<Downloaded>, (Problem, bool)>;
+
+/// Fetches `source.url`; `Ok(None)` when unchanged.
+async fn download_url(
     pipeline: &ServePipeline,
     ctx: &Context,
     current: Option<&GoodGraph>,
-) -> FetchResult {
+) -> DownloadResult {
     let namespace = pipeline.namespace().unwrap_or_default();
     let source = &pipeline.spec.source;
     let token = match &source.bearer_token_secret_ref {
@@ -118,24 +147,14 @@ async fn fetch_and_validate_inner(
         }
         None => None,
     };
-    let ca = match &source.ca_bundle_secret_ref {
-        Some(r) => Some(
-            secret_value(&ctx.client, &namespace, &r.name, &r.key)
-                .await
-                .map_err(|p| (p, false))?,
-        ),
-        None => None,
-    };
+    let ca = optional_secret(ctx, &namespace, source.ca_bundle_secret_ref.as_ref()).await?;
     let timeout = crate::validation::servepipeline::source_timing(source).timeout;
     let request = FetchRequest {
         bearer_token: token.as_ref(),
         previous_etag: current.and_then(|g| g.applied.etag.as_deref()),
         previous_digest: current.map(|g| g.applied.digest.as_str()),
         pinned_sha256: source.sha256.as_deref(),
-        max_bytes: source
-            .max_bytes
-            .and_then(|m| u64::try_from(m).ok())
-            .unwrap_or(crate::source::DEFAULT_MAX_BYTES),
+        max_bytes: max_bytes(source),
         timeout,
         ca_bundle_pem: ca.as_deref(),
         allow_insecure_http: source.allow_insecure_http.unwrap_or(false),
@@ -144,15 +163,140 @@ async fn fetch_and_validate_inner(
     let started = Instant::now();
     let outcome = ctx.fetcher.fetch(&request).await;
     record_fetch(&ctx.config.metrics, &outcome, started.elapsed());
-    let outcome = outcome.map_err(|e| (source_problem(&e), e.is_transient()))?;
-    match outcome {
+    match outcome.map_err(|e| (source_problem(&e), e.is_transient()))? {
         FetchOutcome::NotModified { .. } | FetchOutcome::Unchanged { .. } => Ok(None),
         FetchOutcome::Fetched {
             bytes,
             digest,
             etag,
             size,
-        } => {
+        } => Ok(Some(Downloaded {
+            bytes,
+            digest,
+            etag,
+            size,
+            oci: None,
+        })),
+    }
+}
+
+/// Pulls `source.oci`; `Ok(None)` when the tag (or digest) still names the applied manifest.
+async fn download_oci(
+    pipeline: &ServePipeline,
+    ctx: &Context,
+    current: Option<&GoodGraph>,
+    reference: &str,
+) -> DownloadResult {
+    let namespace = pipeline.namespace().unwrap_or_default();
+    let source = &pipeline.spec.source;
+    let permanent = |e: SourceError| (source_problem(&e), false);
+    let reference: OciReference = reference
+        .parse()
+        .map_err(|e: crate::source::oci::ReferenceError| permanent(e.into()))?;
+    let credentials = match &source.credentials_secret_ref {
+        Some(r) => {
+            let raw = secret_value(&ctx.client, &namespace, &r.name, &r.key)
+                .await
+                .map_err(|p| (p, false))?;
+            if r.key == DOCKER_CONFIG_KEY {
+                RegistryCredentials::from_docker_config(&raw, reference.registry())
+                    .map_err(|e| permanent(SourceError::InvalidCredentials { problem: e.0 }))?
+            } else {
+                RegistryCredentials::Token(BearerToken::new(String::from_utf8_lossy(&raw)))
+            }
+        }
+        None => RegistryCredentials::Anonymous,
+    };
+    let key_ref = source
+        .verify
+        .as_ref()
+        .and_then(|v| v.public_key_secret_ref.as_ref());
+    let key = match optional_secret(ctx, &namespace, key_ref).await? {
+        Some(pem) => Some(VerificationKey::from_pem(&pem).map_err(permanent)?),
+        None => None,
+    };
+    let ca = optional_secret(ctx, &namespace, source.ca_bundle_secret_ref.as_ref()).await?;
+    // The applied manifest digest is the change signal (content-addressed, so the same
+    // digest is the same graph whatever reference it came from; the pull checks the
+    // signature of an unchanged manifest again when source.verify asks for one).
+    let previous_manifest_digest = current
+        .and_then(|g| g.applied.oci.as_ref())
+        .and_then(|oci| oci.manifest_digest.parse().ok());
+    let request = OciRequest {
+        previous_manifest_digest,
+        verify: key.as_ref(),
+        max_bytes: max_bytes(source),
+        timeout: crate::validation::servepipeline::source_timing(source).timeout,
+        ca_bundle_pem: ca.as_deref(),
+        allow_insecure_http: source.allow_insecure_http.unwrap_or(false),
+        ..OciRequest::new(&reference, &credentials)
+    };
+    let started = Instant::now();
+    let outcome = ctx.fetcher.pull_oci(&request).await;
+    record_pull(&ctx.config.metrics, &outcome, started.elapsed());
+    match outcome.map_err(|e| (source_problem(&e), e.is_transient()))? {
+        OciOutcome::Unchanged { .. } => Ok(None),
+        OciOutcome::Fetched {
+            bytes,
+            manifest_digest,
+            graph_digest,
+            size,
+        } => Ok(Some(Downloaded {
+            bytes,
+            digest: graph_digest.to_string(),
+            etag: None,
+            size,
+            oci: Some(OciSourceStatus {
+                tag: reference.tag().map(str::to_owned),
+                manifest_digest: manifest_digest.to_string(),
+                graph_digest: graph_digest.to_string(),
+            }),
+        })),
+    }
+}
+
+/// The key of a `kubernetes.io/dockerconfigjson` Secret; any other key holds a token.
+const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
+
+async fn optional_secret(
+    ctx: &Context,
+    namespace: &str,
+    selector: Option<&crate::api::servepipeline::SecretKeySelector>,
+) -> Result<Option<Vec<u8>>, (Problem, bool)> {
+    match selector {
+        Some(r) => secret_value(&ctx.client, namespace, &r.name, &r.key)
+            .await
+            .map(Some)
+            .map_err(|p| (p, false)),
+        None => Ok(None),
+    }
+}
+
+fn max_bytes(source: &crate::api::servepipeline::GraphSource) -> u64 {
+    source
+        .max_bytes
+        .and_then(|m| u64::try_from(m).ok())
+        .unwrap_or(crate::source::DEFAULT_MAX_BYTES)
+}
+
+async fn fetch_and_validate_inner(
+    pipeline: &ServePipeline,
+    ctx: &Context,
+    current: Option<&GoodGraph>,
+) -> FetchResult {
+    let downloaded = match &pipeline.spec.source.oci {
+        Some(reference) => download_oci(pipeline, ctx, current, reference).await?,
+        None => download_url(pipeline, ctx, current).await?,
+    };
+    match downloaded {
+        None => Ok(None),
+        Some(Downloaded {
+            bytes,
+            digest,
+            etag,
+            size,
+            oci,
+        }) => {
             let graph_problem = |reason: &str, message: String| {
                 (
                     Problem {
@@ -192,9 +336,12 @@ async fn fetch_and_validate_inner(
                 )
                 .await
             {
-                let url = reqwest::Url::parse(&pipeline.spec.source.url)
-                    .map(|u| crate::source::redact_url(&u))
-                    .unwrap_or_default();
+                let url = match &pipeline.spec.source.oci {
+                    Some(reference) => crate::k8s::truncate(reference, 256),
+                    None => reqwest::Url::parse(&pipeline.spec.source.url)
+                        .map(|u| crate::source::redact_url(&u))
+                        .unwrap_or_default(),
+                };
                 let error = SourceError::memory_budget(url, e);
                 return Err((source_problem(&error), error.is_transient()));
             }
@@ -237,12 +384,26 @@ async fn fetch_and_validate_inner(
                 edges: validated.edge_count(),
                 ingress: validated.ingress().to_owned(),
                 version: Some(validated.version().to_owned()).filter(|v| !v.is_empty()),
+                oci,
             };
             Ok(Some(GoodGraph {
                 graph: Arc::new(validated),
                 applied,
             }))
         }
+    }
+}
+
+fn record_pull(
+    metrics: &crate::admin::Metrics,
+    outcome: &Result<OciOutcome, SourceError>,
+    took: Duration,
+) {
+    use crate::admin::FetchOutcome as Outcome;
+    match outcome {
+        Ok(OciOutcome::Fetched { .. }) => metrics.graph_fetched(Outcome::Fetched, took),
+        Ok(OciOutcome::Unchanged { .. }) => metrics.graph_fetched(Outcome::Unchanged, took),
+        Err(e) => metrics.graph_fetch_failed(e.reason(), took),
     }
 }
 

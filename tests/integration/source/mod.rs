@@ -22,6 +22,7 @@ mod fetch;
 mod hardening;
 mod limits;
 mod logs;
+mod oci;
 mod operator;
 mod retries;
 mod tls;
