@@ -22,8 +22,9 @@ use super::client::ClientCache;
 use super::destination::{DestinationPolicy, check_literal_host};
 use super::digest::Sha256Digest;
 use super::error::{SourceError, TimeoutPhase};
+use super::oci::TokenCache;
 use super::redact::{redact_unparsed_url, redact_url};
-use super::request::{FetchRequest, MAX_FETCH_TIMEOUT};
+use super::request::{FetchRequest, MAX_FETCH_TIMEOUT, RetryPolicy};
 
 /// The body buffer's first allocation, whatever the registry declares; it doubles from there
 /// as bytes actually arrive.
@@ -44,6 +45,14 @@ impl FetchedBytes {
         Self {
             bytes: bytes.into(),
             reservation: None,
+        }
+    }
+
+    /// Bytes read within `reservation` (an OCI blob).
+    pub(in crate::source) fn budgeted(bytes: Bytes, reservation: MemoryReservation) -> Self {
+        Self {
+            bytes,
+            reservation: Some(reservation),
         }
     }
 
@@ -210,6 +219,8 @@ struct Shared {
     destinations: Arc<DestinationPolicy>,
     budget: MemoryBudget,
     max_fetch_duration: Duration,
+    /// Registry tokens of OCI sources, shared by every pull.
+    oci_tokens: TokenCache,
 }
 
 impl Default for Fetcher {
@@ -255,6 +266,7 @@ impl Fetcher {
                 destinations,
                 budget: MemoryBudget::new(options.graph_memory_budget),
                 max_fetch_duration: options.max_fetch_duration.min(MAX_FETCH_TIMEOUT),
+                oci_tokens: TokenCache::default(),
             }),
         }
     }
@@ -262,6 +274,32 @@ impl Fetcher {
     /// The budget every fetch reserves its body from.
     pub fn memory_budget(&self) -> &MemoryBudget {
         &self.shared.budget
+    }
+
+    /// The client for this configuration (for OCI pulls, which make several requests).
+    pub(in crate::source) fn client(
+        &self,
+        ca_bundle_pem: Option<&[u8]>,
+        allow_insecure_http: bool,
+        connect_timeout: Duration,
+    ) -> Result<Client, SourceError> {
+        self.shared.clients.client(
+            ca_bundle_pem,
+            allow_insecure_http,
+            connect_timeout.min(MAX_FETCH_TIMEOUT),
+        )
+    }
+
+    pub(in crate::source) fn destinations(&self) -> &DestinationPolicy {
+        &self.shared.destinations
+    }
+
+    pub(in crate::source) fn max_fetch_duration(&self) -> Duration {
+        self.shared.max_fetch_duration
+    }
+
+    pub(in crate::source) fn oci_tokens(&self) -> &TokenCache {
+        &self.shared.oci_tokens
     }
 
     /// Downloads `request.url`. Transient failures are retried per `request.retry`; the
@@ -290,42 +328,14 @@ impl Fetcher {
         let deadline = tokio::time::Instant::now() + limit;
         let prepared = self.prepare(request, deadline)?;
         let prepared = &prepared;
-        let max_attempts = request.retry.max_attempts.max(1);
-        let attempts_made = AtomicU32::new(0);
-        let attempts_made = &attempts_made;
-        let mut backoff = request.retry.backoff();
-        backoff.max_elapsed_time = Some(request.retry.max_elapsed.min(limit));
-        let retries = backoff::future::retry_notify(
-            backoff,
-            move || async move {
-                let attempt = attempts_made.fetch_add(1, Ordering::Relaxed) + 1;
-                match attempt_once(prepared, attempt).await {
-                    Ok(outcome) => Ok(outcome),
-                    Err(error) if error.is_transient() && attempt < max_attempts => {
-                        Err(backoff::Error::transient(error))
-                    }
-                    Err(error) => Err(backoff::Error::permanent(error)),
-                }
-            },
-            |error: SourceError, wait: Duration| {
-                warn!(
-                    reason = error.reason(),
-                    error = %error,
-                    retry_in_ms = millis(wait),
-                    "transient failure; retrying"
-                );
-            },
-        );
-        let result = match tokio::time::timeout_at(deadline, retries).await {
-            Ok(result) => result,
-            Err(_) => Err(SourceError::Timeout {
-                url: prepared.shown_url.clone(),
-                phase: TimeoutPhase::Total,
-                limit,
-                attempts: 1,
-            }),
-        };
-        result.map_err(|error| error.with_attempts(attempts_made.load(Ordering::Relaxed)))
+        with_retries(
+            &request.retry,
+            limit,
+            deadline,
+            &prepared.shown_url,
+            |attempt| attempt_once(prepared, attempt),
+        )
+        .await
     }
 
     /// Everything that can be checked before the network: URL, destination of an IP-literal
@@ -377,6 +387,59 @@ impl Fetcher {
             deadline,
         })
     }
+}
+
+/// Runs `attempt` (given its number, from 1) until it succeeds, fails for good, or the
+/// retry policy or `deadline` (`limit` after the start) ends it; transient errors are retried
+/// with backoff. The error returned is the last one, with the number of attempts made.
+pub(in crate::source) async fn with_retries<T, F, Fut>(
+    retry: &RetryPolicy,
+    limit: Duration,
+    deadline: tokio::time::Instant,
+    shown_url: &str,
+    attempt: F,
+) -> Result<T, SourceError>
+where
+    F: Fn(u32) -> Fut,
+    Fut: Future<Output = Result<T, SourceError>>,
+{
+    let max_attempts = retry.max_attempts.max(1);
+    let attempts_made = AtomicU32::new(0);
+    let attempts_made = &attempts_made;
+    let attempt = &attempt;
+    let mut backoff = retry.backoff();
+    backoff.max_elapsed_time = Some(retry.max_elapsed.min(limit));
+    let retries = backoff::future::retry_notify(
+        backoff,
+        move || async move {
+            let number = attempts_made.fetch_add(1, Ordering::Relaxed) + 1;
+            match attempt(number).await {
+                Ok(outcome) => Ok(outcome),
+                Err(error) if error.is_transient() && number < max_attempts => {
+                    Err(backoff::Error::transient(error))
+                }
+                Err(error) => Err(backoff::Error::permanent(error)),
+            }
+        },
+        |error: SourceError, wait: Duration| {
+            warn!(
+                reason = error.reason(),
+                error = %error,
+                retry_in_ms = millis(wait),
+                "transient failure; retrying"
+            );
+        },
+    );
+    let result = match tokio::time::timeout_at(deadline, retries).await {
+        Ok(result) => result,
+        Err(_) => Err(SourceError::Timeout {
+            url: shown_url.to_owned(),
+            phase: TimeoutPhase::Total,
+            limit,
+            attempts: 1,
+        }),
+    };
+    result.map_err(|error| error.with_attempts(attempts_made.load(Ordering::Relaxed)))
 }
 
 async fn attempt_once(prepared: &Prepared<'_>, attempt: u32) -> Result<FetchOutcome, SourceError> {
@@ -626,7 +689,7 @@ fn response_etag(response: &Response) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn millis(duration: Duration) -> u64 {
+pub(in crate::source) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -609,7 +609,9 @@ impl<'a> Session<'a> {
                 let issued = self
                     .request_token(realm, service.as_deref(), &scope)
                     .await?;
-                self.cache.insert(self.key(&scope), &issued, Instant::now());
+                // Kept under the scope later requests of this repository look up.
+                self.cache
+                    .insert(self.key(&self.scope), &issued, Instant::now());
                 authorization = Some(issued.token.authorization_header()?);
                 sent = Sent::FreshToken {
                     lifetime: issued.lifetime,

@@ -7,8 +7,16 @@
 //! policy (SSRF), redirect rules, memory budget and redaction of `source.url` apply alike.
 
 pub mod auth;
+pub mod fetch;
+pub mod manifest;
+#[cfg(test)]
+mod protocol_tests;
 pub mod reference;
 pub mod transport;
+pub mod verify;
 
 pub use auth::{Challenge, CredentialsError, RegistryCredentials, Secret, TokenCache};
+pub use fetch::{OciOutcome, OciRequest};
+pub use manifest::{GRAPH_ARTIFACT_TYPE, GRAPH_LAYER_MEDIA_TYPE};
 pub use reference::{OciReference, ReferenceError};
+pub use verify::VerificationKey;
