@@ -5,7 +5,8 @@
 //!   optionally kube-controller-manager, kube-scheduler and kwok), from binaries built once per
 //!   machine ([`binaries`], `provision.sh`), with its own certificates ([`pki`]);
 //! - [`ray`]: a pinned Ray in a cached virtualenv and local Ray heads on 127.0.0.1;
-//! - [`registry`]: a token-protected HTTP model registry with ETags and request counters;
+//! - [`registry`]: a token-protected HTTP model registry with ETags and request counters,
+//!   which is also a minimal OCI registry ([`oci`]) for `raypipe dag push` and `source.oci`;
 //! - [`distribution`]: the CNCF distribution registry (a real OCI registry) on 127.0.0.1;
 //! - [`process`]: child processes in their own process group that die with their parent.
 //!
@@ -15,6 +16,7 @@
 pub mod binaries;
 pub mod control_plane;
 pub mod distribution;
+pub mod oci;
 pub mod pki;
 pub mod process;
 pub mod ray;

@@ -2,7 +2,9 @@
 //! address, bearer-token auth (or open, no token), strong ETags (the content's sha256) with
 //! If-None-Match, replaceable content and token, request counters and a log of every request.
 //! Per-path routes script the faults the source tests need (statuses, redirects, slow or
-//! endless bodies, retries that succeed late).
+//! endless bodies, retries that succeed late). Paths under `/v2/` are an OCI registry
+//! ([`super::oci`]), so one server serves both `source.url` and `source.oci`: there the token
+//! is also accepted as a Basic password (what `docker login`-style clients send).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{StreamExt as _, stream};
@@ -67,6 +69,8 @@ struct Inner {
     unauthorized: u64,
     /// Bytes streamed by [`Route::HugeChunked`] routes.
     produced_bytes: u64,
+    /// What was pushed to the OCI paths.
+    oci: super::oci::OciStore,
 }
 
 /// A running registry; it runs until the runtime it was started on ends.
@@ -91,7 +95,38 @@ fn lock(inner: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
     inner.lock().expect("registry lock")
 }
 
-async fn handle(State(inner): State<Arc<Mutex<Inner>>>, uri: Uri, headers: HeaderMap) -> Response {
+/// Whether `authorization` carries `token`: as a bearer token, or (OCI paths) as the password
+/// of Basic credentials.
+fn carries_token(authorization: Option<&str>, token: &str, oci: bool) -> bool {
+    use base64::Engine as _;
+    let Some(authorization) = authorization else {
+        return false;
+    };
+    if authorization.strip_prefix("Bearer ") == Some(token) {
+        return true;
+    }
+    oci && authorization
+        .strip_prefix("Basic ")
+        .and_then(|encoded| {
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .ok()
+        })
+        .and_then(|decoded| String::from_utf8(decoded).ok())
+        .is_some_and(|decoded| {
+            decoded
+                .split_once(':')
+                .is_some_and(|(_, password)| password == token)
+        })
+}
+
+async fn handle(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let header_text = |name| {
         headers
             .get(name)
@@ -106,16 +141,25 @@ async fn handle(State(inner): State<Arc<Mutex<Inner>>>, uri: Uri, headers: Heade
     let (route, earlier_requests) = {
         let mut inner = lock(&inner);
         inner.seen.push(seen.clone());
+        let oci = super::oci::is_oci_path(&seen.path);
         if let Some(token) = &inner.token
-            && seen.authorization.as_deref() != Some(format!("Bearer {token}").as_str())
+            && !carries_token(seen.authorization.as_deref(), token, oci)
         {
             inner.unauthorized += 1;
+            if oci {
+                return super::oci::unauthorized();
+            }
             return (
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, "Bearer")],
                 "missing or wrong bearer token",
             )
                 .into_response();
+        }
+        if oci {
+            return inner
+                .oci
+                .handle(&method, &seen.path, uri.query(), &headers, body);
         }
         let earlier = inner.seen.iter().filter(|s| s.path == seen.path).count() - 1;
         (inner.routes.get(&seen.path).cloned(), earlier)
@@ -269,8 +313,12 @@ impl Registry {
             token: token.map(str::to_owned),
             ..Default::default()
         }));
+        // Graph blobs pushed to the OCI paths may be as large as a graph may be.
         let app = axum::Router::new()
             .fallback(handle)
+            .layer(DefaultBodyLimit::max(
+                crate::graph::MAX_GRAPH_BYTES + 1024 * 1024,
+            ))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind((ip, port)).await?;
         let addr = listener.local_addr()?;

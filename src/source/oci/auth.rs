@@ -536,6 +536,18 @@ impl<'a> Session<'a> {
         url: &Url,
         headers: &[(reqwest::header::HeaderName, HeaderValue)],
     ) -> Result<Response, SourceError> {
+        self.send_body(method, url, headers, None).await
+    }
+
+    /// [`Session::send`] with a request body (the push side's uploads; `Bytes` clones share
+    /// the buffer, so a repeat after a challenge costs no copy).
+    pub async fn send_body(
+        &self,
+        method: Method,
+        url: &Url,
+        headers: &[(reqwest::header::HeaderName, HeaderValue)],
+        body: Option<bytes::Bytes>,
+    ) -> Result<Response, SourceError> {
         use std::sync::atomic::Ordering;
         let (mut authorization, mut sent) = self.initial_authorization()?;
         // At most: first try, one with a (new) token or Basic, one more after a cached
@@ -543,7 +555,13 @@ impl<'a> Session<'a> {
         for _ in 0..3 {
             let response = self
                 .transport
-                .send(method.clone(), url, headers, authorization.as_ref())
+                .send_body(
+                    method.clone(),
+                    url,
+                    headers,
+                    authorization.as_ref(),
+                    body.clone(),
+                )
                 .await?;
             if response.status() != StatusCode::UNAUTHORIZED {
                 return Ok(response);

@@ -73,10 +73,26 @@ impl Transport<'_> {
         headers: &[(HeaderName, HeaderValue)],
         authorization: Option<&HeaderValue>,
     ) -> Result<Response, SourceError> {
+        self.send_body(method, url, headers, authorization, None)
+            .await
+    }
+
+    /// [`Transport::send`] with a request body (the push side's uploads).
+    pub async fn send_body(
+        &self,
+        method: Method,
+        url: &Url,
+        headers: &[(HeaderName, HeaderValue)],
+        authorization: Option<&HeaderValue>,
+        body: Option<Bytes>,
+    ) -> Result<Response, SourceError> {
         let mut builder = self
             .client
             .request(method, url.clone())
             .timeout(self.request_timeout());
+        if let Some(body) = body {
+            builder = builder.body(body);
+        }
         for (name, value) in headers {
             builder = builder.header(name, value.clone());
         }
