@@ -2,11 +2,13 @@
 //!
 //! One application per pipeline: `import_path` = the graph runtime's builder, `args` = the
 //! graph's wiring (see [`RuntimeArgs`]), `deployments` = per-node options named by node plus the
-//! executor, `runtime_env` = the graph's environment plus the runtime package. What Ray would
+//! executor (model nodes that fuse into the executor, see [`fuse`], get none), `runtime_env` =
+//! the graph's environment plus the runtime package. What Ray would
 //! only reject after accepting the config (route prefix shape, deployment names, autoscaling
 //! numbers) is checked here or in graph validation, so a bad graph never reaches a cluster.
 
 mod config;
+pub mod fuse;
 pub mod fuzzing;
 mod render;
 pub mod rollout;
