@@ -809,7 +809,7 @@ edges:
             .expect("a fused cluster");
         let cluster = cluster.split('}').next().unwrap();
         assert!(
-            cluster.contains("raypipe-executor (fused: in-process, one replica)"),
+            cluster.contains("raypipe-executor (fused: in-process in each of its replicas)"),
             "{dot}"
         );
         assert!(

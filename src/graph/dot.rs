@@ -99,7 +99,9 @@ pub fn to_dot_fused(graph: &PipelineGraph, fused: Option<FusedInto<'_>>) -> Stri
         let _ = writeln!(
             out,
             "    label={}; style=\"rounded,dashed\"; color=steelblue; fontcolor=steelblue;",
-            quote(&format!("{host} (fused: in-process, one replica)"))
+            quote(&format!(
+                "{host} (fused: in-process in each of its replicas)"
+            ))
         );
         for name in nodes {
             let _ = writeln!(out, "    {};", quote(name));
