@@ -6,6 +6,15 @@ init arguments; its options come from the Serve config's `deployments`, which Se
 that name) and returns the executor: the ingress deployment, named `args.executor_deployment`,
 which runs the graph for every HTTP request (engine.py) by calling the nodes' handles.
 
+Fused nodes (`args.fused_nodes`, chosen by raypipe's src/serve/fuse.rs: nodes with no
+deployment options of their own) get no deployment: each executor replica constructs their
+class itself and calls it in-process. The engine sees only another caller, so timeout, retries,
+errors naming the node, fallback, shadow sampling and metrics are the same. As in a Serve
+replica (RAY_SERVE_RUN_SYNC_IN_THREADPOOL, on by default in Ray 2.60), a synchronous method
+runs in a worker thread, so it never blocks the executor's event loop and its timeout still
+ends the wait (Python cannot stop the thread; its result is dropped). A class already decorated
+with `@serve.deployment` carries options of its own in code, so it stays a deployment (logged).
+
 HTTP: the request body is parsed as JSON (an empty body is null; a body that is not JSON is
 handed on as text, and reading inside it is a 400). The response is the OUTPUT node's value as
 JSON with status 200, or `{"error": {code, node, message, attempts}}` with the status of the
@@ -79,8 +88,9 @@ def _takes_headers(fn) -> bool:
 
 
 def bind_models(spec):
-    """One bound deployment per MODEL node, named after the node; and the nodes whose method
-    takes a `headers` keyword (they receive the graph's forward_headers)."""
+    """One bound deployment per MODEL node that is not fused, named after the node; and the
+    nodes whose method takes a `headers` keyword (they receive the graph's forward_headers).
+    Fused nodes are checked the same way (import, method) but get no deployment."""
     from ray import serve
     from ray.serve.deployment import Application
 
@@ -114,6 +124,11 @@ def bind_models(spec):
             continue
         if graph.forward_headers and _takes_headers(fn):
             header_nodes.append(node.name)
+        if node.name in spec.fused_nodes:
+            if not isinstance(target, serve.Deployment):
+                continue  # constructed in each executor replica (GraphExecutor)
+            logger.warning("raypipe: node %r stays a deployment: %r is decorated with @serve.deployment, "
+                           "whose options are its own", node.name, model.import_path)
         try:
             bound[node.name] = deployment.bind(*model.init_args, **model.init_kwargs)
         except Exception as exc:
@@ -133,8 +148,9 @@ def build(args: dict):
     # of 5 would cap the whole graph); the config's `deployments` entry overrides this.
     executor = serve.deployment(GraphExecutor, name=spec.executor_deployment,
                                 max_ongoing_requests=EXECUTOR_MAX_ONGOING_REQUESTS)
-    logger.info("raypipe: built graph %r (%d nodes, %d model deployments)",
-                spec.graph.name, len(spec.graph.nodes), len(bound))
+    logger.info("raypipe: built graph %r (%d nodes, %d model deployments, %d fused into %s)",
+                spec.graph.name, len(spec.graph.nodes), len(bound),
+                len(spec.graph.model_nodes()) - len(bound), spec.executor_deployment)
     return executor.bind(args, bound, header_nodes)
 
 
@@ -164,6 +180,28 @@ def _ray_caller(handle, method: str):
             if isinstance(cause, Exception):
                 raise cause from None
             raise
+
+    return call
+
+
+def construct_fused(node: NodeSpec):
+    """A fused node's model object in this process: the class constructed with the node's init
+    arguments (a function is its own callable)."""
+    target = import_attr(node.model.import_path)
+    if inspect.isclass(target):
+        return target(*node.model.init_args, **node.model.init_kwargs)
+    return target
+
+
+def _local_caller(obj, method: str):
+    """An engine caller over a model object in this process: a coroutine method is awaited
+    right here; a plain one runs in a worker thread (as Serve runs it in a replica)."""
+    fn = obj if inspect.isfunction(obj) else getattr(obj, method)
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    async def call(*args, **kwargs):
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     return call
 
@@ -198,8 +236,18 @@ class GraphExecutor:
 
     def __init__(self, args: dict, handles: dict, header_nodes: list):
         self.spec = parse_args(args)
-        callers = {node.name: _ray_caller(handles[node.name], node.model.method)
-                   for node in self.spec.graph.model_nodes()}
+        callers = {}
+        for node in self.spec.graph.model_nodes():
+            if node.name in handles:
+                callers[node.name] = _ray_caller(handles[node.name], node.model.method)
+                continue
+            try:
+                obj = construct_fused(node)
+            except Exception as exc:
+                # The replica does not start; Serve shows this message in the status.
+                raise RuntimeError(f"raypipe: fused node {node.name!r} ({node.model.import_path}) "
+                                   f"failed to construct: {engine.describe_exception(exc)}") from exc
+            callers[node.name] = _local_caller(obj, node.model.method)
         self.executor = engine.Executor(self.spec.graph, callers, header_nodes=header_nodes,
                                         observer=metrics.ray_observer(self.spec.graph))
 

@@ -3,6 +3,7 @@
     api_version: "raypipe.v1"
     executor_deployment: <name of the ingress deployment that runs the graph>
     graph: <the pipeline in the text form of proto/raypipe/v1/pipeline.proto, wiring only>
+    fused_nodes: [<model node names>]   # optional: run in-process in the executor (src/serve/fuse.rs)
 
 Parsing is strict, like raypipe's own reader: unknown keys, wrong types, dangling edges and the
 like are refused with every problem listed, each naming its field (`graph.edges[3].target`).
@@ -136,6 +137,7 @@ class RuntimeArgs:
     api_version: str
     executor_deployment: str
     graph: GraphSpec
+    fused_nodes: frozenset = frozenset()  # model nodes that run in-process in the executor
 
 
 class _Problems:
@@ -215,7 +217,8 @@ def _pointer(obj, key, where, problems) -> str:
 def parse_args(args) -> RuntimeArgs:
     """Parses and checks the application's args; raises ArgsError naming every bad field."""
     problems = _Problems()
-    top = _keys(args, ("api_version", "executor_deployment", "graph"), "args", problems) if args is not None else {}
+    top = _keys(args, ("api_version", "executor_deployment", "graph", "fused_nodes"), "args", problems) \
+        if args is not None else {}
     if args is None:
         problems.add("args", "is missing: the application needs the graph in its args")
     api_version = top.get("api_version")
@@ -235,9 +238,25 @@ def parse_args(args) -> RuntimeArgs:
     graph = parse_graph(top["graph"], problems, "args.graph")
     if graph is not None and executor in graph.nodes and graph.nodes[executor].kind == "model":
         problems.add("args.executor_deployment", f"{executor!r} is also the name of a model node")
+    fused = _fused_nodes(top.get("fused_nodes"), graph, problems)
     if problems.items:
         raise ArgsError(problems.items)
-    return RuntimeArgs(api_version=api_version, executor_deployment=executor, graph=graph)
+    return RuntimeArgs(api_version=api_version, executor_deployment=executor, graph=graph, fused_nodes=fused)
+
+
+def _fused_nodes(value, graph: Optional[GraphSpec], problems: _Problems) -> frozenset:
+    """`args.fused_nodes`: distinct names of model nodes of the graph (absent or null = none)."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        problems.add("args.fused_nodes", "must be a list of model node names")
+        return frozenset()
+    for i, name in enumerate(value):
+        if name in value[:i]:
+            problems.add(f"args.fused_nodes[{i}]", f"{name!r} is listed twice")
+        elif graph is not None and (name not in graph.nodes or graph.nodes[name].kind != "model"):
+            problems.add(f"args.fused_nodes[{i}]", f"{name!r} is not a model node of the graph")
+    return frozenset(value)
 
 
 def parse_graph_text(graph_obj) -> GraphSpec:
@@ -253,7 +272,7 @@ _GRAPH_KEYS = (
     "name", "version", "ingress", "nodes", "edges", "deadline_ms", "forward_headers", "labels",
     # Not part of the wiring raypipe renders into args, but part of the graph's text form:
     # accepted (and ignored) so a whole graph file can be given to the runtime too.
-    "route_prefix", "runtime_env", "executor",
+    "route_prefix", "runtime_env", "executor", "fuse",
 )
 _NODE_KEYS = (
     "name", "description", "join", "on_error", "fallback_value", "timeout_ms", "retry", "shadow",
@@ -364,7 +383,12 @@ def _parse_node(raw, where, problems) -> Optional[NodeSpec]:
 
 
 def _parse_model(body, where, problems) -> ModelSpec:
-    m = _keys(body, ("import_path", "init_args", "init_kwargs", "method", "call_style", "deployment"), where, problems)
+    # `deployment` and `fuse` are accepted (and ignored) like the graph-level keys above: which
+    # nodes are fused is decided by the renderer and arrives as `args.fused_nodes`.
+    m = _keys(body, ("import_path", "init_args", "init_kwargs", "method", "call_style", "deployment", "fuse"),
+              where, problems)
+    if m.get("fuse") is not None and not isinstance(m["fuse"], bool):
+        problems.add(f"{where}.fuse", f"must be true or false, not {pred._type_name(m['fuse'])}")
     import_path = _str(m, "import_path", where, problems)
     if not _IMPORT_PATH.match(import_path) or (":" not in import_path and "." not in import_path):
         problems.add(f"{where}.import_path", f"is {import_path!r}; write \"package.module:Class\"")

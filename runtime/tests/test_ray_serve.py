@@ -1,7 +1,9 @@
 """End to end on a real Ray (the pinned ray[serve] of raypipe's test venv) on 127.0.0.1 only:
 the application built from the rendered ensemble args is `serve.run` and answers over HTTP on
 the loopback Serve port; the rendered sequence config, PUT to the dashboard as raypipe does,
-turns overload of a node away at once (503 naming the node, Retry-After) instead of queueing.
+turns overload of a node away at once (503 naming the node, Retry-After) instead of queueing;
+an ensemble with fused nodes (`args.fused_nodes`) runs them inside the executor with the same
+answers, error naming, timeout and soft failure, and no deployment of their own.
 
 Skipped when Ray is not importable (e.g. a plain `python -m pytest` outside the venv), unless
 RAYPIPE_REQUIRE_RAY=1 (set by tests/integration/runtime.rs) turns that into a failure.
@@ -173,3 +175,42 @@ def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
     assert 1 <= len(served) <= clients - len(turned_away), [a[0] for a in answers]
     assert all(body["label"] == "stable" for _, body, _ in served), served
     serve.delete("overload")
+
+
+def test_fused_nodes_run_inside_the_executor(head):
+    config = rendered("ensemble")
+    (app,) = config["applications"]
+    app["name"], app["route_prefix"] = "fused", "/fused"
+    fused = ["model_a", "model_b"]
+    # As raypipe renders a graph whose two classifiers have no deployment options of their own.
+    app["args"]["fused_nodes"] = fused
+    app["deployments"] = [d for d in app["deployments"] if d["name"] not in fused]
+    model_b = next(n for n in app["args"]["graph"]["nodes"] if n["name"] == "model_b")
+    # Classifier sleeps in a plain method (a worker thread in the executor): the node's own
+    # timeout still ends the wait, and model_b is soft (on_error SKIP, optional edge).
+    model_b["model"]["init_kwargs"]["delay_ms"] = 3000
+    model_b["timeout_ms"] = 300
+    config["http_options"] = {"host": LOOPBACK, "port": head.ports["serve_http"]}
+    config["proxy_location"] = "HeadOnly"
+    put_config(head, config)
+    wait_running("fused")
+    url = head.serve_url + "/fused"
+
+    started = time.monotonic()
+    status, body, headers = post(url, {"text": "I LOVE this  great product"}, {"x-raypipe-trace": "1"})
+    took = time.monotonic() - started
+    assert (status, body) == (200, {"score": 0.7, "votes": {"a": 0.7}}), (status, body)
+    assert headers.get("x-raypipe-partial") == "model_b"
+    assert took < 2.5, f"the timed-out fused node held the request for {took:.1f}s"
+    trace = __import__("json").loads(headers["x-raypipe-trace"])
+    assert trace["model_b"]["state"] == "FAILED" and "timed out after 300 ms" in trace["model_b"]["reason"], trace
+
+    status, body, _ = post(url, {"text": "fail:a"})
+    assert status == 502, body
+    assert (body["error"]["code"], body["error"]["node"]) == ("NODE_FAILED", "model_a")
+    assert "classifier a was asked to fail" in body["error"]["message"]
+
+    # The fused nodes have no deployment: Serve runs the other nodes and the executor only.
+    deployments = set(serve.status().applications["fused"].deployments)
+    assert deployments == {"preprocess", "combine", "raypipe-executor"}, deployments
+    serve.delete("fused")

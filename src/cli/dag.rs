@@ -386,14 +386,37 @@ fn render(args: &RenderArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             return Ok(EXIT_INVALID);
         }
     };
-    let config = serve::render(&valid, &render_options(args))?;
+    let options = render_options(args);
+    let config = serve::render(&valid, &options)?;
     let text = if args.json {
+        // The JSON body carries the same facts in `args.fused_nodes`.
         config.to_json() + "\n"
     } else {
-        config.to_yaml()
+        let plan = serve::fuse::plan(valid.graph(), options.node_overrides.keys());
+        fusion_comment(&plan, &options.executor_deployment) + &config.to_yaml()
     };
     write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
+}
+
+/// YAML comment lines saying which model nodes fuse into the executor and why the others are
+/// deployments of their own (nothing when the graph has no model node).
+fn fusion_comment(plan: &serve::fuse::FusionPlan, executor: &str) -> String {
+    let mut text = String::new();
+    if !plan.fused.is_empty() {
+        let names: Vec<&str> = plan.fused.iter().map(String::as_str).collect();
+        text.push_str(&format!(
+            "# fused into {executor} (in-process, no deployment of their own): {}\n",
+            names.join(", ")
+        ));
+    }
+    for (name, reason) in &plan.kept {
+        text.push_str(&format!(
+            "# own deployment: {name} ({})\n",
+            reason.describe()
+        ));
+    }
+    text
 }
 
 fn stdout_error(source: std::io::Error) -> DagError {
@@ -409,7 +432,15 @@ fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), DagError> {
 
 fn dot(args: &InputArgs, out: &mut dyn Write) -> Result<u8, DagError> {
     let graph = read_graph(args)?;
-    write_stdout(out, graph::dot::to_dot(&graph).as_bytes())?;
+    let plan = serve::fuse::plan(&graph, []);
+    let fused = graph::dot::FusedInto {
+        host: serve::DEFAULT_EXECUTOR_DEPLOYMENT,
+        nodes: &plan.fused,
+    };
+    write_stdout(
+        out,
+        graph::dot::to_dot_fused(&graph, Some(fused)).as_bytes(),
+    )?;
     Ok(EXIT_OK)
 }
 
@@ -714,6 +745,81 @@ edges:
         );
         assert!(dot.contains("90 (90%)") && dot.contains("default"), "{dot}");
         assert!(dot.trim_end().ends_with('}'));
+        // Every node of the sample has deployment options: nothing is fused.
+        assert!(!dot.contains("cluster_fused"), "{dot}");
+    }
+
+    /// A chain whose middle node has resources of its own: the other two fuse.
+    fn fusable_chain(dir: &tempfile::TempDir) -> PathBuf {
+        let path = dir.path().join("chain.yaml");
+        std::fs::write(
+            &path,
+            "name: chain\ningress: request\nnodes:\n\
+             - {name: request, input: {}}\n\
+             - {name: a, model: {import_path: 'm:A'}}\n\
+             - {name: b, model: {import_path: 'm:B', deployment: {ray_actor_options: {num_gpus: 1}}}}\n\
+             - {name: c, model: {import_path: 'm:C', fuse: false}}\n\
+             - {name: d, model: {import_path: 'm:D'}}\n\
+             - {name: response, output: {}}\n\
+             edges:\n\
+             - {source: request, target: a}\n- {source: a, target: b}\n- {source: b, target: c}\n\
+             - {source: c, target: d}\n- {source: d, target: response}\n",
+        )
+        .unwrap();
+        path
+    }
+
+    #[test]
+    fn render_and_dot_show_the_fused_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = fusable_chain(&dir);
+        let (code, out, err) = run_line(&["render", path.to_str().unwrap(), "--replicas", "d=2"]);
+        assert_eq!(code, EXIT_OK, "{err}");
+        let yaml = text(out);
+        assert!(
+            yaml.starts_with(
+                "# fused into raypipe-executor (in-process, no deployment of their own): a\n"
+            ),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("# own deployment: b (it has deployment options of its own)\n"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("# own deployment: c (the node turns fusion off (model.fuse: false))\n"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("# own deployment: d (the operator overrides its deployment)\n"),
+            "{yaml}"
+        );
+        let config = serve::ServeConfig::from_yaml(&yaml).unwrap();
+        let app = &config.applications[0];
+        assert_eq!(app.args.fused_nodes, ["a"]);
+        let names: Vec<&str> = app.deployments.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["b", "c", "d", "raypipe-executor"]);
+
+        let (code, out, _) = run_line(&["dot", path.to_str().unwrap()]);
+        assert_eq!(code, EXIT_OK);
+        let dot = text(out);
+        let cluster = dot
+            .split("subgraph \"cluster_fused\" {")
+            .nth(1)
+            .expect("a fused cluster");
+        let cluster = cluster.split('}').next().unwrap();
+        assert!(
+            cluster.contains("raypipe-executor (fused: in-process in each of its replicas)"),
+            "{dot}"
+        );
+        assert!(
+            cluster.contains("\"a\";") && cluster.contains("\"d\";"),
+            "{dot}"
+        );
+        assert!(
+            !cluster.contains("\"b\";") && !cluster.contains("\"c\";"),
+            "{dot}"
+        );
     }
 
     #[test]

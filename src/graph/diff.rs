@@ -22,6 +22,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::options;
 use super::predicate::Text;
 use super::proto::{
     self, DeploymentOptions, Edge, EdgeMode, InputNode, JoinMode, ModelNode, NoMatch, Node,
@@ -267,7 +268,10 @@ pub fn diff(old: &PipelineGraph, new: &PipelineGraph) -> GraphDiff {
         nodes: node_diffs(old, new),
         routing: capped_lines(routing_changes(old, new)),
         graph: capped_lines(graph_changes(old, new)),
-        restarts_all_replicas: !same_wiring(old, new) || old.runtime_env != new.runtime_env,
+        // Which nodes are fused is in `args` too (`fused_nodes`).
+        restarts_all_replicas: !same_wiring(old, new)
+            || old.runtime_env != new.runtime_env
+            || !options::fusable_nodes(old).eq(options::fusable_nodes(new)),
     }
 }
 
@@ -447,6 +451,7 @@ fn compare_model(old: &ModelNode, new: &ModelNode, out: &mut FieldChanges) {
         method,
         call_style,
         deployment,
+        fuse,
     } = old;
     // The class and its constructor arguments: only a new replica runs them.
     out.field("model.import_path", import_path, &new.import_path, Restart);
@@ -461,6 +466,15 @@ fn compare_model(old: &ModelNode, new: &ModelNode, out: &mut FieldChanges) {
         deployment.as_deref(),
         new.deployment.as_deref(),
         out,
+    );
+    // Whether the node runs fused (inside the executor) or as its own deployment: either way
+    // a deployment appears or goes, which no running replica can absorb.
+    // Adding the first deployment option to a fusable node unfuses it too.
+    out.field(
+        "model.fuse",
+        &(fuse, options::may_fuse(old)),
+        &(&new.fuse, options::may_fuse(new)),
+        Restart,
     );
 }
 
@@ -832,8 +846,17 @@ fn graph_changes(old: &PipelineGraph, new: &PipelineGraph) -> Vec<String> {
         forward_headers,
         labels,
         executor,
+        fuse,
     } = old;
     let mut lines = Vec::new();
+    if *fuse != new.fuse {
+        // Nodes move between the executor and deployments of their own: new replicas.
+        lines.push(format!(
+            "fuse: {} -> {} (fusable nodes move between the executor and deployments of their own)",
+            describe_fuse(*fuse),
+            describe_fuse(new.fuse)
+        ));
+    }
     if *name != new.name {
         // The default Serve application name: where it names the application, Serve deploys a
         // new application and deletes the old one.
@@ -886,6 +909,14 @@ fn graph_changes(old: &PipelineGraph, new: &PipelineGraph) -> Vec<String> {
         lines.push("node declaration order changed".to_string());
     }
     lines
+}
+
+fn describe_fuse(fuse: Option<bool>) -> &'static str {
+    match fuse {
+        None => "default (on)",
+        Some(true) => "on",
+        Some(false) => "off",
+    }
 }
 
 fn describe_deadline(deadline_ms: u32) -> String {
@@ -1510,6 +1541,7 @@ mod tests {
                     max_replicas_per_node: Some(1),
                     logging_config: Some(proto::LoggingConfig::default()),
                 })),
+                fuse: Some(false),
             })),
             join: JoinMode::Any as i32,
             on_error: proto::OnError::Skip as i32,

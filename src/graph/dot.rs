@@ -1,7 +1,7 @@
 //! Graphviz DOT for a graph, so a person can look at a pipeline (`raypipe dag dot`). Works on
 //! any decoded graph, valid or not: drawing a broken graph is how one finds what is wrong.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use super::predicate::Text;
@@ -28,6 +28,18 @@ fn quote(text: &str) -> String {
 /// weights and data selection; ORDER edges dashed, optional edges dotted, shadow nodes grey,
 /// edges to unknown nodes red).
 pub fn to_dot(graph: &PipelineGraph) -> String {
+    to_dot_fused(graph, None)
+}
+
+/// Which model nodes run in-process inside one host deployment (the executor), drawn inside
+/// a cluster labelled with the host's name.
+pub struct FusedInto<'a> {
+    pub host: &'a str,
+    pub nodes: &'a BTreeSet<String>,
+}
+
+/// [`to_dot`], with the fused nodes (when any) drawn inside their host's cluster.
+pub fn to_dot_fused(graph: &PipelineGraph, fused: Option<FusedInto<'_>>) -> String {
     let mut out = String::new();
     let title = if graph.name.is_empty() {
         "pipeline"
@@ -78,6 +90,23 @@ pub fn to_dot(graph: &PipelineGraph) -> String {
             attributes.push_str(", color=red");
         }
         let _ = writeln!(out, "  {} [{attributes}];", quote(&node.name));
+    }
+
+    if let Some(FusedInto { host, nodes }) = fused.filter(|f| !f.nodes.is_empty()) {
+        // Node statements above keep their attributes; naming a node inside a cluster
+        // subgraph is what places it there.
+        let _ = writeln!(out, "  subgraph \"cluster_fused\" {{");
+        let _ = writeln!(
+            out,
+            "    label={}; style=\"rounded,dashed\"; color=steelblue; fontcolor=steelblue;",
+            quote(&format!(
+                "{host} (fused: in-process in each of its replicas)"
+            ))
+        );
+        for name in nodes {
+            let _ = writeln!(out, "    {};", quote(name));
+        }
+        let _ = writeln!(out, "  }}");
     }
 
     // Split weights as shares of their split's total.

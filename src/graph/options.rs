@@ -2,7 +2,8 @@
 //! deployment options, resources, runtime environments, import paths.
 
 use super::proto::{
-    AutoscalingConfig, DeploymentOptions, LoggingConfig, RayActorOptions, RuntimeEnv,
+    AutoscalingConfig, DeploymentOptions, LoggingConfig, ModelNode, PipelineGraph, RayActorOptions,
+    RuntimeEnv, node,
 };
 use super::validate::json_value_is_finite;
 
@@ -12,6 +13,33 @@ pub const SERVE_DEFAULT_MAX_ONGOING_REQUESTS: i32 = 5;
 pub const AUTO_MIN_REPLICAS: i32 = 1;
 pub const AUTO_MAX_REPLICAS: i32 = 100;
 pub const AUTO_TARGET_ONGOING_REQUESTS: f64 = 2.0;
+
+/// Whether a model node, by what the graph says of it alone, may run fused (in-process in the
+/// executor's replicas): its `fuse` is not false and it declares no deployment options. Every
+/// deployment option (replicas, autoscaling, concurrency and queue limits, `user_config`,
+/// health checks, resources, accelerators, its own runtime environment, placement, logging)
+/// only means something for a deployment of its own, so declaring any keeps the node one.
+/// Operator overrides and the graph-wide switch are applied on top (`serve::fuse`).
+pub fn may_fuse(model: &ModelNode) -> bool {
+    model.fuse != Some(false)
+        && model
+            .deployment
+            .as_deref()
+            .is_none_or(|options| *options == DeploymentOptions::default())
+}
+
+/// The names of the model nodes the graph lets fuse (declaration order): none when the
+/// graph-wide `fuse` is false, else those [`may_fuse`] allows.
+pub fn fusable_nodes(graph: &PipelineGraph) -> impl Iterator<Item = &str> {
+    let on = graph.fuse != Some(false);
+    graph
+        .nodes
+        .iter()
+        .filter(move |node| {
+            on && matches!(&node.kind, Some(node::Kind::Model(model)) if may_fuse(model))
+        })
+        .map(|node| node.name.as_str())
+}
 
 /// Longest import path accepted.
 const MAX_IMPORT_PATH_LEN: usize = 512;

@@ -99,7 +99,9 @@ pub struct Application {
 ///   runtime does not need: deployment options (rendered under `deployments`, so changing them
 ///   updates deployments in place instead of changing `args`, which would rebuild the whole
 ///   application), the runtime environment, the route prefix and the executor's options;
-/// - every MODEL node becomes a deployment named exactly after the node (`Deployment.name`);
+/// - every MODEL node not listed in `fused_nodes` becomes a deployment named exactly after the
+///   node (`Deployment.name`); the listed ones (sorted by name, see `serve::fuse`) run
+///   in-process inside the executor's replicas and have no deployment (absent = none fused);
 /// - the deployment that executes the graph per request (the ingress) is named
 ///   `executor_deployment`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,6 +110,8 @@ pub struct RuntimeArgs {
     pub api_version: String,
     pub executor_deployment: String,
     pub graph: RuntimeGraph,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fused_nodes: Vec<String>,
 }
 
 /// The graph in `args`: shared with the validated graph (rendering copies nothing) and written

@@ -2,11 +2,13 @@
 //!
 //! One application per pipeline: `import_path` = the graph runtime's builder, `args` = the
 //! graph's wiring (see [`RuntimeArgs`]), `deployments` = per-node options named by node plus the
-//! executor, `runtime_env` = the graph's environment plus the runtime package. What Ray would
+//! executor (model nodes that fuse into the executor, see [`fuse`], get none), `runtime_env` =
+//! the graph's environment plus the runtime package. What Ray would
 //! only reject after accepting the config (route prefix shape, deployment names, autoscaling
 //! numbers) is checked here or in graph validation, so a bad graph never reaches a cluster.
 
 mod config;
+pub mod fuse;
 pub mod fuzzing;
 mod render;
 pub mod rollout;
@@ -22,6 +24,22 @@ pub use render::{
     DEFAULT_APPLICATION_NAME, DEFAULT_EXECUTOR_DEPLOYMENT, DEFAULT_RUNTIME_IMPORT_PATH,
     NodeOverride, RUNTIME_ARGS_API_VERSION, RenderOptions, render,
 };
+
+/// Environment raypipe gives every Ray process that serves a pipeline (each Ray container of
+/// a ServePipeline's cluster, and `raypipe dev`'s local head) unless the user sets the
+/// variable: Serve's throughput-optimised mode of Ray 2.60 (user code and the handle router
+/// on the replica's own event loop, handle calls over gRPC between replicas, direct ingress,
+/// buffered request-path logs, logs to files rather than stderr, GC frozen after start-up),
+/// which took a three-node chain from 22 to 14 ms p50 (issue 18). Its gRPC transport caps a
+/// handle call's message at 4 MiB on both ends by default, where an object-store call has no
+/// cap: the second variable lifts that to gRPC's own limit (2 GiB - 1, as Serve's proxy has),
+/// so a pipeline passing large payloads between nodes keeps working. HAProxy mode
+/// (`RAY_SERVE_ENABLE_HA_PROXY`) stays off: in Ray 2.60 it binds its stats and metrics ports
+/// on every interface with no host setting, and forces replicas' HTTP ports there too.
+pub const SERVE_ENV_DEFAULTS: &[(&str, &str)] = &[
+    ("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1"),
+    ("RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH", "2147483647"),
+];
 
 /// Why a valid graph could not be rendered with the given options.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -7,6 +7,7 @@ use super::config::{
     Application, AutoscalingConfig, Deployment, HttpOptions, LoggingConfig, NumReplicas,
     ProxyLocation, RayActorOptions, RuntimeArgs, RuntimeEnvConfig, RuntimeGraph, ServeConfig,
 };
+use super::fuse;
 use crate::graph::options::{
     AUTO_TARGET_ONGOING_REQUESTS, SERVE_DEFAULT_MAX_ONGOING_REQUESTS, check_import_path,
     is_remote_uri,
@@ -144,9 +145,13 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
         check_override(graph, node_name, override_)?;
     }
 
+    // Fused nodes run inside the executor: no deployment of their own.
+    let fusion = fuse::plan(pipeline, opts.node_overrides.keys());
+
     // Sorted by name. The (small) references are sorted, not the (large) deployments.
     let mut models: Vec<(&Node, &ModelNode)> = graph
         .model_nodes()
+        .filter(|node| !fusion.is_fused(&node.name))
         .filter_map(|node| match &node.kind {
             Some(node::Kind::Model(model)) => Some((node, model)),
             _ => None,
@@ -181,6 +186,7 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
             api_version: RUNTIME_ARGS_API_VERSION.to_string(),
             executor_deployment: opts.executor_deployment.clone(),
             graph: RuntimeGraph::new(graph.shared_graph()),
+            fused_nodes: fusion.fused.into_iter().collect(),
         },
         deployments,
     };

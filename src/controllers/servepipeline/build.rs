@@ -64,7 +64,7 @@ pub fn desired_rayservice(
     labels.insert(LABEL_PIPELINE.to_owned(), pipeline.name_any());
     let spec = RayServiceSpec {
         serve_config_v2: Some(serve_config_yaml.to_owned()),
-        ray_cluster_config: pipeline.spec.ray_cluster_config.clone(),
+        ray_cluster_config: with_serve_env_defaults(pipeline.spec.ray_cluster_config.clone()),
         upgrade_strategy: pipeline.spec.upgrade_strategy.clone(),
         suspend: pipeline.spec.suspend,
         ..Default::default()
@@ -94,6 +94,42 @@ pub fn desired_rayservice(
         .get_or_insert_with(BTreeMap::new)
         .insert(ANNOTATION_APPLIED_HASH.to_owned(), hash);
     Ok(rayservice)
+}
+
+/// The cluster with [`crate::serve::SERVE_ENV_DEFAULTS`] in the Ray container (the first, as
+/// KubeRay takes it) of the head and of every worker group, where that container's own `env`
+/// does not name the variable: the user's value, "0" included, always wins. (A value from
+/// `envFrom` cannot: Kubernetes lets an `env` entry override it, so turning the mode off
+/// takes an `env` entry.)
+fn with_serve_env_defaults(
+    mut spec: crate::api::raycluster::RayClusterSpec,
+) -> crate::api::raycluster::RayClusterSpec {
+    let templates = std::iter::once(&mut spec.head_group_spec.template).chain(
+        spec.worker_group_specs
+            .iter_mut()
+            .flatten()
+            .map(|group| &mut group.template),
+    );
+    for template in templates {
+        let Some(container) = template
+            .spec
+            .as_mut()
+            .and_then(|pod| pod.containers.first_mut())
+        else {
+            continue;
+        };
+        let env = container.env.get_or_insert_with(Vec::new);
+        for (name, value) in crate::serve::SERVE_ENV_DEFAULTS {
+            if !env.iter().any(|var| var.name == *name) {
+                env.push(k8s_openapi::api::core::v1::EnvVar {
+                    name: (*name).to_string(),
+                    value: Some((*value).to_string()),
+                    value_from: None,
+                });
+            }
+        }
+    }
+    spec
 }
 
 /// Whether `existing` already carries what `desired` would apply (so applying can be skipped).
@@ -232,6 +268,71 @@ mod tests {
 
     fn cond<'a>(s: &'a ServePipelineStatus, t: &str) -> &'a Condition {
         conditions::find(&s.conditions, t).expect("condition present")
+    }
+
+    #[test]
+    fn ray_containers_get_serve_env_defaults_unless_they_set_them() {
+        use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
+        let template = |env: Option<Vec<EnvVar>>| PodTemplateSpec {
+            spec: Some(PodSpec {
+                containers: vec![
+                    Container {
+                        name: "ray".into(),
+                        env,
+                        ..Default::default()
+                    },
+                    Container {
+                        name: "sidecar".into(),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let off = EnvVar {
+            name: "RAY_SERVE_THROUGHPUT_OPTIMIZED".into(),
+            value: Some("0".into()),
+            value_from: None,
+        };
+        let mut p = pipeline("sentiment");
+        p.spec.ray_cluster_config.head_group_spec.template = template(None);
+        p.spec.ray_cluster_config.worker_group_specs =
+            Some(vec![crate::api::raycluster::WorkerGroupSpec {
+                template: template(Some(vec![off.clone()])),
+                ..Default::default()
+            }]);
+        let rs = desired_rayservice(&p, "applications: []\n", "sha256:abc").expect("builds");
+        let env_of = |template: &PodTemplateSpec, index: usize| -> Vec<(String, String)> {
+            template.spec.as_ref().unwrap().containers[index]
+                .env
+                .iter()
+                .flatten()
+                .map(|v| (v.name.clone(), v.value.clone().unwrap_or_default()))
+                .collect()
+        };
+        let defaults: Vec<(String, String)> = crate::serve::SERVE_ENV_DEFAULTS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cluster = &rs.spec.ray_cluster_config;
+        assert_eq!(env_of(&cluster.head_group_spec.template, 0), defaults);
+        assert!(
+            env_of(&cluster.head_group_spec.template, 1).is_empty(),
+            "only the Ray container"
+        );
+        let worker = &cluster.worker_group_specs.as_ref().unwrap()[0].template;
+        // The user's own "0" stays; the other default is still added.
+        assert_eq!(
+            env_of(worker, 0),
+            [
+                (
+                    "RAY_SERVE_THROUGHPUT_OPTIMIZED".to_string(),
+                    "0".to_string()
+                ),
+                defaults[1].clone()
+            ]
+        );
     }
 
     #[test]

@@ -74,6 +74,7 @@ impl Serialize for ModelWiring<'_> {
             method,
             call_style,
             deployment: _,
+            fuse: _, // which nodes are fused travels as `args.fused_nodes`, decided by rendering
         } = self.0;
         ModelWiringRef {
             import_path,
@@ -102,6 +103,7 @@ impl Serialize for WiringText<'_> {
             forward_headers,
             labels,
             executor: _,
+            fuse: _, // see ModelNode's `fuse` above
         } = self.0;
         GraphWiringRef {
             name,

@@ -2,6 +2,7 @@
 //! graph module all the way to a rendered config (samples, random graphs, the fuzz harness),
 //! which sit here because `graph` never imports `serve`.
 
+mod fuse;
 mod fuzz;
 mod properties;
 mod render;
