@@ -6,7 +6,7 @@ venv's Python from the repository root:
 
     ~/.cache/raypipe/ray/venv-2.60.0/bin/python benches/request_path.py [--rounds 3] [--raypipe BIN]
 
-Method. For each Serve mode (default; `RAY_SERVE_THROUGHPUT_OPTIMIZED=1` in the head's
+Method. For each Serve mode (see below; set in the head's
 environment, which Serve reads at import in every process) one Ray head starts on 127.0.0.1
 (as the runtime's tests start theirs) and one Serve config holds twelve applications: three
 graphs (a three-model chain; a fan-out of two models joined by a third; a switch choosing one
@@ -18,6 +18,10 @@ of two models, feeding a third) times four variants:
   each model is a deployment the executor calls by handle;
 - `hand`: the same graph hand-written with Serve DeploymentHandles (request_path_models.py);
 - `limit`: the three models called in-process inside the one deployment that takes HTTP.
+
+Modes: `default`; `throughput` (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1`); `throughput-raypipe` (the
+same with `RAY_SERVE_ENABLE_DIRECT_INGRESS=0`, what raypipe sets by default: direct ingress
+forces Serve's proxy onto the head node only).
 
 Models are no-op coroutines; every deployment takes 100 requests at once. Requests go through
 Serve's HTTP proxy on the head. Each round visits every application in a fresh random order
@@ -214,10 +218,12 @@ def machine() -> str:
 
 
 def bench_mode(mode: str, args, raypipe: list, workdir: Path) -> dict:
-    if mode == "throughput":
+    for name in ("RAY_SERVE_THROUGHPUT_OPTIMIZED", "RAY_SERVE_ENABLE_DIRECT_INGRESS"):
+        os.environ.pop(name, None)
+    if mode.startswith("throughput"):
         os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
-    else:
-        os.environ.pop("RAY_SERVE_THROUGHPUT_OPTIMIZED", None)
+    if mode == "throughput-raypipe":  # what raypipe sets by default (serve::SERVE_ENV_DEFAULTS)
+        os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "0"
     head = RayHead(python_path=[REPO_ROOT, RUNTIME_DIR, BENCHES], num_cpus=64)
     results = {}
     try:
@@ -268,7 +274,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200, help="sequential requests per round (one client)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds of load per concurrency per round")
-    parser.add_argument("--modes", default="default,throughput")
+    parser.add_argument("--modes", default="default,throughput,throughput-raypipe",
+                        help="default; throughput (RAY_SERVE_THROUGHPUT_OPTIMIZED=1); throughput-raypipe "
+                             "(the same without direct ingress, as raypipe sets it)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--raypipe", default="cargo run --quiet --",
                         help="command that runs raypipe (default: cargo run from the repository)")

@@ -322,7 +322,7 @@ mod tests {
             "only the Ray container"
         );
         let worker = &cluster.worker_group_specs.as_ref().unwrap()[0].template;
-        // The user's own "0" stays; the other default is still added.
+        // The user's own "0" stays; the other defaults are still added.
         assert_eq!(
             env_of(worker, 0),
             [
@@ -330,7 +330,8 @@ mod tests {
                     "RAY_SERVE_THROUGHPUT_OPTIMIZED".to_string(),
                     "0".to_string()
                 ),
-                defaults[1].clone()
+                defaults[1].clone(),
+                defaults[2].clone()
             ]
         );
     }
