@@ -545,17 +545,22 @@ async fn a_reverted_spec_rolls_traffic_back_through_a_shared_gateway_and_suspend
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kuberays_incremental_upgrade_sample_is_accepted_and_gets_its_gateway() {
-    // No Ray answers: the sample's Serve config fetches its code from the Internet, which
-    // tests never reach; the Kubernetes side is what is checked here.
+async fn an_incremental_rayservice_of_kuberays_sample_shape_is_accepted_and_gets_its_gateway() {
+    // No Ray answers: the Kubernetes side is what is checked here. The object has the shape of
+    // KubeRay's `ray-service.incremental-upgrade.yaml` (not among the shared samples): in-tree
+    // autoscaling, and step 10 % every 30 s with 20 % surge through a Gateway of class `istio`.
     let nowhere =
         raypipe::ray::DashboardLocator::resolver(|_| Some("http://127.0.0.1:9".to_owned()));
     let fx = fixture_with("rsvc-incr-sample", nowhere, None).await;
     install_gateway_api(&fx.client).await;
-    let file = support::kuberay_samples_dir().join("ray-service.incremental-upgrade.yaml");
-    let text = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| panic!("KubeRay's sample {}: {e}", file.display()));
-    let doc: Value = serde_yaml::from_str(&text).expect("YAML");
+    let mut doc = echo_service(
+        "rayservice-incremental-upgrade",
+        "hello",
+        "rayproject/ray:2.60.0",
+    );
+    incremental(&mut doc, 10, 20);
+    doc["spec"]["upgradeStrategy"]["clusterUpgradeOptions"]["gatewayClassName"] = json!("istio");
+    doc["spec"]["upgradeStrategy"]["clusterUpgradeOptions"]["intervalSeconds"] = json!(30);
     fx.create(&doc).await;
     let name = "rayservice-incremental-upgrade";
     let gw = eventually(WAIT, "the sample's Gateway", || async {
