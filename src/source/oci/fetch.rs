@@ -14,7 +14,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode};
 use tracing::{Instrument, info, info_span, warn};
 
@@ -344,26 +344,15 @@ async fn get_manifest(
         None => reference.manifest_reference(),
     };
     let url = manifest_url(session, reference, &name)?;
-    let response = session.send(Method::GET, &url, &accept_manifests()).await?;
-    let status = response.status();
-    if status == StatusCode::NOT_FOUND {
-        return Err(not_found(reference, expected));
-    }
-    if status != StatusCode::OK {
-        return Err(SourceError::from_status(status, redact_url(&url), true));
-    }
-    let content_type = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned);
-    let bytes = read_small_body(
-        session.transport,
-        response,
+    let bytes = get_document(
+        session,
+        &url,
+        &accept_manifests(),
         MAX_MANIFEST_BYTES,
-        &redact_url(&url),
+        &[StatusCode::NOT_FOUND],
     )
-    .await?;
+    .await?
+    .ok_or_else(|| not_found(reference, expected))?;
     let actual = Sha256Digest::of(&bytes);
     if let Some(expected) = expected
         && actual != expected
@@ -375,8 +364,30 @@ async fn get_manifest(
             actual: actual.to_string(),
         });
     }
-    tracing::debug!(content_type = ?content_type, bytes = bytes.len(), "manifest read");
+    tracing::debug!(bytes = bytes.len(), "manifest read");
     Ok((bytes, actual))
+}
+
+/// GETs a small document (manifest, index) of at most `limit` bytes; `None` when the
+/// registry answers one of the `absent` statuses.
+pub(crate) async fn get_document(
+    session: &Session<'_>,
+    url: &reqwest::Url,
+    headers: &[(HeaderName, HeaderValue)],
+    limit: u64,
+    absent: &[StatusCode],
+) -> Result<Option<bytes::Bytes>, SourceError> {
+    let response = session.send(Method::GET, url, headers).await?;
+    let status = response.status();
+    if absent.contains(&status) {
+        return Ok(None);
+    }
+    if status != StatusCode::OK {
+        return Err(SourceError::from_status(status, redact_url(url), true));
+    }
+    read_small_body(session.transport, response, limit, &redact_url(url))
+        .await
+        .map(Some)
 }
 
 fn manifest_url(

@@ -31,6 +31,7 @@ use crate::source::error::SourceError;
 use crate::source::redact::redact_url;
 
 use super::auth::Session;
+use super::fetch::get_document;
 use super::manifest::{
     Index, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Manifest, OCI_INDEX_MEDIA_TYPE,
     sha256_of_descriptor,
@@ -218,21 +219,12 @@ async fn referrer_signatures(
     url.query_pairs_mut()
         .append_pair("artifactType", COSIGN_SIGNATURE_ARTIFACT_TYPE);
     let headers = [(ACCEPT, HeaderValue::from_static(OCI_INDEX_MEDIA_TYPE))];
-    let response = session.send(Method::GET, &url, &headers).await?;
-    let status = response.status();
-    if status == StatusCode::NOT_FOUND || status == StatusCode::METHOD_NOT_ALLOWED {
+    // A registry without the API answers 404 (or 405).
+    let absent = [StatusCode::NOT_FOUND, StatusCode::METHOD_NOT_ALLOWED];
+    let Some(body) = get_document(session, &url, &headers, MAX_MANIFEST_BYTES, &absent).await?
+    else {
         return Ok(Vec::new());
-    }
-    if status != StatusCode::OK {
-        return Err(SourceError::from_status(status, redact_url(&url), true));
-    }
-    let body = read_small_body(
-        session.transport,
-        response,
-        MAX_MANIFEST_BYTES,
-        &redact_url(&url),
-    )
-    .await?;
+    };
     // A registry that answers something else has no usable referrers: fall back to the tag.
     let Ok(index) = serde_json::from_slice::<Index>(&body) else {
         return Ok(Vec::new());
@@ -278,21 +270,11 @@ async fn signature_manifest(
         .transport
         .api_url(&format!("{}/manifests/{name}", reference.repository()))?;
     let headers = [(ACCEPT, HeaderValue::from_static(MANIFEST_ACCEPT))];
-    let response = session.send(Method::GET, &url, &headers).await?;
-    let status = response.status();
-    if status == StatusCode::NOT_FOUND {
+    let absent = [StatusCode::NOT_FOUND];
+    let Some(body) = get_document(session, &url, &headers, MAX_MANIFEST_BYTES, &absent).await?
+    else {
         return Ok(None);
-    }
-    if status != StatusCode::OK {
-        return Err(SourceError::from_status(status, redact_url(&url), true));
-    }
-    let body = read_small_body(
-        session.transport,
-        response,
-        MAX_MANIFEST_BYTES,
-        &redact_url(&url),
-    )
-    .await?;
+    };
     if let Some(expected) = expected
         && Sha256Digest::of(&body) != expected
     {

@@ -67,14 +67,33 @@ fn descriptor(media_type: &str, bytes: &[u8]) -> Descriptor {
     }
 }
 
+/// POST an upload session, then PUT the bytes with their digest (the two-step upload every
+/// registry supports).
 async fn upload_blob(repository: &str, token: &str, bytes: &[u8]) {
     let registry = &token_registry().registry;
     let digest = Sha256Digest::of(bytes).to_string();
-    let mut url = reqwest::Url::parse(&registry.url(&format!("/v2/{repository}/blobs/uploads/")))
+    let start = reqwest::Url::parse(&registry.url(&format!("/v2/{repository}/blobs/uploads/")))
         .expect("upload URL");
+    let session = http()
+        .post(start.clone())
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("upload session");
+    assert_eq!(
+        session.status().as_u16(),
+        202,
+        "upload session for {digest}"
+    );
+    let location = session
+        .headers()
+        .get("location")
+        .and_then(|value| value.to_str().ok())
+        .expect("a Location");
+    let mut url = start.join(location).expect("upload location");
     url.query_pairs_mut().append_pair("digest", &digest);
     let response = http()
-        .post(url)
+        .put(url)
         .bearer_auth(token)
         .header("content-type", "application/octet-stream")
         .body(bytes.to_vec())
