@@ -392,6 +392,31 @@ async fn serve(
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn the_sample_graphs_are_seeded_as_oci_artifacts_under_the_demo_tag() {
+        let registry = crate::devenv::registry::Registry::http("127.0.0.1", None).await;
+        push_sample_graphs(&registry).expect("seeded");
+        crate::startup::init_crypto();
+        let client = reqwest::Client::new();
+        let manifest = registry.url(&format!(
+            "v2/{SAMPLE_OCI_REPOSITORY}/manifests/{SAMPLE_OCI_TAG}"
+        ));
+        let answer = client.get(&manifest).send().await.expect("answers");
+        assert_eq!(answer.status(), 200);
+        let body = answer.bytes().await.expect("body");
+        let parsed = crate::source::oci::manifest::Manifest::parse(&body).expect("a manifest");
+        assert_eq!(
+            parsed.annotations[crate::source::oci::manifest::ANNOTATION_GRAPH_NAME],
+            "ensemble"
+        );
+        let tags = client
+            .get(registry.url("v2/samples/switch-canary/tags/list"))
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(tags.status(), 200);
+    }
+
     #[test]
     fn the_sample_pipeline_is_the_file_and_follows_the_registry_port() {
         let printed = sample_pipeline(SAMPLE_REGISTRY_PORT).expect("the sample parses");
