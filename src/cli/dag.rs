@@ -34,6 +34,11 @@ pub enum DagCommand {
     Encode(EncodeArgs),
     /// Print a graph (e.g. a protobuf file) as YAML or JSON.
     Decode(DecodeArgs),
+    /// Validate a graph and push it to an OCI registry as a graph artifact; prints the
+    /// manifest digest.
+    Push(super::oci::PushArgs),
+    /// Pull a graph artifact from an OCI registry (tag or digest; both digests checked).
+    Pull(super::oci::PullArgs),
 }
 
 /// The graph to read.
@@ -187,6 +192,8 @@ pub enum DagError {
     Render(#[from] serve::RenderError),
     #[error("OLD and NEW cannot both be standard input")]
     BothStandardInput,
+    #[error(transparent)]
+    Oci(#[from] super::oci::OciCommandError),
 }
 
 /// Runs a `raypipe dag` command on the process's standard output and error.
@@ -205,6 +212,8 @@ pub fn execute(cmd: DagCommand, out: &mut dyn Write, err: &mut dyn Write) -> u8 
         DagCommand::Diff(args) => diff(&args, out, err),
         DagCommand::Encode(args) => encode(&args, out, err),
         DagCommand::Decode(args) => decode(&args, out),
+        DagCommand::Push(args) => super::oci::push(&args, out, err),
+        DagCommand::Pull(args) => super::oci::pull(&args, out, err),
     };
     match result {
         Ok(code) => code,
@@ -215,7 +224,7 @@ pub fn execute(cmd: DagCommand, out: &mut dyn Write, err: &mut dyn Write) -> u8 
     }
 }
 
-fn display_path(path: &Path) -> String {
+pub(super) fn display_path(path: &Path) -> String {
     if path == Path::new("-") {
         "standard input".to_string()
     } else {
@@ -252,7 +261,7 @@ pub fn read_graph(input: &InputArgs) -> Result<proto::PipelineGraph, DagError> {
     graph::load(&bytes, format).map_err(|source| DagError::Graph { path, source })
 }
 
-fn write_problems(err: &mut dyn Write, path: &str, errors: &ValidationErrors) {
+pub(super) fn write_problems(err: &mut dyn Write, path: &str, errors: &ValidationErrors) {
     let _ = writeln!(
         err,
         "{path}: invalid graph, {} problem{}:",
@@ -333,6 +342,7 @@ fn reason_of(error: &DagError) -> &'static str {
         DagError::Graph { source, .. } => source.reason(),
         DagError::Render(e) => e.reason(),
         DagError::BothStandardInput => "UsageError",
+        DagError::Oci(_) => "RegistryError",
     }
 }
 
@@ -426,7 +436,7 @@ fn stdout_error(source: std::io::Error) -> DagError {
     }
 }
 
-fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), DagError> {
+pub(super) fn write_stdout(out: &mut dyn Write, bytes: &[u8]) -> Result<(), DagError> {
     out.write_all(bytes).map_err(stdout_error)
 }
 

@@ -129,6 +129,48 @@ pub const SAMPLE_REGISTRY_PORT: u16 = 8787;
 const SAMPLE_NAMESPACE: &str = "default";
 const SAMPLE_PIPELINE: &str = "demo";
 const SAMPLE_TOKEN_SECRET: &str = "demo-registry-token";
+/// The `kubernetes.io/dockerconfigjson` Secret with the registry's credentials for `source.oci`.
+const SAMPLE_CREDENTIALS_SECRET: &str = "demo-registry-credentials";
+/// The OCI repository and tag the sample graph is pushed to (what `raypipe dag push` updates).
+pub const SAMPLE_OCI_REPOSITORY: &str = "samples/ensemble";
+pub const SAMPLE_OCI_TAG: &str = "demo";
+/// User name in the dev Docker config (the registry checks only the password, its token).
+const SAMPLE_REGISTRY_USER: &str = "raypipe";
+
+/// A Docker config (`auths`) with the dev registry's credentials, as `docker login` writes it.
+pub fn dev_docker_config(registry_host: &str, token: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let auth =
+        base64::engine::general_purpose::STANDARD.encode(format!("{SAMPLE_REGISTRY_USER}:{token}"));
+    serde_json::json!({"auths": {registry_host: {"auth": auth}}})
+}
+
+/// Pushes every sample graph to the registry's OCI side as `samples/<file stem>:v1`, and the
+/// first ensemble as [`SAMPLE_OCI_REPOSITORY`]:[`SAMPLE_OCI_TAG`], the tag the walkthrough's
+/// `raypipe dag push` moves.
+pub fn push_sample_graphs(registry: &crate::devenv::registry::Registry) -> anyhow::Result<()> {
+    for (file, bytes) in SAMPLE_GRAPHS {
+        let graph = crate::graph::load(bytes, crate::graph::Format::Protobuf)?;
+        let stem = file.trim_end_matches(".pb");
+        registry.push_graph(
+            &format!("samples/{stem}"),
+            "v1",
+            bytes.to_vec(),
+            &graph.name,
+            &graph.version,
+        )?;
+        if *file == "ensemble.pb" {
+            registry.push_graph(
+                SAMPLE_OCI_REPOSITORY,
+                SAMPLE_OCI_TAG,
+                bytes.to_vec(),
+                &graph.name,
+                &graph.version,
+            )?;
+        }
+    }
+    Ok(())
+}
 
 /// `samples/servepipeline.yaml`'s ServePipeline, its registry moved to `registry_port`.
 pub fn sample_pipeline(registry_port: u16) -> anyhow::Result<serde_json::Value> {
@@ -146,6 +188,13 @@ pub fn sample_pipeline(registry_port: u16) -> anyhow::Result<serde_json::Value> 
     pipeline["spec"]["source"]["url"] = serde_json::Value::String(url);
     pipeline["metadata"]["namespace"] = SAMPLE_NAMESPACE.into();
     Ok(pipeline)
+}
+
+/// Where `raypipe dev` writes a Docker config with its registry's credentials.
+pub fn dev_docker_config_dir() -> PathBuf {
+    crate::devenv::binaries::cache_root()
+        .join("dev")
+        .join("docker")
 }
 
 /// Starts a token-protected registry on 127.0.0.1 serving the sample graphs, creates a Secret
@@ -168,14 +217,34 @@ async fn create_sample(
     for (file, bytes) in SAMPLE_GRAPHS {
         registry.put(&format!("graphs/{file}"), bytes.to_vec());
     }
+    push_sample_graphs(&registry)?;
+    let host = registry.addr.to_string();
+    let docker_config = dev_docker_config(&host, &token);
+    let credentials: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": SAMPLE_CREDENTIALS_SECRET, "namespace": SAMPLE_NAMESPACE},
+        "stringData": {".dockerconfigjson": docker_config.to_string()}
+    }))?;
+    // The same credentials for `raypipe dag push` in the user's shell (DOCKER_CONFIG).
+    let docker_dir = dev_docker_config_dir();
+    std::fs::create_dir_all(&docker_dir)?;
+    std::fs::write(docker_dir.join("config.json"), docker_config.to_string())?;
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": SAMPLE_TOKEN_SECRET, "namespace": SAMPLE_NAMESPACE},
         "stringData": {"token": token}
     }))?;
     let params = PatchParams::apply("raypipe-dev").force();
-    Api::<Secret>::namespaced(client.clone(), SAMPLE_NAMESPACE)
+    let secrets = Api::<Secret>::namespaced(client.clone(), SAMPLE_NAMESPACE);
+    secrets
         .patch(SAMPLE_TOKEN_SECRET, &params, &Patch::Apply(&secret))
+        .await?;
+    secrets
+        .patch(
+            SAMPLE_CREDENTIALS_SECRET,
+            &params,
+            &Patch::Apply(&credentials),
+        )
         .await?;
     let pipeline: ServePipeline = serde_json::from_value(sample_pipeline(registry.addr.port())?)?;
     Api::<ServePipeline>::namespaced(client.clone(), SAMPLE_NAMESPACE)
@@ -274,6 +343,11 @@ async fn serve(
             "\nSample: ServePipeline {SAMPLE_NAMESPACE}/{SAMPLE_PIPELINE} fetches {} (samples/servepipeline.yaml; bearer token in Secret {SAMPLE_TOKEN_SECRET}):\n  kubectl get servepipeline {SAMPLE_PIPELINE} -o yaml\n  kubectl get rayservice {SAMPLE_PIPELINE} -o jsonpath='{{.spec.serveConfigV2}}'",
             registry.url("graphs/ensemble.pb")
         );
+        println!(
+            "\nOCI: the same registry holds the sample graphs as OCI artifacts ({host}/samples/<name>:v1; Secret {SAMPLE_CREDENTIALS_SECRET}). Push a new version of the demo graph:\n  export DOCKER_CONFIG={}\n  raypipe dag push --plain-http samples/graphs/ensemble-v2.yaml {host}/{SAMPLE_OCI_REPOSITORY}:{SAMPLE_OCI_TAG}\n  raypipe dag pull --plain-http --format yaml {host}/{SAMPLE_OCI_REPOSITORY}:{SAMPLE_OCI_TAG}",
+            dev_docker_config_dir().display(),
+            host = registry.addr,
+        );
         Some(registry)
     };
     let mut settings = crate::config::ControllerSettings::new(&args.controllers);
@@ -317,6 +391,31 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_sample_graphs_are_seeded_as_oci_artifacts_under_the_demo_tag() {
+        let registry = crate::devenv::registry::Registry::http("127.0.0.1", None).await;
+        push_sample_graphs(&registry).expect("seeded");
+        crate::startup::init_crypto();
+        let client = reqwest::Client::new();
+        let manifest = registry.url(&format!(
+            "v2/{SAMPLE_OCI_REPOSITORY}/manifests/{SAMPLE_OCI_TAG}"
+        ));
+        let answer = client.get(&manifest).send().await.expect("answers");
+        assert_eq!(answer.status(), 200);
+        let body = answer.bytes().await.expect("body");
+        let parsed = crate::source::oci::manifest::Manifest::parse(&body).expect("a manifest");
+        assert_eq!(
+            parsed.annotations[crate::source::oci::manifest::ANNOTATION_GRAPH_NAME],
+            "ensemble"
+        );
+        let tags = client
+            .get(registry.url("v2/samples/switch-canary/tags/list"))
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(tags.status(), 200);
+    }
 
     #[test]
     fn the_sample_pipeline_is_the_file_and_follows_the_registry_port() {

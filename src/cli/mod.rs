@@ -5,6 +5,7 @@
 pub mod dag;
 #[cfg(feature = "dev")]
 pub mod dev;
+pub mod oci;
 pub mod run;
 
 use std::process::ExitCode;

@@ -160,6 +160,31 @@ impl OciStore {
         }
     }
 
+    /// Stores a graph artifact under `repository:tag` directly (what `raypipe dag push` would
+    /// upload): how `raypipe dev` seeds its sample graphs.
+    pub fn put_artifact(
+        &mut self,
+        repository: &str,
+        tag: &str,
+        artifact: &crate::source::oci::push::GraphArtifact,
+    ) {
+        self.store_blob(
+            sha256_digest(crate::source::oci::push::EMPTY_CONFIG),
+            Bytes::from_static(crate::source::oci::push::EMPTY_CONFIG),
+        );
+        self.store_blob(artifact.graph_digest.to_string(), artifact.graph.clone());
+        let digest = artifact.manifest_digest.to_string();
+        self.stored_bytes = self.stored_bytes.saturating_add(artifact.manifest.len());
+        self.manifests.insert(
+            (repository.to_owned(), digest.clone()),
+            (OCI_MANIFEST.to_owned(), artifact.manifest.clone()),
+        );
+        self.tags
+            .entry(repository.to_owned())
+            .or_default()
+            .insert(tag.to_owned(), digest);
+    }
+
     /// Answers one OCI request.
     pub fn handle(
         &mut self,

@@ -117,3 +117,263 @@ async fn the_token_registry_trusts_its_issuer_for_the_scopes_it_grants() {
         "the issuer logs who asked for which scope"
     );
 }
+
+fn sample(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("samples/graphs")
+        .join(name)
+}
+
+/// Runs `raypipe ARGS` with `stdin` and its own Docker config directory; (exit code, stdout,
+/// stderr).
+fn raypipe(args: &[&str], stdin: &str, docker_config: &std::path::Path) -> (i32, Vec<u8>, String) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_raypipe"))
+        .args(args)
+        .env("DOCKER_CONFIG", docker_config)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("raypipe runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    let output = child.wait_with_output().expect("raypipe ends");
+    (
+        output.status.code().unwrap_or(-1),
+        output.stdout,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_owned()
+}
+
+fn write_docker_config(dir: &std::path::Path, host: &str, user: &str, password: &str) {
+    use base64::Engine as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let config = serde_json::json!({"auths": {host: {"auth": auth}}});
+    std::fs::write(dir.join("config.json"), config.to_string()).expect("write config.json");
+}
+
+/// Push (YAML in), then pull by tag and by digest: the bytes are the graph's protobuf
+/// encoding, and the printed digest is the manifest's.
+fn round_trip(host: &str, repository: &str, login: &[&str], stdin: &str, docker: &std::path::Path) {
+    let reference = format!("{host}/{repository}:v1");
+    let yaml = sample("ensemble.yaml");
+    let mut push = vec![
+        "dag",
+        "push",
+        yaml.to_str().expect("utf-8"),
+        &reference,
+        "--plain-http",
+    ];
+    push.extend_from_slice(login);
+    let (code, out, err) = raypipe(&push, stdin, docker);
+    assert_eq!(code, 0, "{err}");
+    let digest = text(&out);
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+    assert!(err.contains("manifest sha256:"), "{err}");
+
+    let expected = std::fs::read(sample("ensemble.pb")).expect("the sample protobuf");
+    let mut pull = vec!["dag", "pull", &reference, "--plain-http"];
+    pull.extend_from_slice(login);
+    let (code, out, err) = raypipe(&pull, stdin, docker);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, expected, "pulled by tag: the graph's protobuf");
+
+    let by_digest = format!("{host}/{repository}@{digest}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("pulled.yaml");
+    let mut pull = vec![
+        "dag",
+        "pull",
+        &by_digest,
+        "--plain-http",
+        "--format",
+        "yaml",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ];
+    pull.extend_from_slice(login);
+    let (code, _, err) = raypipe(&pull, stdin, docker);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&digest), "{err}");
+    let pulled = std::fs::read_to_string(&file).expect("written");
+    assert!(pulled.contains("ensemble"), "{pulled}");
+
+    // The same graph again: same manifest digest, both blobs already there.
+    let mut push = vec![
+        "dag",
+        "push",
+        yaml.to_str().expect("utf-8"),
+        &reference,
+        "--plain-http",
+    ];
+    push.extend_from_slice(login);
+    let (code, out, err) = raypipe(&push, stdin, docker);
+    assert_eq!((code, text(&out)), (0, digest), "{err}");
+    assert!(err.contains("2 of 2 blobs already there"), "{err}");
+}
+
+#[test]
+fn push_and_pull_with_basic_auth_from_the_command_line() {
+    let registry = oci::basic_registry();
+    let docker = tempfile::tempdir().expect("tempdir");
+    round_trip(
+        &registry.host,
+        "cli/basic",
+        &["--username", USER, "--password-stdin"],
+        &format!("{PASSWORD}\n"),
+        docker.path(),
+    );
+    // A wrong password is refused, naming the registry, and never printed.
+    let reference = registry.reference("cli/basic:v1");
+    let (code, _, err) = raypipe(
+        &[
+            "dag",
+            "pull",
+            &reference,
+            "--plain-http",
+            "--username",
+            USER,
+            "--password-stdin",
+        ],
+        "not-the-password",
+        docker.path(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&registry.host) && !err.contains("not-the-password"),
+        "{err}"
+    );
+}
+
+#[test]
+fn push_and_pull_through_the_token_flow_with_docker_config_credentials() {
+    let oci::TokenRegistry { registry, issuer } = oci::token_registry();
+    let docker = tempfile::tempdir().expect("tempdir");
+    write_docker_config(docker.path(), &registry.host, USER, PASSWORD);
+    let before = issuer.issued_to(USER);
+    round_trip(&registry.host, "cli/token", &[], "", docker.path());
+    assert!(
+        issuer.issued_to(USER) > before,
+        "tokens came from the issuer"
+    );
+
+    // Pull-only credentials cannot push.
+    issuer.add_user("cli-reader", IssuerUser::only("pw", "cli/token", &["pull"]));
+    write_docker_config(docker.path(), &registry.host, "cli-reader", "pw");
+    let yaml = sample("ensemble-v2.yaml");
+    let reference = registry.reference("cli/token:v2");
+    let (code, _, err) = raypipe(
+        &[
+            "dag",
+            "push",
+            yaml.to_str().expect("utf-8"),
+            &reference,
+            "--plain-http",
+        ],
+        "",
+        docker.path(),
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = raypipe(
+        &[
+            "dag",
+            "pull",
+            &registry.reference("cli/token:v1"),
+            "--plain-http",
+        ],
+        "",
+        docker.path(),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.is_empty());
+}
+
+#[test]
+fn push_refuses_an_invalid_graph_and_sends_nothing() {
+    let registry = oci::basic_registry();
+    let docker = tempfile::tempdir().expect("tempdir");
+    write_docker_config(docker.path(), &registry.host, USER, PASSWORD);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let invalid = dir.path().join("dangling-edge.yaml");
+    let text_of = std::fs::read_to_string(sample("ensemble.yaml")).expect("sample");
+    // An edge to a node that does not exist.
+    std::fs::write(
+        &invalid,
+        text_of.replace("target: combine", "target: nowhere"),
+    )
+    .expect("write");
+    let reference = registry.reference("cli/invalid:v1");
+    let (code, _, err) = raypipe(
+        &[
+            "dag",
+            "push",
+            invalid.to_str().expect("utf-8"),
+            &reference,
+            "--plain-http",
+        ],
+        "",
+        docker.path(),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("nothing pushed"), "{err}");
+    let (code, _, err) = raypipe(
+        &["dag", "pull", &reference, "--plain-http"],
+        "",
+        docker.path(),
+    );
+    assert_eq!(code, 2, "the tag was never created: {err}");
+    assert!(
+        err.contains("TagNotFound") || err.contains("no tag"),
+        "{err}"
+    );
+}
+
+/// The dev registry (embedded OCI): push and pull round trip with its token as the Basic
+/// password, and a blob whose bytes do not match its digest is refused on pull.
+#[tokio::test]
+async fn the_dev_registry_takes_pushes_and_pull_checks_the_graph_digest() {
+    let registry = raypipe::devenv::registry::Registry::http("127.0.0.1", Some("dev-token")).await;
+    let host = registry.addr.to_string();
+    let docker = tempfile::tempdir().expect("tempdir");
+    write_docker_config(docker.path(), &host, "anyone", "dev-token");
+    let docker_path = docker.path().to_owned();
+    let host_for_push = host.clone();
+    tokio::task::spawn_blocking(move || {
+        round_trip(&host_for_push, "dev/ensemble", &[], "", &docker_path)
+    })
+    .await
+    .expect("round trip");
+
+    let graph = std::fs::read(sample("ensemble.pb")).expect("sample");
+    let graph_digest = format!("sha256:{}", raypipe::devenv::registry::sha256_hex(&graph));
+    registry.put(
+        &format!("v2/dev/ensemble/blobs/{graph_digest}"),
+        b"tampered".to_vec(),
+    );
+    let docker_path = docker.path().to_owned();
+    let reference = format!("{host}/dev/ensemble:v1");
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        raypipe(
+            &["dag", "pull", &reference, "--plain-http"],
+            "",
+            &docker_path,
+        )
+    })
+    .await
+    .expect("pull");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("digest"), "{err}");
+}

@@ -11,6 +11,7 @@ pub mod fetch;
 pub mod manifest;
 #[cfg(test)]
 mod protocol_tests;
+pub mod push;
 pub mod reference;
 pub mod transport;
 pub mod verify;
