@@ -178,14 +178,16 @@ pub fn sample_pipeline(registry_port: u16) -> anyhow::Result<serde_json::Value> 
         .into_iter()
         .find(|d| d["kind"] == "ServePipeline")
         .ok_or_else(|| anyhow::anyhow!("samples/servepipeline.yaml has no ServePipeline"))?;
-    let url = pipeline["spec"]["source"]["url"]
-        .as_str()
-        .unwrap_or_default()
-        .replace(
-            &format!("127.0.0.1:{SAMPLE_REGISTRY_PORT}/"),
-            &format!("127.0.0.1:{registry_port}/"),
-        );
-    pipeline["spec"]["source"]["url"] = serde_json::Value::String(url);
+    // The registry's address, in whichever of `url` / `oci` the sample uses.
+    for field in ["url", "oci"] {
+        if let Some(address) = pipeline["spec"]["source"][field].as_str() {
+            let moved = address.replace(
+                &format!("127.0.0.1:{SAMPLE_REGISTRY_PORT}/"),
+                &format!("127.0.0.1:{registry_port}/"),
+            );
+            pipeline["spec"]["source"][field] = serde_json::Value::String(moved);
+        }
+    }
     pipeline["metadata"]["namespace"] = SAMPLE_NAMESPACE.into();
     Ok(pipeline)
 }
@@ -340,8 +342,8 @@ async fn serve(
     } else {
         let registry = create_sample(&client, args.registry_port).await?;
         println!(
-            "\nSample: ServePipeline {SAMPLE_NAMESPACE}/{SAMPLE_PIPELINE} fetches {} (samples/servepipeline.yaml; bearer token in Secret {SAMPLE_TOKEN_SECRET}):\n  kubectl get servepipeline {SAMPLE_PIPELINE} -o yaml\n  kubectl get rayservice {SAMPLE_PIPELINE} -o jsonpath='{{.spec.serveConfigV2}}'",
-            registry.url("graphs/ensemble.pb")
+            "\nSample: ServePipeline {SAMPLE_NAMESPACE}/{SAMPLE_PIPELINE} follows {}/{SAMPLE_OCI_REPOSITORY}:{SAMPLE_OCI_TAG} (samples/servepipeline.yaml; credentials in Secret {SAMPLE_CREDENTIALS_SECRET}):\n  kubectl get servepipeline {SAMPLE_PIPELINE} -o yaml\n  kubectl get rayservice {SAMPLE_PIPELINE} -o jsonpath='{{.spec.serveConfigV2}}'",
+            registry.addr
         );
         println!(
             "\nOCI: the same registry holds the sample graphs as OCI artifacts ({host}/samples/<name>:v1; Secret {SAMPLE_CREDENTIALS_SECRET}). Push a new version of the demo graph:\n  export DOCKER_CONFIG={}\n  raypipe dag push --plain-http samples/graphs/ensemble-v2.yaml {host}/{SAMPLE_OCI_REPOSITORY}:{SAMPLE_OCI_TAG}\n  raypipe dag pull --plain-http --format yaml {host}/{SAMPLE_OCI_REPOSITORY}:{SAMPLE_OCI_TAG}",
@@ -422,23 +424,18 @@ mod tests {
         let printed = sample_pipeline(SAMPLE_REGISTRY_PORT).expect("the sample parses");
         assert_eq!(printed["metadata"]["name"], SAMPLE_PIPELINE);
         assert_eq!(
-            printed["spec"]["source"]["url"],
-            "http://127.0.0.1:8787/graphs/ensemble.pb"
+            printed["spec"]["source"]["oci"],
+            format!("127.0.0.1:8787/{SAMPLE_OCI_REPOSITORY}:{SAMPLE_OCI_TAG}")
         );
         assert_eq!(
-            printed["spec"]["source"]["bearerTokenSecretRef"]["name"],
-            SAMPLE_TOKEN_SECRET
+            printed["spec"]["source"]["credentialsSecretRef"]["name"],
+            SAMPLE_CREDENTIALS_SECRET
         );
         let moved = sample_pipeline(18080).expect("the sample parses");
         assert_eq!(
-            moved["spec"]["source"]["url"],
-            "http://127.0.0.1:18080/graphs/ensemble.pb"
+            moved["spec"]["source"]["oci"],
+            format!("127.0.0.1:18080/{SAMPLE_OCI_REPOSITORY}:{SAMPLE_OCI_TAG}")
         );
         serde_json::from_value::<crate::api::ServePipeline>(moved).expect("a valid ServePipeline");
-        // Every graph a sample names is one the registry serves.
-        let url = printed["spec"]["source"]["url"]
-            .as_str()
-            .unwrap_or_default();
-        assert!(SAMPLE_GRAPHS.iter().any(|(file, _)| url.ends_with(file)));
     }
 }
