@@ -26,9 +26,6 @@ const CERT_MANAGER_MODULE: &str = "github.com/cert-manager/cert-manager";
 const CERT_MANAGER_VERSION: &str = "v1.21.2";
 
 async fn gated_fixture(prefix: &str) -> Fixture {
-    let client = support::client().await;
-    let ns = support::namespace(&client, prefix).await;
-    let mut stop = fixture::Stopper::default();
     let config = Config {
         concurrency: 4,
         feature_gates: FeatureGates::default()
@@ -37,12 +34,7 @@ async fn gated_fixture(prefix: &str) -> Fixture {
             .with(gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE, true),
         ..Config::default()
     };
-    fixture::spawn_raycluster_controller(&client, &ns, config, &mut stop);
-    Fixture {
-        client,
-        ns,
-        _stop: stop,
-    }
+    fixture_with(prefix, config).await
 }
 
 /// cert-manager's CRD files, from its Go module (the ordinary `go` client), cached beside the
