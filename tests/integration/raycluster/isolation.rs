@@ -40,7 +40,7 @@ async fn gated_fixture(prefix: &str) -> Fixture {
 /// cert-manager's CRD files, from its Go module (the ordinary `go` client), cached beside the
 /// control plane.
 fn cert_manager_crd_files() -> Vec<std::path::PathBuf> {
-    let dir = raypipe::devenv::binaries::cache_dir()
+    let dir = raypipe::devenv::binaries::cache_root()
         .join("cert-manager")
         .join(CERT_MANAGER_VERSION);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
