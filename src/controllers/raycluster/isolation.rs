@@ -373,7 +373,8 @@ pub(super) async fn ensure_mtls(cluster: &RayCluster, ctx: &Context) -> Result<P
                 message.clone(),
             )
             .await;
-            return Ok(Progress::Waiting(message));
+            // An error, so the frame backs off instead of repeating this every 2 s.
+            return Err(Error::Conflict(message));
         }
         return Err(Error::kube("discovering cert-manager.io/v1", e));
     }

@@ -26,9 +26,6 @@ const CERT_MANAGER_MODULE: &str = "github.com/cert-manager/cert-manager";
 const CERT_MANAGER_VERSION: &str = "v1.21.2";
 
 async fn gated_fixture(prefix: &str) -> Fixture {
-    let client = support::client().await;
-    let ns = support::namespace(&client, prefix).await;
-    let mut stop = fixture::Stopper::default();
     let config = Config {
         concurrency: 4,
         feature_gates: FeatureGates::default()
@@ -37,18 +34,13 @@ async fn gated_fixture(prefix: &str) -> Fixture {
             .with(gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE, true),
         ..Config::default()
     };
-    fixture::spawn_raycluster_controller(&client, &ns, config, &mut stop);
-    Fixture {
-        client,
-        ns,
-        _stop: stop,
-    }
+    fixture_with(prefix, config).await
 }
 
 /// cert-manager's CRD files, from its Go module (the ordinary `go` client), cached beside the
 /// control plane.
 fn cert_manager_crd_files() -> Vec<std::path::PathBuf> {
-    let dir = raypipe::devenv::binaries::cache_dir()
+    let dir = raypipe::devenv::binaries::cache_root()
         .join("cert-manager")
         .join(CERT_MANAGER_VERSION);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));

@@ -42,13 +42,21 @@ struct Fixture {
 
 /// A namespace with a RayCluster controller watching only it.
 async fn fixture(prefix: &str) -> Fixture {
+    fixture_with(
+        prefix,
+        Config {
+            concurrency: 4,
+            ..Config::default()
+        },
+    )
+    .await
+}
+
+/// A namespace with a RayCluster controller of `config` watching only it.
+async fn fixture_with(prefix: &str, config: Config) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
     let mut stop = fixture::Stopper::default();
-    let config = Config {
-        concurrency: 4,
-        ..Config::default()
-    };
     fixture::spawn_raycluster_controller(&client, &ns, config, &mut stop);
     Fixture {
         client,
