@@ -46,7 +46,9 @@ pub(super) async fn reconcile(
 /// The validate stage: `Some(action)` ends the pass (a refused cluster gets an Event and
 /// nothing is written; a spec change brings it back).
 async fn validate(cluster: &RayCluster, ctx: &Context) -> Result<Option<Action>, Error> {
-    if let Err(invalid) = crate::validation::raycluster::controller::validate(cluster) {
+    if let Err(invalid) =
+        crate::validation::raycluster::controller::validate(cluster, &ctx.config.feature_gates)
+    {
         warn!(reason = invalid.reason, message = %invalid.message, "RayCluster refused");
         ctx.event(
             cluster,
