@@ -29,6 +29,7 @@ mod deletion;
 mod foreign;
 mod samples;
 mod scaling;
+mod takeover;
 
 const WAIT: Duration = Duration::from_secs(90);
 
