@@ -353,6 +353,13 @@ async fn serve(
         Some(registry)
     };
     let mut settings = crate::config::ControllerSettings::new(&args.controllers);
+    // `raypipe dev` runs every controller it is given; RayCronJob's needs its gate.
+    if args.controllers.contains(&ControllerKind::Raycronjob) {
+        settings.feature_gates = settings
+            .feature_gates
+            .clone()
+            .with(crate::validation::feature_gates::gates::RAY_CRON_JOB, true);
+    }
     // The sample registry and everything else `raypipe dev` starts listen on the loopback.
     settings.fetcher = crate::source::Fetcher::with_options(crate::source::FetcherOptions {
         allowed_destinations: crate::source::DestinationPolicy::with_loopback(),

@@ -12,17 +12,35 @@ impl ControllerSettings {
     /// Every controller instance to start: one per enabled kind and watched namespace (or one
     /// for all namespaces), each with its complete `Config`.
     pub fn plan(&self) -> Result<controllers::Plan, DashboardError> {
+        let running = self.running_controllers();
         let mut instances = Vec::new();
-        for kind in &self.controllers {
+        for kind in &running {
             for namespace in self.scopes() {
                 instances.push(self.instance(*kind, namespace)?);
             }
         }
         Ok(controllers::Plan {
             instances,
-            crds: ControllerKind::needed_crds(&self.controllers),
+            crds: ControllerKind::needed_crds(&running),
             readiness: self.readiness.clone(),
         })
+    }
+
+    /// The chosen controllers that run: the RayCronJob controller only under its feature gate,
+    /// as in KubeRay (the webhook then refuses RayCronJobs, which nothing would schedule).
+    pub fn running_controllers(&self) -> Vec<ControllerKind> {
+        let cron_gate = self.feature_gates.enabled(gates::RAY_CRON_JOB);
+        if !cron_gate && self.controllers.contains(&ControllerKind::Raycronjob) {
+            tracing::info!(
+                "the {} feature gate is off: the RayCronJob controller does not run",
+                gates::RAY_CRON_JOB
+            );
+        }
+        self.controllers
+            .iter()
+            .copied()
+            .filter(|kind| *kind != ControllerKind::Raycronjob || cron_gate)
+            .collect()
     }
 
     fn instance(
@@ -139,7 +157,7 @@ impl ControllerSettings {
             namespace,
             concurrency: self.concurrency,
             locator: self.dashboard_locator()?,
-            deletion_policy: self.feature_gates.enabled(gates::RAY_JOB_DELETION_POLICY),
+            feature_gates: self.feature_gates.clone(),
             build: self.cluster_build_options(),
             cluster_domain: switches.dashboard_domain(),
             delete_rayjob_after_finish: switches.delete_rayjob_cr_after_job_finishes,
@@ -158,6 +176,7 @@ impl ControllerSettings {
             concurrency: self.concurrency,
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
+            feature_gates: self.feature_gates.clone(),
             ..raycronjob::Config::default()
         }
     }
@@ -207,7 +226,7 @@ mod tests {
         );
         let job = settings.rayjob(None).expect("in-cluster locator");
         assert_eq!(job.cluster_domain, "cluster.local");
-        assert!(job.deletion_policy);
+        assert!(job.feature_gates.enabled(gates::RAY_JOB_DELETION_POLICY));
         assert_eq!(job.status_check_timeout, Duration::from_secs(300));
         assert!(settings.rayservice(None).expect("rayservice").zero_downtime);
     }
@@ -248,8 +267,16 @@ mod tests {
         );
 
         let plan = settings.plan().expect("a plan");
-        // Five kinds in two namespaces.
+        // Four kinds in two namespaces: RayCronJob's gate is off by default.
+        assert_eq!(plan.instances.len(), 8);
+        assert!(!plan.crds.contains(&"raycronjobs.ray.io".to_owned()));
+        settings.feature_gates = settings
+            .feature_gates
+            .clone()
+            .with(gates::RAY_CRON_JOB, true);
+        let plan = settings.plan().expect("a plan");
         assert_eq!(plan.instances.len(), 10);
+        assert!(plan.crds.contains(&"raycronjobs.ray.io".to_owned()));
         assert!(plan.crds.contains(&"servepipelines.raypipe.dev".to_owned()));
     }
 

@@ -129,6 +129,53 @@ pub fn spec_hash(spec: &RayClusterSpec) -> String {
     crate::k8s::stable_hash(&spec)
 }
 
+/// What the Recreate upgrade strategy does with the Pods, judged from the head Pod's
+/// `ray.io/kuberay-version` and `ray.io/upgrade-strategy-recreate-hash` annotations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecreateCheck {
+    /// The Pods were made by another operator (KubeRay, or another raypipe version), whose hash
+    /// raypipe cannot reproduce: record raypipe's hash of the current spec, restart nothing.
+    Adopt,
+    /// raypipe's own hash differs from the spec's: the spec changed, recreate every Pod.
+    Recreate,
+    /// Nothing to do.
+    Keep,
+}
+
+/// raypipe's spec hash: 64 lower-case hex digits (KubeRay writes 32 base32 digits, 0-9A-V).
+fn is_raypipe_hash(hash: &str) -> bool {
+    hash.len() == 64
+        && hash
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Adopt when another operator wrote the annotations (a different version, or no version and a
+/// hash in another format): taking over KubeRay's clusters never restarts them. Recreate only
+/// when raypipe's own hash of an earlier spec differs from `spec_hash`.
+pub fn recreate_check(
+    head_annotations: &std::collections::BTreeMap<String, String>,
+    spec_hash: &str,
+) -> RecreateCheck {
+    let get = |key: &str| {
+        head_annotations
+            .get(key)
+            .map(String::as_str)
+            .unwrap_or_default()
+    };
+    let version = get(crate::kuberay::keys::annotations::KUBERAY_VERSION);
+    let hash = get(crate::kuberay::keys::annotations::RECREATE_HASH);
+    let foreign_version = !version.is_empty() && version != crate::kuberay::keys::OPERATOR_VERSION;
+    let foreign_hash = !hash.is_empty() && !is_raypipe_hash(hash);
+    if foreign_version || foreign_hash {
+        RecreateCheck::Adopt
+    } else if !hash.is_empty() && hash != spec_hash {
+        RecreateCheck::Recreate
+    } else {
+        RecreateCheck::Keep
+    }
+}
+
 /// `rayVersion` at least `major.minor.patch` (`v` prefix and suffixes ignored; unparsable is
 /// older).
 pub(crate) fn ray_version_at_least(version: &str, minimum: (u64, u64, u64)) -> bool {
@@ -175,5 +222,50 @@ mod tests {
         let mut changed = spec.clone();
         changed.ray_version = Some("2.53.0".into());
         assert_ne!(spec_hash(&changed), base);
+    }
+
+    #[test]
+    fn kuberays_pods_are_adopted_and_only_raypipes_own_hash_recreates() {
+        let annotations = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let version = crate::kuberay::keys::annotations::KUBERAY_VERSION;
+        let hash = crate::kuberay::keys::annotations::RECREATE_HASH;
+        let ours = crate::kuberay::keys::OPERATOR_VERSION;
+        let current = "a".repeat(64);
+        let earlier = "b".repeat(64);
+        // KubeRay v1.7.0's annotations: base32 "hex" SHA-1 and its version.
+        let kuberay = "E5N3V0GJ6O1JQ8D9O0K9N1Q3K2C1S8HQ";
+        for (pairs, want) in [
+            (
+                vec![(version, "v1.7.0"), (hash, kuberay)],
+                RecreateCheck::Adopt,
+            ),
+            // A KubeRay hash without the version annotation is still KubeRay's.
+            (vec![(hash, kuberay)], RecreateCheck::Adopt),
+            // Another raypipe version hashes differently too.
+            (
+                vec![(version, "raypipe-v0.0.1"), (hash, earlier.as_str())],
+                RecreateCheck::Adopt,
+            ),
+            (
+                vec![(version, ours), (hash, earlier.as_str())],
+                RecreateCheck::Recreate,
+            ),
+            (
+                vec![(version, ours), (hash, current.as_str())],
+                RecreateCheck::Keep,
+            ),
+            (vec![], RecreateCheck::Keep),
+        ] {
+            assert_eq!(
+                recreate_check(&annotations(&pairs), &current),
+                want,
+                "{pairs:?}"
+            );
+        }
     }
 }

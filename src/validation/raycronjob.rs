@@ -7,7 +7,7 @@ use k8s_openapi::jiff::tz::TimeZone;
 use kube::ResourceExt;
 
 use super::cron::{self, Schedule, ScheduleError};
-use super::feature_gates::FeatureGates;
+use super::feature_gates::{FeatureGates, gates};
 use super::k8s_names::{check_name, first_name_problem};
 use super::problem::{Problem, Problems};
 use super::rayjob::rayjob_spec;
@@ -52,6 +52,14 @@ pub(crate) fn schedule_problem(schedule: &str) -> Option<String> {
 pub fn validate(cron: &RayCronJob, feature_gates: &FeatureGates) -> Vec<Problem> {
     let mut problems = Problems::new(INVALID_SPEC, INVALID_SPEC);
     let spec = &cron.spec;
+    // KubeRay runs no RayCronJob controller without the gate; raypipe's neither (`config`),
+    // so an admitted RayCronJob would never be scheduled.
+    if !feature_gates.enabled(gates::RAY_CRON_JOB) {
+        problems.push(format!(
+            "RayCronJobs need the {} feature gate, which is off: no controller would schedule this one",
+            gates::RAY_CRON_JOB
+        ));
+    }
     check_name(
         "RayCronJob",
         &cron.name_any(),
@@ -82,7 +90,10 @@ pub fn validate(cron: &RayCronJob, feature_gates: &FeatureGates) -> Vec<Problem>
 
 /// The controller's check before it schedules anything: KubeRay's first problem, in KubeRay's
 /// words, or the parsed schedule and its zone (UTC when unset).
-pub fn controller_checks(cron: &RayCronJob) -> Result<(Schedule, TimeZone), Problem> {
+pub fn controller_checks(
+    cron: &RayCronJob,
+    feature_gates: &FeatureGates,
+) -> Result<(Schedule, TimeZone), Problem> {
     let refuse = |field: &str, message: String| Problem::new(field, INVALID_SPEC, message);
     let name = cron.name_any();
     if let Some(message) = first_name_problem("RayCronJob", &name, MAX_RAYCRONJOB_NAME, "") {
@@ -123,7 +134,7 @@ pub fn controller_checks(cron: &RayCronJob) -> Result<(Schedule, TimeZone), Prob
     // The template must be a valid RayJob (checked under the name the first RayJob gets).
     let mut probe = RayJob::new(&format!("{name}-00000000"), cron.spec.job_template.clone());
     probe.metadata.namespace = cron.namespace();
-    super::rayjob::controller::validate(&probe, true)
+    super::rayjob::controller::validate(&probe, feature_gates)
         .map_err(|p| refuse("spec.jobTemplate", p.message))?;
     Ok((parsed, zone.unwrap_or(TimeZone::UTC)))
 }

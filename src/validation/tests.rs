@@ -18,8 +18,10 @@ fn check_cron_schedule(schedule: &str) -> Result<(), String> {
     schedule_problem(schedule).map_or(Ok(()), Err)
 }
 
+/// KubeRay's defaults, with the RayCronJob controller on (off, every RayCronJob is refused;
+/// `feature_gates::agreement` covers that).
 fn gates() -> FeatureGates {
-    FeatureGates::default()
+    FeatureGates::default().with(super::feature_gates::gates::RAY_CRON_JOB, true)
 }
 
 /// What `samples/ray-cluster.yaml`'s alpha cluster says the operator must run with.

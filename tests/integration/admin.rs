@@ -405,6 +405,11 @@ async fn every_controller_reports_and_process_kube_and_kuberay_series_are_export
         fetcher: support::loopback_fetcher(),
         ray_dashboard_url: Some("http://127.0.0.1:1".into()),
         ray_serve_url: Some("http://127.0.0.1:1".into()),
+        // The RayCronJob controller runs only under its gate, as in KubeRay.
+        feature_gates: raypipe::validation::feature_gates::FeatureGates::default().with(
+            raypipe::validation::feature_gates::gates::RAY_CRON_JOB,
+            true,
+        ),
         ..ControllerSettings::new(&all)
     };
     let controller_client = client.clone();

@@ -128,17 +128,11 @@ pub(super) async fn reconcile_pods(
     if crate::kuberay::spec::recreate_on_change(&cluster.spec)
         && let Some(head) = heads.first()
     {
-        let pod_annotations = head.annotations();
-        let version = pod_annotations
-            .get(annotations::KUBERAY_VERSION)
-            .map(String::as_str)
-            .unwrap_or_default();
-        let hash = pod_annotations
-            .get(annotations::RECREATE_HASH)
-            .map(String::as_str)
-            .unwrap_or_default();
-        if !version.is_empty() && version != crate::kuberay::keys::OPERATOR_VERSION {
-            // A new operator version hashes differently: adopt the Pods instead of recreating.
+        let check = crate::kuberay::spec::recreate_check(head.annotations(), &spec_hash);
+        if check == crate::kuberay::spec::RecreateCheck::Adopt {
+            // KubeRay (or another raypipe version) hashed the spec its own way: adopt the
+            // Pods under raypipe's hash of the current spec instead of recreating them.
+            info!(pod = %head.name_any(), "adopting Pods another operator version made");
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
             let patch = serde_json::json!({"metadata": {"annotations": {
                 annotations::RECREATE_HASH: spec_hash,
@@ -154,7 +148,7 @@ pub(super) async fn reconcile_pods(
             {
                 warn!(error = %e, "updating the head Pod's hash after an operator upgrade failed");
             }
-        } else if !hash.is_empty() && hash != spec_hash {
+        } else if check == crate::kuberay::spec::RecreateCheck::Recreate {
             info!("spec changed under the Recreate upgrade strategy; deleting all Pods");
             if let Err(e) = delete_pod_collection(cluster, ctx, &all_pods).await {
                 ctx.event(cluster, EventType::Warning, reasons::FAILED_TO_DELETE_POD_COLLECTION, "Delete", format!("Failed deleting Pods of RayCluster {namespace}/{name} for the Recreate upgrade: {e}"))

@@ -196,7 +196,7 @@ pub(super) mod tests {
     }
 
     fn plan_at(cron: &RayCronJob, jobs: &[Observed], now: &str) -> Plan {
-        let (schedule, zone) = super::super::validate(cron).expect("valid");
+        let (schedule, zone) = super::super::validate(cron, &Default::default()).expect("valid");
         plan(cron, &schedule, &zone, jobs, ts(now))
     }
 

@@ -146,6 +146,8 @@ pub struct Config {
     pub metrics: crate::admin::Metrics,
     /// Where the cache sync is reported (`/readyz`).
     pub readiness: crate::admin::Readiness,
+    /// The gates the job template is checked under (the controller runs only with RayCronJob).
+    pub feature_gates: crate::validation::feature_gates::FeatureGates,
 }
 
 impl Default for Config {
@@ -157,6 +159,7 @@ impl Default for Config {
             default_time_zone: TimeZone::system(),
             metrics: crate::admin::Metrics::new(),
             readiness: crate::admin::Readiness::new(),
+            feature_gates: Default::default(),
         }
     }
 }
@@ -237,8 +240,11 @@ impl crate::controllers::frame::ReportPanic<RayCronJob> for Context {
 }
 
 /// The problem KubeRay would report (§6.2), if any.
-pub fn validate(cron: &RayCronJob) -> Result<(Schedule, TimeZone), String> {
-    crate::validation::raycronjob::controller_checks(cron).map_err(|p| p.message)
+pub fn validate(
+    cron: &RayCronJob,
+    feature_gates: &crate::validation::feature_gates::FeatureGates,
+) -> Result<(Schedule, TimeZone), String> {
+    crate::validation::raycronjob::controller_checks(cron, feature_gates).map_err(|p| p.message)
 }
 
 #[cfg(test)]
@@ -249,7 +255,7 @@ mod tests {
 
     #[test]
     fn validation_follows_kuberay() {
-        assert!(validate(&cron(json!({}))).is_ok());
+        assert!(validate(&cron(json!({})), &Default::default()).is_ok());
         for (patch, needle) in [
             (
                 json!({"spec": {"schedule": "CRON_TZ=UTC * * * * *"}}),
@@ -266,11 +272,15 @@ mod tests {
                 "rayClusterSpec",
             ),
         ] {
-            let message = validate(&cron(patch.clone())).expect_err(&patch.to_string());
+            let message =
+                validate(&cron(patch.clone()), &Default::default()).expect_err(&patch.to_string());
             assert!(message.contains(needle), "{patch}: {message}");
         }
-        let (_, zone) =
-            validate(&cron(json!({"spec": {"timeZone": "Asia/Tokyo"}}))).expect("valid");
+        let (_, zone) = validate(
+            &cron(json!({"spec": {"timeZone": "Asia/Tokyo"}})),
+            &Default::default(),
+        )
+        .expect("valid");
         assert_eq!(zone.iana_name(), Some("Asia/Tokyo"));
     }
 

@@ -70,7 +70,7 @@ async fn validated(
     cron: &RayCronJob,
     ctx: &Context,
 ) -> Option<(crate::validation::cron::Schedule, TimeZone)> {
-    match validate(cron) {
+    match validate(cron, &ctx.config.feature_gates) {
         Ok((parsed, zone)) => {
             let zone = if cron.spec.time_zone.is_some() {
                 zone

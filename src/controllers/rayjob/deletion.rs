@@ -131,7 +131,9 @@ pub(super) async fn finished(
     let rules = transitions::rules(
         &job.spec,
         status,
-        ctx.config.deletion_policy,
+        ctx.config
+            .feature_gates
+            .enabled(crate::validation::feature_gates::gates::RAY_JOB_DELETION_POLICY),
         ctx.config.delete_rayjob_after_finish,
     );
     if rules.is_empty() {

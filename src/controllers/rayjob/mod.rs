@@ -138,8 +138,8 @@ pub struct Config {
     pub requeue: Duration,
     /// DNS domain written into `status.dashboardURL`.
     pub cluster_domain: String,
-    /// Feature gate RayJobDeletionPolicy.
-    pub deletion_policy: bool,
+    /// KubeRay's feature gates (RayJobDeletionPolicy is read here).
+    pub feature_gates: crate::validation::feature_gates::FeatureGates,
     /// How the RayJob's head Service is built (as the RayCluster controller builds the
     /// cluster's: KubeRay's `ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE`).
     pub build: crate::controllers::raycluster::builders::BuildOptions,
@@ -167,7 +167,7 @@ impl Default for Config {
             dashboard_request_timeout: Duration::from_secs(5),
             requeue: Duration::from_secs(3),
             cluster_domain: crate::ray::DEFAULT_CLUSTER_DOMAIN.to_owned(),
-            deletion_policy: true,
+            feature_gates: Default::default(),
             build: Default::default(),
             delete_rayjob_after_finish: false,
             status_check_timeout: Duration::from_secs(300),
@@ -268,7 +268,12 @@ mod tests {
         assert_eq!(config.requeue, Duration::from_secs(3));
         assert_eq!(config.status_check_timeout, Duration::from_secs(300));
         assert_eq!(config.transition_grace_period, Duration::from_secs(300));
-        assert!(config.deletion_policy && !config.delete_rayjob_after_finish);
+        assert!(
+            config
+                .feature_gates
+                .enabled(crate::validation::feature_gates::gates::RAY_JOB_DELETION_POLICY)
+                && !config.delete_rayjob_after_finish
+        );
         assert!(config.dashboard_request_timeout <= Duration::from_secs(5));
     }
 }

@@ -66,7 +66,7 @@ pub(super) async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action,
     status.failed.get_or_insert(0);
 
     if let Err(invalid) =
-        crate::validation::rayjob::controller::validate(job, ctx.config.deletion_policy)
+        crate::validation::rayjob::controller::validate(job, &ctx.config.feature_gates)
     {
         warn!(reason = invalid.reason, message = %invalid.message, "RayJob refused");
         ctx.event(

@@ -17,7 +17,7 @@ use crate::kuberay::spec::{
     Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_enabled,
     k8s_auth_enabled, ray_version_at_least,
 };
-use crate::validation::feature_gates::{FeatureGates, gates as gate};
+use crate::validation::feature_gates::{FeatureGates, gates};
 use crate::validation::k8s_names::{first_name_problem, is_label_key, is_label_value};
 use crate::validation::pod::{env_value, has_env};
 use crate::validation::problem::Problem;
@@ -28,19 +28,19 @@ use gated::{validate_embedded_storage, validate_network_policy, validate_tls};
 /// KubeRay's limit: `<name>-serve-svc` must stay a valid Service name.
 pub const MAX_NAME_LENGTH: usize = super::MAX_RAYCLUSTER_NAME;
 
+fn needs_gate(field: &str, gate: &str) -> String {
+    format!("{field} needs the {gate} feature gate")
+}
+
 fn spec_error(message: String) -> Problem {
     Problem::new("spec", reasons::INVALID_SPEC, message)
 }
 
-/// The first problem KubeRay would report, in KubeRay's order, with KubeRay's default gates.
-pub fn validate(cluster: &RayCluster) -> Result<(), Problem> {
-    validate_with(cluster, &FeatureGates::default())
-}
-
-/// The first problem KubeRay would report under `gates` (the alpha fields need theirs).
-pub fn validate_with(cluster: &RayCluster, gates: &FeatureGates) -> Result<(), Problem> {
+/// The first problem KubeRay would report, in KubeRay's order.
+/// A gated field is refused exactly when the admission rules refuse it for the same gates.
+pub fn validate(cluster: &RayCluster, feature_gates: &FeatureGates) -> Result<(), Problem> {
     validate_metadata(cluster)?;
-    validate_spec(cluster, gates).map_err(spec_error)?;
+    validate_spec(cluster, feature_gates).map_err(spec_error)?;
     validate_status(cluster)
 }
 
@@ -121,7 +121,7 @@ fn validate_group(
     Ok(())
 }
 
-fn validate_spec(cluster: &RayCluster, gates: &FeatureGates) -> Result<(), String> {
+fn validate_spec(cluster: &RayCluster, feature_gates: &FeatureGates) -> Result<(), String> {
     let spec = &cluster.spec;
     let cluster_annotations = cluster.annotations();
     let head = spec
@@ -247,10 +247,10 @@ fn validate_spec(cluster: &RayCluster, gates: &FeatureGates) -> Result<(), Strin
         }
         match options.backend {
             Some(GcsFaultToleranceBackend::Rocksdb) => {
-                if !gates.enabled(gate::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE) {
-                    return Err(format!(
-                        "gcsFaultToleranceOptions.backend 'rocksdb' needs the {} feature gate",
-                        gate::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE
+                if !feature_gates.enabled(gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE) {
+                    return Err(needs_gate(
+                        "gcsFaultToleranceOptions.backend 'rocksdb'",
+                        gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE,
                     ));
                 }
                 validate_embedded_storage(cluster)?;
@@ -275,6 +275,19 @@ fn validate_spec(cluster: &RayCluster, gates: &FeatureGates) -> Result<(), Strin
         return Err(format!(
             "{} cannot enable autoscaler v2 while enableInTreeAutoscaling is false",
             env_names::RAY_ENABLE_AUTOSCALER_V2
+        ));
+    }
+    if !feature_gates.enabled(gates::RAY_JOB_DELETION_POLICY)
+        && let Some(group) = spec
+            .worker_group_specs
+            .iter()
+            .flatten()
+            .find(|g| g.suspend == Some(true))
+    {
+        return Err(format!(
+            "worker group {} can be suspended only with the {} feature gate",
+            group.group_name,
+            gates::RAY_JOB_DELETION_POLICY
         ));
     }
     if autoscaling {
@@ -342,8 +355,13 @@ fn validate_spec(cluster: &RayCluster, gates: &FeatureGates) -> Result<(), Strin
         }
     }
 
-    if spec.history_server_options.is_some() {
-        return Err("historyServerOptions needs the RayClusterHistoryServer feature gate, which raypipe does not enable".into());
+    if spec.history_server_options.is_some()
+        && !feature_gates.enabled(gates::RAY_CLUSTER_HISTORY_SERVER)
+    {
+        return Err(needs_gate(
+            "historyServerOptions",
+            gates::RAY_CLUSTER_HISTORY_SERVER,
+        ));
     }
     let version = spec.ray_version.as_deref().unwrap_or_default();
     if auth_enabled(spec) {
@@ -373,20 +391,17 @@ fn validate_spec(cluster: &RayCluster, gates: &FeatureGates) -> Result<(), Strin
         return Err("authOptions.enableK8sTokenAuth needs authOptions.mode 'token'".into());
     }
     if spec.network_policy.is_some() {
-        if !gates.enabled(gate::RAY_CLUSTER_NETWORK_POLICY) {
-            return Err(format!(
-                "networkPolicy needs the {} feature gate",
-                gate::RAY_CLUSTER_NETWORK_POLICY
+        if !feature_gates.enabled(gates::RAY_CLUSTER_NETWORK_POLICY) {
+            return Err(needs_gate(
+                "networkPolicy",
+                gates::RAY_CLUSTER_NETWORK_POLICY,
             ));
         }
         validate_network_policy(cluster)?;
     }
     if spec.tls_options.is_some() {
-        if !gates.enabled(gate::RAY_CLUSTER_MTLS) {
-            return Err(format!(
-                "tlsOptions needs the {} feature gate (and cert-manager)",
-                gate::RAY_CLUSTER_MTLS
-            ));
+        if !feature_gates.enabled(gates::RAY_CLUSTER_MTLS) {
+            return Err(needs_gate("tlsOptions", gates::RAY_CLUSTER_MTLS));
         }
         validate_tls(cluster)?;
     }
@@ -411,6 +426,10 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
+    fn validate_default(cluster: &RayCluster) -> Result<(), Problem> {
+        validate(cluster, &FeatureGates::default())
+    }
+
     fn test_cluster(value: Value) -> RayCluster {
         serde_json::from_value(value).expect("a RayCluster")
     }
@@ -432,29 +451,33 @@ mod tests {
     }
 
     fn message(value: Value) -> String {
-        validate(&test_cluster(value)).expect_err("invalid").message
+        validate_default(&test_cluster(value))
+            .expect_err("invalid")
+            .message
     }
 
     #[test]
     fn the_samples_shapes_are_valid() {
-        assert_eq!(validate(&test_cluster(base(json!({})))), Ok(()));
+        assert_eq!(validate_default(&test_cluster(base(json!({})))), Ok(()));
         let autoscaled = base(
             json!({"enableInTreeAutoscaling": true, "autoscalerOptions": {"version": "v2"},
             "authOptions": {"mode": "token", "secretName": "s"}}),
         );
-        assert_eq!(validate(&test_cluster(autoscaled)), Ok(()));
+        assert_eq!(validate_default(&test_cluster(autoscaled)), Ok(()));
     }
 
     #[test]
     fn metadata_rules() {
         let mut long = base(json!({}));
         long["metadata"]["name"] = json!("a".repeat(54));
-        let problem = validate(&test_cluster(long)).expect_err("too long");
+        let problem = validate_default(&test_cluster(long)).expect_err("too long");
         assert_eq!(problem.reason, reasons::INVALID_METADATA);
         let mut bad = base(json!({}));
         bad["metadata"]["name"] = json!("1cluster");
         assert_eq!(
-            validate(&test_cluster(bad)).expect_err("digit").reason,
+            validate_default(&test_cluster(bad))
+                .expect_err("digit")
+                .reason,
             reasons::INVALID_METADATA
         );
     }
@@ -528,10 +551,10 @@ mod tests {
     #[test]
     fn gated_fields_follow_kuberays_rules_once_their_gate_is_on() {
         let on = FeatureGates::default()
-            .with(gate::RAY_CLUSTER_NETWORK_POLICY, true)
-            .with(gate::RAY_CLUSTER_MTLS, true)
-            .with(gate::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE, true);
-        let gated = |value: Value| validate_with(&test_cluster(value), &on);
+            .with(gates::RAY_CLUSTER_NETWORK_POLICY, true)
+            .with(gates::RAY_CLUSTER_MTLS, true)
+            .with(gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE, true);
+        let gated = |value: Value| validate(&test_cluster(value), &on);
         let all = base(json!({
             "networkPolicy": {"mode": "DenyAll", "workerGroups": [{"groupName": "g"}]},
             "tlsOptions": {"enabled": true},
@@ -539,7 +562,7 @@ mod tests {
         }));
         assert_eq!(gated(all.clone()), Ok(()));
         assert!(
-            validate(&test_cluster(all)).is_err(),
+            validate(&test_cluster(all), &FeatureGates::default()).is_err(),
             "gates are off by default"
         );
         let message = |value: Value| gated(value).expect_err("invalid").message;
@@ -582,7 +605,9 @@ mod tests {
             {"type": "RayClusterSuspended", "status": "True", "reason": "RayClusterSuspended", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
         ]});
         assert_eq!(
-            validate(&test_cluster(value)).expect_err("invalid").reason,
+            validate_default(&test_cluster(value))
+                .expect_err("invalid")
+                .reason,
             reasons::INVALID_STATUS
         );
     }

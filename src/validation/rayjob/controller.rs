@@ -10,6 +10,7 @@ use crate::api::RayCluster;
 use crate::api::rayjob::{DeletionPolicyType, JobDeploymentStatus, JobSubmissionMode, RayJob};
 use crate::kuberay::keys::labels;
 use crate::kuberay::spec::autoscaling_enabled;
+use crate::validation::feature_gates::{FeatureGates, gates};
 use crate::validation::k8s_names::first_name_problem;
 use crate::validation::problem::Problem;
 use crate::validation::raycluster::controller as cluster_validate;
@@ -62,10 +63,10 @@ pub fn entrypoint_resources(
     }
 }
 
-/// The first problem KubeRay would report. `deletion_gate`: feature gate RayJobDeletionPolicy.
-pub fn validate(job: &RayJob, deletion_gate: bool) -> Result<(), Problem> {
+/// The first problem KubeRay would report, under `feature_gates`.
+pub fn validate(job: &RayJob, feature_gates: &FeatureGates) -> Result<(), Problem> {
     validate_metadata(job)?;
-    validate_spec(job, deletion_gate)?;
+    validate_spec(job, feature_gates)?;
     validate_status(job)
 }
 
@@ -80,7 +81,7 @@ fn validate_metadata(job: &RayJob) -> Result<(), Problem> {
     }
 }
 
-fn validate_spec(job: &RayJob, deletion_gate: bool) -> Result<(), Problem> {
+fn validate_spec(job: &RayJob, feature_gates: &FeatureGates) -> Result<(), Problem> {
     let s = &job.spec;
     let shutdown = s.shutdown_after_job_finishes == Some(true);
     let mode = mode(job);
@@ -166,9 +167,9 @@ fn validate_spec(job: &RayJob, deletion_gate: bool) -> Result<(), Problem> {
         }
         // The cluster spec passes the RayCluster rules (checked on a stand-in name).
         let stand_in = RayCluster::new("rayjob-cluster", cluster_spec.clone());
-        cluster_validate::validate(&stand_in).map_err(|i| spec(i.message))?;
+        cluster_validate::validate(&stand_in, feature_gates).map_err(|i| spec(i.message))?;
     }
-    validate_deletion_strategy(job, deletion_gate)
+    validate_deletion_strategy(job, feature_gates.enabled(gates::RAY_JOB_DELETION_POLICY))
 }
 
 fn validate_deletion_strategy(job: &RayJob, gate: bool) -> Result<(), Problem> {
@@ -298,7 +299,7 @@ mod tests {
 
     #[test]
     fn accepts_a_plain_job_and_refuses_kuberays_mistakes() {
-        assert_eq!(validate(&job(json!({})), true), Ok(()));
+        assert_eq!(validate(&job(json!({})), &FeatureGates::default()), Ok(()));
         let cases = [
             (
                 json!({"spec": {"suspend": true}}),
@@ -342,7 +343,8 @@ mod tests {
             ),
         ];
         for (patch, needle) in cases {
-            let invalid = validate(&job(patch.clone()), true).expect_err(&patch.to_string());
+            let invalid = validate(&job(patch.clone()), &FeatureGates::default())
+                .expect_err(&patch.to_string());
             assert_eq!(invalid.reason, reasons::INVALID_SPEC, "{patch}");
             assert!(
                 invalid.message.contains(needle),
@@ -352,17 +354,23 @@ mod tests {
         }
         let long = job(json!({"metadata": {"name": "a".repeat(48)}}));
         assert_eq!(
-            validate(&long, true).map_err(|i| i.reason),
+            validate(&long, &FeatureGates::default()).map_err(|i| i.reason),
             Err(reasons::INVALID_METADATA)
         );
         let waiting = job(json!({"status": {"jobDeploymentStatus": "Waiting"}}));
         assert_eq!(
-            validate(&waiting, true).map_err(|i| i.reason),
+            validate(&waiting, &FeatureGates::default()).map_err(|i| i.reason),
             Err(reasons::INVALID_STATUS)
         );
         let gated = job(json!({"spec": {"deletionStrategy": {"deletionRules": [
             {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}}]}}}));
-        assert_eq!(validate(&gated, true), Ok(()));
-        assert!(validate(&gated, false).is_err());
+        assert_eq!(validate(&gated, &FeatureGates::default()), Ok(()));
+        assert!(
+            validate(
+                &gated,
+                &FeatureGates::default().with(gates::RAY_JOB_DELETION_POLICY, false)
+            )
+            .is_err()
+        );
     }
 }

@@ -30,6 +30,7 @@ mod foreign;
 mod isolation;
 mod samples;
 mod scaling;
+mod takeover;
 
 const WAIT: Duration = Duration::from_secs(90);
 

@@ -28,6 +28,7 @@ use crate::support::{self, eventually, fixture};
 
 mod modes;
 mod samples;
+mod services;
 
 /// The sample jobs install two pip packages into a fresh runtime environment first.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(300);

@@ -4,7 +4,7 @@
 use super::*;
 
 /// A small RayJob on a one-Pod cluster.
-fn small_job(name: &str, spec: Value) -> Value {
+pub(super) fn small_job(name: &str, spec: Value) -> Value {
     let mut doc = json!({
         "apiVersion": "ray.io/v1", "kind": "RayJob",
         "metadata": {"name": name},
