@@ -102,8 +102,6 @@ pub struct Config {
     pub metrics: crate::admin::Metrics,
     /// Where the cache sync is reported (`/readyz`).
     pub readiness: crate::admin::Readiness,
-    /// KubeRay's feature gates, read by the validate stage (gated fields).
-    pub feature_gates: crate::validation::feature_gates::FeatureGates,
 }
 
 impl Default for Config {
@@ -119,7 +117,6 @@ impl Default for Config {
             feature_gates: Default::default(),
             metrics: crate::admin::Metrics::new(),
             readiness: crate::admin::Readiness::new(),
-            feature_gates: Default::default(),
         }
     }
 }
