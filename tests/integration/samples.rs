@@ -56,6 +56,24 @@ const DOCUMENTED: &[Documented] = &[
         test: "project_samples_are_realised_with_autoscaler_rbac_ingress_and_multi_host_and_alpha_is_refused",
     },
     Documented {
+        file: "ray-cluster.network-policy.yaml",
+        name: "raycluster-deny-all",
+        state: "Ready",
+        test: "the_deny_all_sample_gets_kuberays_network_policies_and_they_follow_the_spec",
+    },
+    Documented {
+        file: "ray-cluster.mtls.yaml",
+        name: "raycluster-mtls",
+        state: "Ready",
+        test: "the_mtls_sample_waits_for_its_certificates_then_runs_with_tls",
+    },
+    Documented {
+        file: "ray-cluster.embedded-gcs.yaml",
+        name: "raycluster-embedded-gcs-ft",
+        state: "Ready",
+        test: "the_embedded_gcs_sample_gets_its_pvc_and_the_head_mounts_it",
+    },
+    Documented {
         file: "ray-job.yaml",
         name: "rayjob-staged-cleanup",
         state: "Complete",

@@ -2,7 +2,8 @@
 //! network isolation (NetworkPolicies), mTLS (cert-manager's CRDs from its Go module; the test
 //! plays cert-manager, marking Certificates Ready and writing their Secrets, to exercise the
 //! wait before Pods) and embedded GCS fault tolerance (the PVC, bound to a PersistentVolume the
-//! test makes). KubeRay's samples for them are applied unchanged.
+//! test makes). The project's samples for them (`samples/ray-cluster.{network-policy,mtls,
+//! embedded-gcs}.yaml`, in the shape of KubeRay's v1.7 samples) are applied unchanged.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -14,8 +15,8 @@ use raypipe::validation::feature_gates::{FeatureGates, gates};
 
 use super::*;
 
-/// The samples of this module: the every-sample test leaves them out (they need gates and, for
-/// mTLS, cert-manager).
+/// KubeRay's samples of these features, should the shared sample set hold them: the
+/// every-sample test leaves them out (they need gates and, for mTLS, cert-manager).
 pub(super) const GATED_SAMPLES: [&str; 3] = [
     "ray-cluster.network-policy-deny-all.yaml",
     "ray-cluster.mtls.yaml",
@@ -124,7 +125,7 @@ async fn install_cert_manager_crds(client: &kube::Client) {
 #[tokio::test]
 async fn the_deny_all_sample_gets_kuberays_network_policies_and_they_follow_the_spec() {
     let f = gated_fixture("rc-netpol").await;
-    let sample = support::kuberay_samples_dir().join("ray-cluster.network-policy-deny-all.yaml");
+    let sample = project_sample("ray-cluster.network-policy.yaml");
     let names = f.apply_file(&sample).await;
     assert_eq!(names, ["raycluster-deny-all"]);
     let name = &names[0];
@@ -202,9 +203,7 @@ async fn a_network_policy_name_someone_else_holds_is_a_collision() {
         "spec": {"podSelector": {}}
     }))
     .await;
-    let mut doc =
-        documents(&support::kuberay_samples_dir().join("ray-cluster.network-policy-deny-all.yaml"))
-            .remove(0);
+    let mut doc = documents(&project_sample("ray-cluster.network-policy.yaml")).remove(0);
     doc["metadata"]["name"] = json!("taken");
     let name = f.create_cluster(doc).await;
     let event = f.wait_event("NetworkPolicyNameCollision").await;
@@ -241,7 +240,7 @@ async fn the_embedded_gcs_sample_gets_its_pvc_and_the_head_mounts_it() {
         .await
         .expect("create PV");
     let names = f
-        .apply_file(&support::kuberay_samples_dir().join("ray-cluster.embedded-gcs-ft.yaml"))
+        .apply_file(&project_sample("ray-cluster.embedded-gcs.yaml"))
         .await;
     assert_eq!(names, ["raycluster-embedded-gcs-ft"]);
     let name = &names[0];
@@ -365,9 +364,7 @@ async fn issue_certificates(client: kube::Client, ns: String) {
 async fn the_mtls_sample_waits_for_its_certificates_then_runs_with_tls() {
     let f = gated_fixture("rc-mtls").await;
     install_cert_manager_crds(&f.client).await;
-    let names = f
-        .apply_file(&support::kuberay_samples_dir().join("ray-cluster.mtls.yaml"))
-        .await;
+    let names = f.apply_file(&project_sample("ray-cluster.mtls.yaml")).await;
     assert_eq!(names, ["raycluster-mtls"]);
     let name = &names[0];
 
