@@ -274,7 +274,7 @@ impl ControlPlane {
             plane
                 .processes
                 .push(ManagedProcess::start("kwok", kwok, &args, &p("kwok.log"))?);
-            create_kwok_node(&client).await?;
+            create_kwok_node(&client, KWOK_NODE).await?;
         }
         if options.install_crds {
             install_crds(&client, &crate::api::crds(), options.startup_timeout).await?;
@@ -430,15 +430,17 @@ impl Drop for ControlPlane {
     }
 }
 
-async fn create_kwok_node(client: &kube::Client) -> Result<(), DevEnvError> {
+/// A fake Node named `name` for kwok to run Pods on (1k CPUs, 1 TiB, 1M Pods from kwok's
+/// node-initialize stage); one that exists already is fine.
+pub async fn create_kwok_node(client: &kube::Client, name: &str) -> Result<(), DevEnvError> {
     let node: Node = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
-            "name": KWOK_NODE,
+            "name": name,
             "annotations": {"kwok.x-k8s.io/node": "fake"},
             "labels": {
-                "kubernetes.io/hostname": KWOK_NODE,
+                "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok"
