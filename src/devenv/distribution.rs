@@ -133,7 +133,7 @@ impl DistributionRegistry {
     async fn wait_ready(&mut self, timeout: Duration) -> Result<(), DevEnvError> {
         let deadline = Instant::now() + timeout;
         let url = format!("http://{}/v2/", self.host);
-        crate::startup::init_crypto();
+        crate::tls::install_crypto_provider();
         let client = reqwest::Client::new();
         loop {
             if let Some(status) = self.process.exited() {

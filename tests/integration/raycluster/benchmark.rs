@@ -135,7 +135,10 @@ async fn scale_benchmark() {
             println!("{:?}: {ready}/{clusters} ready", started.elapsed());
             last_report = std::time::Instant::now();
         }
-        assert!(started.elapsed() < Duration::from_secs(4 * 3600), "timed out");
+        assert!(
+            started.elapsed() < Duration::from_secs(4 * 3600),
+            "timed out"
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let all_ready = started.elapsed();
