@@ -169,8 +169,8 @@ impl OciStore {
         artifact: &crate::source::oci::push::GraphArtifact,
     ) {
         self.store_blob(
-            sha256_digest(crate::source::oci::push::EMPTY_CONFIG),
-            Bytes::from_static(crate::source::oci::push::EMPTY_CONFIG),
+            sha256_digest(crate::source::oci::manifest::EMPTY_CONFIG),
+            Bytes::from_static(crate::source::oci::manifest::EMPTY_CONFIG),
         );
         self.store_blob(artifact.graph_digest.to_string(), artifact.graph.clone());
         let digest = artifact.manifest_digest.to_string();

@@ -25,6 +25,8 @@ pub const ANNOTATION_GRAPH_VERSION: &str = "org.opencontainers.image.version";
 
 pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+/// The empty config blob every graph artifact carries (of [`OCI_EMPTY_MEDIA_TYPE`]).
+pub const EMPTY_CONFIG: &[u8] = b"{}";
 /// The empty config an artifact with an `artifactType` carries (`{}`).
 pub const OCI_EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
 const DOCKER_MANIFEST_MEDIA_TYPE: &str = "application/vnd.docker.distribution.manifest.v2+json";
@@ -91,7 +93,38 @@ pub enum ManifestError {
     WrongMediaType(String),
 }
 
+impl Descriptor {
+    /// The descriptor of `bytes` stored as `media_type`.
+    pub fn of(media_type: &str, bytes: &[u8]) -> Descriptor {
+        Descriptor {
+            media_type: media_type.to_owned(),
+            digest: Sha256Digest::of(bytes).to_string(),
+            size: bytes.len() as u64,
+            artifact_type: None,
+            annotations: BTreeMap::new(),
+        }
+    }
+}
+
 impl Manifest {
+    /// A graph artifact's manifest: the empty config `{}` and one layer of `layer_media_type`
+    /// holding `graph` (tests pass other media types to build refused artifacts).
+    pub fn graph_artifact(
+        layer_media_type: &str,
+        graph: &[u8],
+        annotations: BTreeMap<String, String>,
+    ) -> Manifest {
+        Manifest {
+            schema_version: 2,
+            media_type: Some(OCI_MANIFEST_MEDIA_TYPE.to_owned()),
+            artifact_type: Some(GRAPH_ARTIFACT_TYPE.to_owned()),
+            config: Descriptor::of(OCI_EMPTY_MEDIA_TYPE, EMPTY_CONFIG),
+            layers: vec![Descriptor::of(layer_media_type, graph)],
+            subject: None,
+            annotations,
+        }
+    }
+
     /// Parses manifest bytes; an index or an unknown document is [`ManifestError::Invalid`].
     pub fn parse(bytes: &[u8]) -> Result<Self, ManifestError> {
         #[derive(Deserialize)]

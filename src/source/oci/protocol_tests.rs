@@ -13,10 +13,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use super::manifest::{
-    Descriptor, GRAPH_ARTIFACT_TYPE, GRAPH_LAYER_MEDIA_TYPE, Manifest, OCI_EMPTY_MEDIA_TYPE,
-    OCI_MANIFEST_MEDIA_TYPE,
-};
+use super::manifest::{Descriptor, GRAPH_LAYER_MEDIA_TYPE, Manifest, OCI_MANIFEST_MEDIA_TYPE};
 use super::verify::tests::{sign, test_signer};
 use super::verify::{SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, signature_tag};
 use super::*;
@@ -107,26 +104,12 @@ async fn start() -> Shared {
 }
 
 fn descriptor(media_type: &str, bytes: &[u8]) -> Descriptor {
-    Descriptor {
-        media_type: media_type.into(),
-        digest: Sha256Digest::of(bytes).to_string(),
-        size: bytes.len() as u64,
-        artifact_type: None,
-        annotations: Default::default(),
-    }
+    Descriptor::of(media_type, bytes)
 }
 
 /// Stores a graph artifact under `tag`; returns the manifest digest.
 fn push(registry: &Shared, tag: &str, layer_media_type: &str, graph: &[u8]) -> Sha256Digest {
-    let manifest = Manifest {
-        schema_version: 2,
-        media_type: Some(OCI_MANIFEST_MEDIA_TYPE.into()),
-        artifact_type: Some(GRAPH_ARTIFACT_TYPE.into()),
-        config: descriptor(OCI_EMPTY_MEDIA_TYPE, b"{}"),
-        layers: vec![descriptor(layer_media_type, graph)],
-        subject: None,
-        annotations: Default::default(),
-    };
+    let manifest = Manifest::graph_artifact(layer_media_type, graph, Default::default());
     let bytes = serde_json::to_vec(&manifest).expect("manifest");
     let digest = Sha256Digest::of(&bytes);
     let mut registry = registry.lock().expect("lock");

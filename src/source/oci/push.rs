@@ -25,8 +25,8 @@ use reqwest::{Method, StatusCode, Url};
 
 use super::auth::{RegistryCredentials, Session, check_destination};
 use super::manifest::{
-    ANNOTATION_GRAPH_NAME, ANNOTATION_GRAPH_VERSION, Descriptor, GRAPH_ARTIFACT_TYPE,
-    GRAPH_LAYER_MEDIA_TYPE, Manifest, OCI_EMPTY_MEDIA_TYPE, OCI_MANIFEST_MEDIA_TYPE,
+    ANNOTATION_GRAPH_NAME, ANNOTATION_GRAPH_VERSION, EMPTY_CONFIG, GRAPH_LAYER_MEDIA_TYPE,
+    Manifest, OCI_MANIFEST_MEDIA_TYPE,
 };
 use super::reference::OciReference;
 use super::transport::{Transport, read_small_body};
@@ -34,9 +34,6 @@ use crate::source::Fetcher;
 use crate::source::digest::Sha256Digest;
 use crate::source::error::SourceError;
 use crate::source::redact::redact_url;
-
-/// The empty config blob every graph artifact carries.
-pub const EMPTY_CONFIG: &[u8] = b"{}";
 
 /// Largest error body read from the registry (its `errors` JSON).
 const MAX_ERROR_BODY_BYTES: u64 = 16 * 1024;
@@ -91,22 +88,7 @@ impl GraphArtifact {
         if !version.is_empty() {
             annotations.insert(ANNOTATION_GRAPH_VERSION.to_owned(), version.to_owned());
         }
-        let descriptor = |media_type: &str, bytes: &[u8]| Descriptor {
-            media_type: media_type.to_owned(),
-            digest: Sha256Digest::of(bytes).to_string(),
-            size: bytes.len() as u64,
-            artifact_type: None,
-            annotations: BTreeMap::new(),
-        };
-        let manifest = Manifest {
-            schema_version: 2,
-            media_type: Some(OCI_MANIFEST_MEDIA_TYPE.to_owned()),
-            artifact_type: Some(GRAPH_ARTIFACT_TYPE.to_owned()),
-            config: descriptor(OCI_EMPTY_MEDIA_TYPE, EMPTY_CONFIG),
-            layers: vec![descriptor(GRAPH_LAYER_MEDIA_TYPE, &graph)],
-            subject: None,
-            annotations,
-        };
+        let manifest = Manifest::graph_artifact(GRAPH_LAYER_MEDIA_TYPE, &graph, annotations);
         let manifest = Bytes::from(
             serde_json::to_vec(&manifest).map_err(|e| PushError::Encode(e.to_string()))?,
         );
@@ -340,6 +322,7 @@ fn registry_error_detail(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::oci::manifest::{GRAPH_ARTIFACT_TYPE, OCI_EMPTY_MEDIA_TYPE};
 
     #[test]
     fn the_manifest_is_an_oci_artifact_with_the_empty_config_and_one_graph_layer() {

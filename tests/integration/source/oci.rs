@@ -11,8 +11,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use raypipe::source::oci::manifest::{
-    Descriptor, GRAPH_ARTIFACT_TYPE, GRAPH_LAYER_MEDIA_TYPE, Manifest, OCI_EMPTY_MEDIA_TYPE,
-    OCI_MANIFEST_MEDIA_TYPE,
+    Descriptor, GRAPH_LAYER_MEDIA_TYPE, Manifest, OCI_MANIFEST_MEDIA_TYPE,
 };
 use raypipe::source::oci::verify::{SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE};
 use raypipe::source::oci::{
@@ -58,13 +57,7 @@ fn http() -> reqwest::Client {
 }
 
 fn descriptor(media_type: &str, bytes: &[u8]) -> Descriptor {
-    Descriptor {
-        media_type: media_type.into(),
-        digest: Sha256Digest::of(bytes).to_string(),
-        size: bytes.len() as u64,
-        artifact_type: None,
-        annotations: Default::default(),
-    }
+    Descriptor::of(media_type, bytes)
 }
 
 /// POST an upload session, then PUT the bytes with their digest (the two-step upload every
@@ -129,15 +122,7 @@ async fn push(repository: &str, tag: &str, layer_media_type: &str, graph: &[u8])
     let token = push_token(repository).await;
     upload_blob(repository, &token, b"{}").await;
     upload_blob(repository, &token, graph).await;
-    let manifest = Manifest {
-        schema_version: 2,
-        media_type: Some(OCI_MANIFEST_MEDIA_TYPE.into()),
-        artifact_type: Some(GRAPH_ARTIFACT_TYPE.into()),
-        config: descriptor(OCI_EMPTY_MEDIA_TYPE, b"{}"),
-        layers: vec![descriptor(layer_media_type, graph)],
-        subject: None,
-        annotations: Default::default(),
-    };
+    let manifest = Manifest::graph_artifact(layer_media_type, graph, Default::default());
     put_manifest(repository, &token, tag, &manifest).await
 }
 
