@@ -25,10 +25,14 @@ use crate::support::{self, eventually};
 
 const WAIT: Duration = Duration::from_secs(180);
 
+/// A namespace with its own RayCluster and RayService controllers (the RayService module's tests
+/// and `rayservice_samples`, `rayservice_incremental` share it); dropping it stops them.
 pub(crate) struct Fixture {
     pub(crate) client: kube::Client,
     pub(crate) ns: String,
     metrics: raypipe::admin::Metrics,
+    /// How long `status_until` waits.
+    wait: Duration,
     /// Stops the test's controllers when the fixture is dropped.
     _stop: fixture::Stopper,
 }
@@ -70,15 +74,20 @@ pub(crate) fn locator_over(
 
 pub(crate) async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
     let (locator, binding) = locator_over(heads);
-    fixture_with(prefix, locator, Some(binding)).await
+    let config = rayservice::Config {
+        dashboard: locator,
+        http_binding: Some(binding),
+        ..rayservice::Config::default()
+    };
+    fixture_with(prefix, config, WAIT).await
 }
 
 /// A namespace with its own RayCluster and RayService controllers, finding dashboards
 /// through `locator`.
 pub(crate) async fn fixture_with(
     prefix: &str,
-    locator: DashboardLocator,
-    binding: Option<rayservice::HttpBindingFor>,
+    config: rayservice::Config,
+    wait: Duration,
 ) -> Fixture {
     let client = support::client().await;
     let ns = support::namespace(&client, prefix).await;
@@ -95,11 +104,9 @@ pub(crate) async fn fixture_with(
         rayservice::Config {
             namespace: Some(ns.clone()),
             concurrency: 4,
-            dashboard: locator,
-            http_binding: binding,
             steady_poll: Duration::from_secs(2),
             metrics: metrics.clone(),
-            ..rayservice::Config::default()
+            ..config
         },
         stop.signal(),
     ));
@@ -107,6 +114,7 @@ pub(crate) async fn fixture_with(
         client,
         ns,
         metrics,
+        wait,
         _stop: stop,
     }
 }
@@ -201,7 +209,7 @@ impl Fixture {
         what: &str,
         check: impl Fn(&RayServiceStatus) -> bool,
     ) -> RayServiceStatus {
-        fixture::rayservice_status_until(&self.client, &self.ns, name, what, WAIT, check).await
+        fixture::rayservice_status_until(&self.client, &self.ns, name, what, self.wait, check).await
     }
 
     pub(crate) async fn clusters(&self) -> Vec<RayCluster> {

@@ -551,7 +551,11 @@ async fn an_incremental_rayservice_of_kuberays_sample_shape_is_accepted_and_gets
     // autoscaling, and step 10 % every 30 s with 20 % surge through a Gateway of class `istio`.
     let nowhere =
         raypipe::ray::DashboardLocator::resolver(|_| Some("http://127.0.0.1:9".to_owned()));
-    let fx = fixture_with("rsvc-incr-sample", nowhere, None).await;
+    let config = raypipe::controllers::rayservice::Config {
+        dashboard: nowhere,
+        ..raypipe::controllers::rayservice::Config::default()
+    };
+    let fx = fixture_with("rsvc-incr-sample", config, WAIT).await;
     install_gateway_api(&fx.client).await;
     let mut doc = echo_service(
         "rayservice-incremental-upgrade",

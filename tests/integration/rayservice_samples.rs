@@ -14,17 +14,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use raypipe::api::rayservice::RayServiceStatus;
+use raypipe::controllers::rayservice;
 use raypipe::controllers::rayservice::build::HttpBinding;
-use raypipe::controllers::{raycluster, rayservice};
 use raypipe::devenv::ray::{RayHead, RayHeadOptions};
 use raypipe::pypackage::PythonPackage;
 use raypipe::ray::{DashboardLocator, DashboardUrl};
 use serde_json::{Value, json};
 
+use crate::rayservice::{Fixture, fixture_with};
 use crate::support;
 use crate::support::fixture::{self, active_cluster_name, rayservice_ready};
 
@@ -33,14 +34,6 @@ const WAIT: Duration = Duration::from_secs(300);
 
 /// Where the samples' `working_dir` zips live.
 const TEST_DAG_ARCHIVES: &str = "https://github.com/ray-project/test_dag/archive/";
-
-/// The sample's namespace-scoped controllers; dropping it stops them.
-struct Fixture {
-    client: kube::Client,
-    ns: String,
-    /// Stops the test's controllers when the fixture is dropped.
-    _stop: fixture::Stopper,
-}
 
 /// Serves the stand-in `test_dag` working dir at `/test_dag/<anything>.zip` on 127.0.0.1;
 /// returns the mirror base URL and a count of downloads.
@@ -84,14 +77,6 @@ async fn serve_test_dag() -> (String, Arc<AtomicU32>) {
 /// Controllers for a fresh namespace: every cluster's dashboard is `head`'s; Serve binds the
 /// head's loopback port; the samples' GitHub archive URLs go to `mirror`.
 async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
-    let client = support::client().await;
-    let ns = support::namespace(&client, prefix).await;
-    let mut stop = fixture::Stopper::default();
-    let cluster_config = raycluster::Config {
-        concurrency: 4,
-        ..raycluster::Config::default()
-    };
-    fixture::spawn_raycluster_controller(&client, &ns, cluster_config, &mut stop);
     let url = head.dashboard_url().as_str().to_owned();
     let authority = head.dashboard_url().authority();
     let serve_port = head.ports().serve_http;
@@ -101,24 +86,13 @@ async fn fixture(prefix: &str, head: &RayHead, mirror: &str) -> Fixture {
             port: serve_port,
         })
     });
-    tokio::spawn(rayservice::run(
-        client.clone(),
-        rayservice::Config {
-            namespace: Some(ns.clone()),
-            concurrency: 4,
-            dashboard: DashboardLocator::resolver(move |_| Some(url.clone())),
-            http_binding: Some(binding),
-            runtime_env_mirrors: vec![(TEST_DAG_ARCHIVES.to_owned(), mirror.to_owned())],
-            steady_poll: Duration::from_secs(2),
-            ..rayservice::Config::default()
-        },
-        stop.signal(),
-    ));
-    Fixture {
-        client,
-        ns,
-        _stop: stop,
-    }
+    let config = rayservice::Config {
+        dashboard: DashboardLocator::resolver(move |_| Some(url.clone())),
+        http_binding: Some(binding),
+        runtime_env_mirrors: vec![(TEST_DAG_ARCHIVES.to_owned(), mirror.to_owned())],
+        ..rayservice::Config::default()
+    };
+    fixture_with(prefix, config, WAIT).await
 }
 
 impl Fixture {
@@ -164,24 +138,6 @@ impl Fixture {
             }
         }
         service.unwrap_or_else(|| panic!("{file} has no RayService"))
-    }
-
-    /// Waits until the status satisfies `check`; returns it.
-    async fn status_until(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&RayServiceStatus) -> bool,
-    ) -> RayServiceStatus {
-        fixture::rayservice_status_until(&self.client, &self.ns, name, what, WAIT, check).await
-    }
-
-    async fn service_selects(&self, name: &str) -> Option<String> {
-        let svc = Api::<Service>::namespaced(self.client.clone(), &self.ns)
-            .get_opt(name)
-            .await
-            .expect("get Service")?;
-        svc.spec?.selector?.get("ray.io/cluster").cloned()
     }
 
     /// Asserts the RayService's Services select `active`, and its head Pod serves.
