@@ -29,7 +29,7 @@ use crate::source::request::{
 use super::auth::{RegistryCredentials, Session};
 use super::manifest::{MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Manifest, ManifestError};
 use super::reference::OciReference;
-use super::transport::{Transport, read_small_body};
+use super::transport::{Connection, read_small_body};
 use super::verify::{VerificationKey, verify_signature};
 
 const DOCKER_CONTENT_DIGEST: HeaderName = HeaderName::from_static("docker-content-digest");
@@ -130,21 +130,14 @@ impl Fetcher {
         async {
             let limit = self.max_fetch_duration();
             let deadline = tokio::time::Instant::now() + limit;
-            let client = self.client(
-                request.ca_bundle_pem,
-                request.allow_insecure_http,
-                request.connect_timeout,
-            )?;
-            let transport = Transport {
-                client,
+            let transport = self.oci_transport(Connection {
                 registry: request.reference.registry(),
+                ca_bundle_pem: request.ca_bundle_pem,
                 allow_insecure_http: request.allow_insecure_http,
-                destinations: self.destinations(),
-                budget: self.memory_budget(),
                 connect_timeout: request.connect_timeout,
                 timeout: request.timeout.min(limit),
                 deadline,
-            };
+            })?;
             let session = Session::new(
                 &transport,
                 request.credentials,

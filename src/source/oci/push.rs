@@ -29,7 +29,7 @@ use super::manifest::{
     Manifest, OCI_MANIFEST_MEDIA_TYPE,
 };
 use super::reference::OciReference;
-use super::transport::{Transport, read_small_body};
+use super::transport::{Connection, Transport, read_small_body};
 use crate::source::Fetcher;
 use crate::source::digest::Sha256Digest;
 use crate::source::error::SourceError;
@@ -131,21 +131,14 @@ impl Fetcher {
         let tag = reference.tag().ok_or_else(|| PushError::NoTag {
             reference: reference.to_string(),
         })?;
-        let client = self.client(
-            request.ca_bundle_pem,
-            request.allow_insecure_http,
-            request.connect_timeout,
-        )?;
-        let transport = Transport {
-            client,
+        let transport = self.oci_transport(Connection {
             registry: reference.registry(),
+            ca_bundle_pem: request.ca_bundle_pem,
             allow_insecure_http: request.allow_insecure_http,
-            destinations: self.destinations(),
-            budget: self.memory_budget(),
             connect_timeout: request.connect_timeout,
             timeout: request.timeout,
             deadline: tokio::time::Instant::now() + request.timeout,
-        };
+        })?;
         let session = Session::new(
             &transport,
             request.credentials,

@@ -31,6 +31,36 @@ pub struct Transport<'a> {
     pub deadline: tokio::time::Instant,
 }
 
+/// How one pull or push talks to its registry: the TLS and timeout settings of the request.
+pub struct Connection<'a> {
+    pub registry: &'a str,
+    pub ca_bundle_pem: Option<&'a [u8]>,
+    pub allow_insecure_http: bool,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    pub deadline: tokio::time::Instant,
+}
+
+impl crate::source::fetcher::Fetcher {
+    /// The transport of one pull or push, on the fetcher's shared clients, destination policy
+    /// and memory budget.
+    pub(in crate::source) fn oci_transport<'a>(
+        &'a self,
+        c: Connection<'a>,
+    ) -> Result<Transport<'a>, SourceError> {
+        Ok(Transport {
+            client: self.client(c.ca_bundle_pem, c.allow_insecure_http, c.connect_timeout)?,
+            registry: c.registry,
+            allow_insecure_http: c.allow_insecure_http,
+            destinations: self.destinations(),
+            budget: self.memory_budget(),
+            connect_timeout: c.connect_timeout,
+            timeout: c.timeout,
+            deadline: c.deadline,
+        })
+    }
+}
+
 impl Transport<'_> {
     /// `https://<registry>/v2/<path>` (`http` when insecure HTTP is allowed).
     pub fn api_url(&self, path: &str) -> Result<Url, SourceError> {
