@@ -224,13 +224,15 @@ async fn the_templates_are_valid_objects_for_the_api_server() {
 }
 
 /// `samples/ray-cronjob.yaml` runs nightly at 02:30 in Europe/Berlin. The controller's clock is
-/// set to ten seconds before that (01:29:50 UTC in November) and runs 60 times faster: the
-/// sample's first RayJob must carry the 02:30 Berlin schedule time.
+/// set to ten seconds before the next such tick and runs 60 times faster: the sample's first
+/// RayJob must carry that tick. The tick lies after the real now because the controller counts
+/// ticks from the RayCronJob's creationTimestamp, which the apiserver stamps in real time.
 #[tokio::test]
 async fn the_nightly_cronjob_sample_starts_its_rayjob_at_0230_berlin_time() {
     let client = support::client().await;
     let ns = support::namespace(&client, "sample-cronjob").await;
-    let origin: k8s_openapi::jiff::Timestamp = "2026-11-25T01:29:50Z".parse().expect("a time");
+    let tick = next_berlin_0230_after(k8s_openapi::jiff::Timestamp::now());
+    let origin = tick - k8s_openapi::jiff::SignedDuration::from_secs(10);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(raycronjob::run(
         client.clone(),
@@ -278,12 +280,27 @@ async fn the_nightly_cronjob_sample_starts_its_rayjob_at_0230_berlin_time() {
     let scheduled: k8s_openapi::jiff::Timestamp = scheduled
         .parse()
         .unwrap_or_else(|e| panic!("{SCHEDULED_TIMESTAMP_ANNOTATION} {scheduled:?}: {e}"));
-    assert_eq!(
-        scheduled,
-        "2026-11-25T01:30:00Z"
-            .parse::<k8s_openapi::jiff::Timestamp>()
-            .expect("a time")
-    );
+    assert_eq!(scheduled, tick);
     assert_eq!(job.spec.ttl_seconds_after_finished, Some(300));
     let _ = tx.send(());
+}
+
+/// The first 02:30 Europe/Berlin wall-clock time after `now` (counting from tomorrow, so it is
+/// always later than any creationTimestamp the apiserver stamps during the test), skipping a
+/// day on which 02:30 falls into the spring-forward gap.
+fn next_berlin_0230_after(now: k8s_openapi::jiff::Timestamp) -> k8s_openapi::jiff::Timestamp {
+    use k8s_openapi::jiff::civil::time;
+    use k8s_openapi::jiff::tz::TimeZone;
+    let berlin = TimeZone::get("Europe/Berlin").expect("the tz database knows Europe/Berlin");
+    let mut day = now.to_zoned(berlin.clone()).date();
+    loop {
+        day = day.tomorrow().expect("a later day");
+        let zoned = day
+            .to_datetime(time(2, 30, 0, 0))
+            .to_zoned(berlin.clone())
+            .expect("a zoned time");
+        if zoned.time() == time(2, 30, 0, 0) {
+            return zoned.timestamp();
+        }
+    }
 }
