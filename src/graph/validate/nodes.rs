@@ -4,7 +4,8 @@
 
 use crate::graph::errors::{Location, ValidationError};
 use crate::graph::proto::{
-    CallStyle, JoinMode, JsonValue, NoMatch, Node, OnError, RetryOn, json_value, node,
+    CallStyle, DeploymentOptions, JoinMode, JsonValue, NoMatch, Node, OnError, RetryOn, json_value,
+    node,
 };
 use crate::graph::{options, pointer};
 
@@ -284,6 +285,32 @@ impl<'g, 'e> Checker<'g, 'e> {
                     Location::Node(name.to_string()),
                     format!("deployment.{field}"),
                     problem,
+                ));
+            }
+        }
+        // `fuse: true` asks for something the graph cannot give; saying so beats a node that
+        // silently stays a deployment (or silently stays unfused).
+        if model.fuse == Some(true) {
+            let has_options = model
+                .deployment
+                .as_deref()
+                .is_some_and(|options| *options != DeploymentOptions::default());
+            let problem = if has_options {
+                Some(
+                    "is true, but the node has deployment options of its own; a fused node runs inside the executor's replicas and takes none: remove the options or `fuse: true`",
+                )
+            } else if self.graph.fuse == Some(false) {
+                Some(
+                    "is true, but the graph turns fusion off (fuse: false at the top): remove one of the two",
+                )
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                self.push(option_error(
+                    Location::Node(name.to_string()),
+                    "model.fuse".into(),
+                    problem.into(),
                 ));
             }
         }

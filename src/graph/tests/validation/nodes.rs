@@ -389,3 +389,38 @@ fn unknown_enum_value() {
     let yaml = simple().replace("{name: m, model:", "{name: m, join: 7, model:");
     assert_problem(&yaml, "UnknownEnumValue", &["node \"m\"", "join", "7"]);
 }
+
+#[test]
+fn fuse_true_that_cannot_be_honoured_is_refused() {
+    let fused = |model: &str| {
+        graph(
+            &[&format!("{{name: m, model: {model}}}")],
+            &[
+                "{source: request, target: m}",
+                "{source: m, target: response}",
+            ],
+        )
+    };
+    assert_problem(
+        &fused("{import_path: \"samples.models:M\", fuse: true, deployment: {num_replicas: 2}}"),
+        "InvalidOptions",
+        &["node \"m\"", "model.fuse", "deployment options"],
+    );
+    assert_problem(
+        &format!(
+            "fuse: false\n{}",
+            fused("{import_path: \"samples.models:M\", fuse: true}")
+        ),
+        "InvalidOptions",
+        &["model.fuse", "graph turns fusion off"],
+    );
+    // `fuse: true` with nothing against it, and `fuse: false` with options, are fine.
+    assert_valid(&fused("{import_path: \"samples.models:M\", fuse: true}"));
+    assert_valid(&fused(
+        "{import_path: \"samples.models:M\", fuse: false, deployment: {num_replicas: 2}}",
+    ));
+    // Empty options are no options.
+    assert_valid(&fused(
+        "{import_path: \"samples.models:M\", fuse: true, deployment: {}}",
+    ));
+}
