@@ -8,6 +8,7 @@ on every interface to 127.0.0.1. Stopped by the process ids it started, never `r
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -35,6 +36,14 @@ def loopback_env() -> dict:
         # turns token authentication on for the head, and this driver has no token.
         "RAY_AUTH_MODE": "disabled",
     }
+
+
+def serve_env() -> dict:
+    """The Serve settings raypipe puts in every RayCluster a ServePipeline renders
+    (`serve::SERVE_ENV_DEFAULTS`: throughput mode, direct ingress off, the gRPC message cap
+    raised), as tests/integration/runtime.rs passes them in RAYPIPE_SERVE_ENV (a JSON object), so
+    the head runs Serve as production does. Empty when run by hand without it."""
+    return json.loads(os.environ.get("RAYPIPE_SERVE_ENV") or "{}")
 
 
 _LIVE_HEADS = set()
@@ -141,6 +150,7 @@ class RayHead:
         env.update(loopback_env())
         env["PATH"] = f"{self.ray.parent}:{env.get('PATH', '')}"
         env["PYTHONPATH"] = ":".join([str(site), *map(str, python_path)])
+        env.update(serve_env())
         p = self.ports
         args = [
             str(self.ray), "start", "--head", "--block",

@@ -214,3 +214,27 @@ def test_fused_nodes_run_inside_the_executor(head):
     deployments = set(serve.status().applications["fused"].deployments)
     assert deployments == {"preprocess", "combine", "raypipe-executor"}, deployments
     serve.delete("fused")
+
+
+def test_a_document_above_grpcs_4_mib_default_crosses_every_handle_hop(head):
+    """In throughput mode Serve carries handle calls over gRPC, whose default message cap is
+    4 MiB; raypipe raises it (RAYPIPE_SERVE_ENV, as in its RayClusters). A 6 MiB document goes
+    proxy → executor → preprocess (and back) → classify, unfused, and is answered whole."""
+    from rayhead import serve_env
+
+    if os.environ.get("RAYPIPE_REQUIRE_RAY") == "1":
+        assert serve_env().get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1", serve_env()
+    config = rendered("sequence")
+    (app,) = config["applications"]
+    app["name"], app["route_prefix"] = "large", "/large"
+    assert not app["args"].get("fused_nodes"), "the sequence must call its models by handle"
+    config["http_options"] = {"host": LOOPBACK, "port": head.ports["serve_http"]}
+    config["proxy_location"] = "HeadOnly"
+    put_config(head, config)
+    wait_running("large")
+    words = 6 * 1024 * 1024 // len("good ")
+    status, body, _ = post(head.serve_url + "/large", {"text": "GOOD " * words}, timeout=120)
+    assert status == 200, (status, str(body)[:500])
+    # Preprocess answered a 6 MiB document (lower-cased) and classify read every word of it.
+    assert body["score"] == 1.0, str(body)[:500]
+    serve.delete("large")

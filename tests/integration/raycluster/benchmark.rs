@@ -83,9 +83,104 @@ fn status_kib(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// The scale measurement of issue 4: N RayClusters (one head, three workers each) until all are
-/// ready; prints the time, the test process' resident memory growth (the controller and its
-/// caches; the control plane runs in other processes) and the API requests by kind.
+/// Pods in `ns` whose Ready condition is true, read in pages (see [`count_ready`]).
+async fn count_ready_pods(client: &kube::Client, ns: &str) -> usize {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut ready = 0;
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&params).await.expect("list Pods");
+        ready += page
+            .items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return ready,
+        }
+    }
+}
+
+/// The control plane's own ceiling for the same Pods: the Pods raypipe's builders make for
+/// `clusters` clusters of `doc`, created straight by this process (no operator, owner
+/// references dropped) in a namespace of their own, 32 at a time, until all are Ready
+/// (scheduler and kwok do the rest, as for raypipe's Pods). Returns the time to all Ready.
+async fn pod_ceiling(
+    client: &kube::Client,
+    clusters: usize,
+    doc: impl Fn(usize) -> Value,
+) -> Duration {
+    let ns = support::namespace(client, "rc-ceiling").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let options = BuildOptions::default();
+    let bare = |mut pod: Pod, name: String| {
+        pod.metadata.owner_references = None;
+        pod.metadata.generate_name = None;
+        pod.metadata.name = Some(name);
+        pod.metadata.namespace = Some(ns.clone());
+        pod
+    };
+    let started = std::time::Instant::now();
+    use futures::StreamExt as _;
+    futures::stream::iter(0..clusters)
+        .flat_map(|i| futures::stream::iter((0..4).map(move |member| (i, member))))
+        .for_each_concurrent(32, |(i, member)| {
+            let mut cluster: RayCluster = serde_json::from_value(doc(i)).expect("a RayCluster");
+            cluster.metadata.namespace = Some(ns.clone());
+            let pod = if member == 0 {
+                head_pod(&cluster, &options, &spec_hash(&cluster.spec)).expect("head builds")
+            } else {
+                let group = &cluster.spec.worker_group_specs.as_ref().expect("workers")[0];
+                let replica = WorkerReplica {
+                    replica_name: None,
+                    replica_index: member - 1,
+                    host_index: 0,
+                };
+                worker_pod(&cluster, group, &replica, &options).expect("worker builds")
+            };
+            let pod = bare(pod, format!("ceiling-{i}-{member}"));
+            let pods = pods.clone();
+            async move {
+                pods.create(&kube::api::PostParams::default(), &pod)
+                    .await
+                    .expect("create Pod");
+            }
+        })
+        .await;
+    let mut last_report = std::time::Instant::now();
+    loop {
+        let ready = count_ready_pods(client, &ns).await;
+        if ready == clusters * 4 {
+            return started.elapsed();
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            println!(
+                "ceiling {:?}: {ready}/{} Pods ready",
+                started.elapsed(),
+                clusters * 4
+            );
+            last_report = std::time::Instant::now();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(4 * 3600),
+            "timed out"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The scale measurement of issues 4 and 18: N RayClusters (one head, three workers each) until
+/// all are ready, with the controller at its production concurrency; prints the time, the test
+/// process' resident memory growth (the controller and its caches; the control plane runs in
+/// other processes) and the API requests by kind. Then, in the same run on the same control
+/// plane, the ceiling: the same 4·N Pods created straight, without an operator
+/// ([`pod_ceiling`]), and raypipe's share of it.
 /// `RAYPIPE_RAYCLUSTER_BENCH_CLUSTERS=1000 cargo test --test integration raycluster::scale -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: minutes of load on the local control plane"]
@@ -94,7 +189,7 @@ async fn scale_benchmark() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
-    let f = fixture("rc-bench").await;
+    let f = fixture_with("rc-bench", Config::default()).await;
     let doc = |i: usize| {
         let mut doc = small_cluster(&format!("bench-{i}"), 3, json!({}));
         // Small Pods: ten thousand clusters must fit on kwok's one fake Node (1000 CPU, 1 TiB).
@@ -105,7 +200,8 @@ async fn scale_benchmark() {
             small;
         doc
     };
-    add_fake_nodes(&f.client, clusters).await;
+    // Room for raypipe's Pods and the ceiling's.
+    add_fake_nodes(&f.client, 2 * clusters).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = resident_kib();
     let requests_before = api_requests(&f.client).await;
@@ -161,4 +257,9 @@ async fn scale_benchmark() {
             println!("  {key:40} {:8.2}", delta / clusters as f64);
         }
     }
+    let ceiling = pod_ceiling(&f.client, clusters, doc).await;
+    println!(
+        "ceiling: the same {pods} Pods created straight were all Ready after {ceiling:?}; raypipe reached {:.0} % of the ceiling's rate",
+        100.0 * ceiling.as_secs_f64() / all_ready.as_secs_f64()
+    );
 }
