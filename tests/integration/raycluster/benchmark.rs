@@ -69,6 +69,62 @@ async fn add_fake_nodes(client: &kube::Client, clusters: usize) {
     }
 }
 
+/// CPU seconds (user + system) used so far by this test process (`raypipe`: the controller
+/// and the test's client) and by each control-plane process, by name, from `/proc/*/stat`.
+fn cpu_seconds() -> BTreeMap<String, f64> {
+    const PARTS: &[&str] = &[
+        "etcd",
+        "kube-apiserver",
+        "kube-scheduler",
+        "kube-controller",
+        "kwok",
+    ];
+    let own = std::process::id().to_string();
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ...`: the name may hold spaces, so split at the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let name = if pid == own {
+            "raypipe (test process)"
+        } else if let Some(part) = PARTS.iter().find(|p| comm.starts_with(**p)) {
+            part
+        } else {
+            continue;
+        };
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after `state`.
+        let ticks: f64 = fields
+            .get(11..13)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.parse::<f64>().ok())
+            .sum();
+        *out.entry(name.to_owned()).or_insert(0.0) += ticks / 100.0;
+    }
+    out
+}
+
+/// CPU seconds by process between two [`cpu_seconds`] readings, one line.
+fn cpu_used(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    after
+        .iter()
+        .map(|(name, s)| {
+            format!(
+                "{name} {:.0} s",
+                s - before.get(name).copied().unwrap_or(0.0)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn resident_kib() -> u64 {
     status_kib("VmRSS:")
 }
@@ -133,6 +189,8 @@ async fn pod_ceiling(
         .for_each_concurrent(32, |(i, member)| {
             let mut cluster: RayCluster = serde_json::from_value(doc(i)).expect("a RayCluster");
             cluster.metadata.namespace = Some(ns.clone());
+            // The builders' owner reference needs a uid; it is dropped again below.
+            cluster.metadata.uid = Some(format!("ceiling-{i}"));
             let pod = if member == 0 {
                 head_pod(&cluster, &options, &spec_hash(&cluster.spec)).expect("head builds")
             } else {
@@ -205,6 +263,7 @@ async fn scale_benchmark() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = resident_kib();
     let requests_before = api_requests(&f.client).await;
+    let cpu_before = cpu_seconds();
     let started = std::time::Instant::now();
     let api = f.clusters();
     use futures::StreamExt as _;
@@ -238,6 +297,7 @@ async fn scale_benchmark() {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let all_ready = started.elapsed();
+    let cpu_ready = cpu_seconds();
     // Settle, then measure the idle controller.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let rss_after = resident_kib();
@@ -257,7 +317,13 @@ async fn scale_benchmark() {
             println!("  {key:40} {:8.2}", delta / clusters as f64);
         }
     }
+    println!("CPU until all ready: {}", cpu_used(&cpu_before, &cpu_ready));
+    let cpu_before_ceiling = cpu_seconds();
     let ceiling = pod_ceiling(&f.client, clusters, doc).await;
+    println!(
+        "CPU of the ceiling run: {}",
+        cpu_used(&cpu_before_ceiling, &cpu_seconds())
+    );
     println!(
         "ceiling: the same {pods} Pods created straight were all Ready after {ceiling:?}; raypipe reached {:.0} % of the ceiling's rate",
         100.0 * ceiling.as_secs_f64() / all_ready.as_secs_f64()
