@@ -67,12 +67,13 @@ impl Context {
             .map_err(|_| Error::CacheNotReady(CACHE_SYNC_TIMEOUT))
     }
 
-    /// The cluster's head and worker Pods in the cache (terminating ones included).
+    /// The cluster's head and worker Pods in the cache (terminating ones included), found
+    /// through the cluster-label index (a lookup, not a scan of every cached Pod).
     pub(super) fn cluster_pods(&self, cluster: &RayCluster) -> Vec<Arc<Pod>> {
         let namespace = cluster.namespace();
         let name = cluster.name_any();
         let uid = cluster.uid();
-        self.pods.state_filter(|pod| {
+        self.indexed(&self.pods, &self.pod_index, cluster, |pod| {
             pod.namespace() == namespace
                 && pod.labels().get(labels::CLUSTER) == Some(&name)
                 && pod
@@ -80,6 +81,29 @@ impl Context {
                     .iter()
                     .any(|o| Some(&o.uid) == uid.as_ref())
         })
+    }
+
+    /// The objects of `store` that the index files under the cluster's namespace and name and
+    /// that pass `keep` (the full test: the index only narrows the search).
+    fn indexed<K>(
+        &self,
+        store: &Store<K>,
+        index: &LabelIndex<K>,
+        cluster: &RayCluster,
+        keep: impl Fn(&K) -> bool,
+    ) -> Vec<Arc<K>>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        index
+            .get(
+                &cluster.namespace().unwrap_or_default(),
+                &cluster.name_any(),
+            )
+            .iter()
+            .filter_map(|object| store.get(object))
+            .filter(|object| keep(object))
+            .collect()
     }
 
     pub(super) fn pod_in_cache(&self, namespace: &str, name: &str) -> bool {
@@ -97,7 +121,7 @@ impl Context {
     pub(super) fn head_service(&self, cluster: &RayCluster) -> Result<Option<Arc<Service>>, Error> {
         let namespace = cluster.namespace();
         let name = cluster.name_any();
-        let found = self.services.state_filter(|s| {
+        let found = self.indexed(&self.services, &self.service_index, cluster, |s| {
             s.namespace() == namespace
                 && owned_by(&s.metadata, cluster)
                 && s.labels().get(labels::CLUSTER) == Some(&name)

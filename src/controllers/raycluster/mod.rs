@@ -60,6 +60,7 @@ use crate::api::raycluster::{
 use crate::controllers::frame::memory::ObjectMemory;
 use crate::controllers::frame::run::{self, Frame};
 use crate::k8s::field_managers;
+use crate::k8s::label_index::LabelIndex;
 use crate::kuberay::keys::{annotations, labels, reasons};
 use crate::kuberay::names;
 use builders::BuildOptions;
@@ -140,6 +141,8 @@ pub async fn run(
     let (pod_store, pod_writer) = reflector::store();
     let (service_store, service_writer) = reflector::store();
     let (cluster_store, cluster_writer) = reflector::store();
+    let pod_index = LabelIndex::new(labels::CLUSTER);
+    let service_index = LabelIndex::new(labels::CLUSTER);
     let concurrency = config.concurrency.max(1);
     let frame = Frame::new("raycluster", &config.metrics);
     let ctx = Arc::new(Context {
@@ -147,7 +150,9 @@ pub async fn run(
         client,
         config,
         pods: pod_store,
+        pod_index: pod_index.clone(),
         services: service_store,
+        service_index: service_index.clone(),
         expectations: ScaleExpectations::default(),
         memory: ObjectMemory::new(),
         frame,
@@ -164,6 +169,10 @@ pub async fn run(
     let pod_events = watcher(pods, watcher::Config::default().labels(&pod_selector))
         .backoff(crate::k8s::watch_backoff())
         .modify(trim_pod)
+        .map_ok(move |event| {
+            pod_index.apply(&event);
+            event
+        })
         .reflect(pod_writer)
         .touched_objects();
     let service_selector = format!("{}={}", labels::CREATED_BY, labels::CREATED_BY_VALUE);
@@ -173,6 +182,10 @@ pub async fn run(
     )
     .backoff(crate::k8s::watch_backoff())
     .modify(trim_service)
+    .map_ok(move |event| {
+        service_index.apply(&event);
+        event
+    })
     .reflect(service_writer)
     .touched_objects();
     let job_selector = format!("{}={}", labels::NODE_TYPE, labels::REDIS_CLEANUP);
