@@ -28,7 +28,7 @@ pub const ANNOTATION_APPLIED_HASH: &str = "raypipe.dev/applied-hash";
 pub const ANNOTATION_GRAPH_DIGEST: &str = "raypipe.dev/graph-digest";
 
 /// Field managers, one per controller, so `managedFields` tell who wrote what.
-pub mod label_index;
+pub mod index;
 
 pub mod field_managers {
     pub const SERVEPIPELINE: &str = "raypipe-servepipeline";

@@ -88,7 +88,7 @@ impl Context {
     fn indexed<K>(
         &self,
         store: &Store<K>,
-        index: &LabelIndex<K>,
+        index: &ObjectIndex<K>,
         cluster: &RayCluster,
         keep: impl Fn(&K) -> bool,
     ) -> Vec<Arc<K>>

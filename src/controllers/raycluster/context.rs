@@ -22,9 +22,9 @@ pub struct Context {
     pub(super) recorder: Recorder,
     pub(super) pods: Store<Pod>,
     /// The cached Pods by namespace and cluster label: a cluster's Pods without a scan of all.
-    pub(super) pod_index: LabelIndex<Pod>,
+    pub(super) pod_index: ObjectIndex<Pod>,
     pub(super) services: Store<Service>,
-    pub(super) service_index: LabelIndex<Service>,
+    pub(super) service_index: ObjectIndex<Service>,
     pub(super) expectations: ScaleExpectations,
     /// Per cluster, reset when its uid changes (see `frame::memory`).
     pub(super) memory: ObjectMemory<ClusterMemory>,

@@ -60,7 +60,7 @@ use crate::api::raycluster::{
 use crate::controllers::frame::memory::ObjectMemory;
 use crate::controllers::frame::run::{self, Frame};
 use crate::k8s::field_managers;
-use crate::k8s::label_index::LabelIndex;
+use crate::k8s::index::ObjectIndex;
 use crate::kuberay::keys::{annotations, labels, reasons};
 use crate::kuberay::names;
 use builders::BuildOptions;
@@ -141,8 +141,8 @@ pub async fn run(
     let (pod_store, pod_writer) = reflector::store();
     let (service_store, service_writer) = reflector::store();
     let (cluster_store, cluster_writer) = reflector::store();
-    let pod_index = LabelIndex::new(labels::CLUSTER);
-    let service_index = LabelIndex::new(labels::CLUSTER);
+    let pod_index = ObjectIndex::by_label(labels::CLUSTER);
+    let service_index = ObjectIndex::by_label(labels::CLUSTER);
     let concurrency = config.concurrency.max(1);
     let frame = Frame::new("raycluster", &config.metrics);
     let ctx = Arc::new(Context {

@@ -67,16 +67,24 @@ impl Context {
             .map_err(|_| Error::CacheNotReady(LIMIT))
     }
 
-    /// The RayClusters this RayService owns.
+    /// The RayClusters this RayService owns, found through the controller index (a lookup,
+    /// not a scan of every cached cluster).
     pub(super) fn owned_clusters(&self, service: &RayService) -> Vec<Arc<RayCluster>> {
         let namespace = service.namespace();
-        let uid = service.uid();
-        self.clusters.state_filter(|c| {
-            c.namespace() == namespace
-                && c.owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-        })
+        let Some(uid) = service.uid() else {
+            return Vec::new();
+        };
+        self.cluster_index
+            .get(namespace.as_deref().unwrap_or_default(), &uid)
+            .iter()
+            .filter_map(|cluster| self.clusters.get(cluster))
+            .filter(|c| {
+                c.namespace() == namespace
+                    && c.owner_references()
+                        .iter()
+                        .any(|o| o.controller == Some(true) && o.uid == uid)
+            })
+            .collect()
     }
 
     pub(super) fn cached_service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {

@@ -60,6 +60,7 @@ use crate::controllers::frame::memory::{ObjectMemory, key_of};
 use crate::controllers::frame::run::{Frame, Framed};
 use crate::controllers::raycluster::builders::{BuildError, BuildOptions};
 use crate::k8s::field_managers;
+use crate::k8s::index::ObjectIndex;
 use crate::kuberay::keys::labels;
 use crate::ray::{DashboardClient, DashboardClientOptions, DashboardLocator, DashboardUrl};
 use build::{ClusterChange, HttpBinding};
@@ -179,8 +180,12 @@ pub struct Context {
     config: Config,
     recorder: Recorder,
     clusters: Store<RayCluster>,
+    /// The cached clusters by controlling RayService: a service's clusters without a scan.
+    cluster_index: ObjectIndex<RayCluster>,
     services: Store<Service>,
     head_pods: Store<Pod>,
+    /// The cached head Pods by cluster label.
+    head_pod_index: ObjectIndex<Pod>,
     memory: ObjectMemory<ServiceMemory>,
     frame: Frame<RayService>,
 }
@@ -201,6 +206,8 @@ pub async fn run(
     let (service_store, service_writer) = reflector::store();
     let (pod_store, pod_writer) = reflector::store();
     let (rayservice_store, rayservice_writer) = reflector::store();
+    let cluster_index = ObjectIndex::by_controller();
+    let head_pod_index = ObjectIndex::by_label(labels::CLUSTER);
     let concurrency = config.concurrency.max(1);
     let frame = Frame::new("rayservice", &config.metrics);
     let ctx = Arc::new(Context {
@@ -208,8 +215,10 @@ pub async fn run(
         client,
         config,
         clusters: cluster_store,
+        cluster_index: cluster_index.clone(),
         services: service_store,
         head_pods: pod_store,
+        head_pod_index: head_pod_index.clone(),
         memory: ObjectMemory::new(),
         frame,
     });
@@ -219,6 +228,12 @@ pub async fn run(
     let cluster_events = watcher(clusters_api, watcher::Config::default().labels(&owned))
         .backoff(crate::k8s::watch_backoff())
         .modify(|c: &mut RayCluster| c.managed_fields_mut().clear())
+        .map(move |event| {
+            if let Ok(event) = &event {
+                cluster_index.apply(event);
+            }
+            event
+        })
         .reflect(cluster_writer)
         .touched_objects();
     let service_events = watcher(k8s_services, watcher::Config::default().labels(&owned))
@@ -238,6 +253,12 @@ pub async fn run(
             p.spec = None;
             p.status = None;
             p.metadata.annotations = None;
+        })
+        .map(move |event| {
+            if let Ok(event) = &event {
+                head_pod_index.apply(event);
+            }
+            event
         })
         .reflect(pod_writer)
         .for_each(|_| async {});
