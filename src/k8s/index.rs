@@ -14,7 +14,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use kube::Resource;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 /// (namespace, the object's key).
@@ -141,6 +141,25 @@ impl<K: Resource<DynamicType = ()>> ObjectIndex<K> {
                 }
             }
         }
+    }
+
+    /// The objects of `store` in `namespace` filed under `key` that pass `keep` (the caller's
+    /// full test: the index only narrows the search), in no particular order.
+    pub fn find(
+        &self,
+        store: &Store<K>,
+        namespace: &str,
+        key: &str,
+        keep: impl Fn(&K) -> bool,
+    ) -> Vec<Arc<K>>
+    where
+        K: Clone + 'static,
+    {
+        self.get(namespace, key)
+            .iter()
+            .filter_map(|object| store.get(object))
+            .filter(|object| keep(object))
+            .collect()
     }
 
     /// The objects in `namespace` filed under `key` (in no particular order).

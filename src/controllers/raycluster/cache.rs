@@ -73,37 +73,16 @@ impl Context {
         let namespace = cluster.namespace();
         let name = cluster.name_any();
         let uid = cluster.uid();
-        self.indexed(&self.pods, &self.pod_index, cluster, |pod| {
-            pod.namespace() == namespace
-                && pod.labels().get(labels::CLUSTER) == Some(&name)
-                && pod
-                    .owner_references()
-                    .iter()
-                    .any(|o| Some(&o.uid) == uid.as_ref())
-        })
-    }
-
-    /// The objects of `store` that the index files under the cluster's namespace and name and
-    /// that pass `keep` (the full test: the index only narrows the search).
-    fn indexed<K>(
-        &self,
-        store: &Store<K>,
-        index: &ObjectIndex<K>,
-        cluster: &RayCluster,
-        keep: impl Fn(&K) -> bool,
-    ) -> Vec<Arc<K>>
-    where
-        K: kube::Resource<DynamicType = ()> + Clone + 'static,
-    {
-        index
-            .get(
-                &cluster.namespace().unwrap_or_default(),
-                &cluster.name_any(),
-            )
-            .iter()
-            .filter_map(|object| store.get(object))
-            .filter(|object| keep(object))
-            .collect()
+        let namespace_key = namespace.clone().unwrap_or_default();
+        self.pod_index
+            .find(&self.pods, &namespace_key, &name, |pod| {
+                pod.namespace() == namespace
+                    && pod.labels().get(labels::CLUSTER) == Some(&name)
+                    && pod
+                        .owner_references()
+                        .iter()
+                        .any(|o| Some(&o.uid) == uid.as_ref())
+            })
     }
 
     pub(super) fn pod_in_cache(&self, namespace: &str, name: &str) -> bool {
@@ -121,12 +100,15 @@ impl Context {
     pub(super) fn head_service(&self, cluster: &RayCluster) -> Result<Option<Arc<Service>>, Error> {
         let namespace = cluster.namespace();
         let name = cluster.name_any();
-        let found = self.indexed(&self.services, &self.service_index, cluster, |s| {
-            s.namespace() == namespace
-                && owned_by(&s.metadata, cluster)
-                && s.labels().get(labels::CLUSTER) == Some(&name)
-                && s.labels().get(labels::NODE_TYPE).map(String::as_str) == Some(labels::HEAD)
-        });
+        let namespace_key = namespace.clone().unwrap_or_default();
+        let found = self
+            .service_index
+            .find(&self.services, &namespace_key, &name, |s| {
+                s.namespace() == namespace
+                    && owned_by(&s.metadata, cluster)
+                    && s.labels().get(labels::CLUSTER) == Some(&name)
+                    && s.labels().get(labels::NODE_TYPE).map(String::as_str) == Some(labels::HEAD)
+            });
         match found.len() {
             0 | 1 => Ok(found.into_iter().next()),
             n => Err(Error::Conflict(format!(

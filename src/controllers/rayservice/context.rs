@@ -74,17 +74,17 @@ impl Context {
         let Some(uid) = service.uid() else {
             return Vec::new();
         };
-        self.cluster_index
-            .get(namespace.as_deref().unwrap_or_default(), &uid)
-            .iter()
-            .filter_map(|cluster| self.clusters.get(cluster))
-            .filter(|c| {
+        self.cluster_index.find(
+            &self.clusters,
+            namespace.as_deref().unwrap_or_default(),
+            &uid,
+            |c| {
                 c.namespace() == namespace
                     && c.owner_references()
                         .iter()
                         .any(|o| o.controller == Some(true) && o.uid == uid)
-            })
-            .collect()
+            },
+        )
     }
 
     pub(super) fn cached_service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {

@@ -318,17 +318,13 @@ async fn label_head_pod(service: &RayService, ctx: &Context, cluster: &RayCluste
     let wanted = if serving { "true" } else { "false" };
     let cluster_uid = cluster.uid().unwrap_or_default();
     // Only the cluster's own Pods: anyone can copy its labels onto a Pod.
-    let heads: Vec<_> = ctx
+    let heads = ctx
         .head_pod_index
-        .get(&namespace, &cluster_name)
-        .iter()
-        .filter_map(|pod| ctx.head_pods.get(pod))
-        .filter(|p| {
+        .find(&ctx.head_pods, &namespace, &cluster_name, |p| {
             p.namespace().as_deref() == Some(namespace.as_str())
                 && p.labels().get(labels::CLUSTER) == Some(&cluster_name)
                 && crate::k8s::is_controlled_by(p.meta(), &cluster_uid)
-        })
-        .collect();
+        });
     for pod in heads {
         if pod.labels().get(labels::SERVE).map(String::as_str) == Some(wanted) {
             continue;

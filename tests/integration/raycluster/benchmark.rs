@@ -40,23 +40,31 @@ async fn api_requests(client: &kube::Client) -> BTreeMap<String, f64> {
     totals
 }
 
-/// Ready clusters, read in pages: the test process is what is measured, so its own reads must
-/// not hold ten thousand clusters at once.
-async fn count_ready(api: &Api<RayCluster>) -> usize {
-    let mut ready = 0;
+/// How many objects of `api` pass `counted`, read in pages of 500: the test process is what is
+/// measured, so its own reads must not hold ten thousand clusters (or forty thousand Pods) at
+/// once.
+async fn count_paged<K>(api: &Api<K>, counted: impl Fn(&K) -> bool) -> usize
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut count = 0;
     let mut params = ListParams::default().limit(500);
     loop {
         let page = api.list(&params).await.expect("list");
-        ready += page
-            .items
-            .iter()
-            .filter(|c| c.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Ready))
-            .count();
+        count += page.items.iter().filter(|object| counted(object)).count();
         match page.metadata.continue_.filter(|token| !token.is_empty()) {
             Some(token) => params = params.continue_token(&token),
-            None => return ready,
+            None => return count,
         }
     }
+}
+
+/// Ready clusters.
+async fn count_ready(api: &Api<RayCluster>) -> usize {
+    count_paged(api, |c| {
+        c.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Ready)
+    })
+    .await
 }
 
 /// More kwok Nodes for large runs: every worker Pod's `wait-gcs-ready` init container asks for
@@ -139,28 +147,16 @@ fn status_kib(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Pods in `ns` whose Ready condition is true, read in pages (see [`count_ready`]).
+/// Pods in `ns` whose Ready condition is true.
 async fn count_ready_pods(client: &kube::Client, ns: &str) -> usize {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut ready = 0;
-    let mut params = ListParams::default().limit(500);
-    loop {
-        let page = api.list(&params).await.expect("list Pods");
-        ready += page
-            .items
-            .iter()
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
-        match page.metadata.continue_.filter(|token| !token.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return ready,
-        }
-    }
+    count_paged(&api, |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+    .await
 }
 
 /// The control plane's own ceiling for the same Pods: the Pods raypipe's builders make for
