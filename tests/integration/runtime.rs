@@ -94,8 +94,6 @@ async fn python_runtime_tests_pass() {
         .env("PYTHONPATH", python_path)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("RAYPIPE_REQUIRE_RAY", "1")
-        // The heads the tests start run Serve as raypipe's RayClusters do.
-        .env("RAYPIPE_SERVE_ENV", serve_env_json())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -138,15 +136,6 @@ async fn python_runtime_tests_pass() {
         stdout.lines().last().unwrap_or_default(),
         started.elapsed().as_secs_f64()
     );
-}
-
-/// `serve::SERVE_ENV_DEFAULTS` as one JSON object (what runtime/tests/rayhead.py reads).
-fn serve_env_json() -> String {
-    let env: serde_json::Map<String, serde_json::Value> = raypipe::serve::SERVE_ENV_DEFAULTS
-        .iter()
-        .map(|(name, value)| ((*name).to_owned(), serde_json::Value::from(*value)))
-        .collect();
-    serde_json::Value::Object(env).to_string()
 }
 
 /// Everything a pipe yields until it closes.
