@@ -20,8 +20,9 @@ of two models, feeding a third) times four variants:
 - `limit`: the three models called in-process inside the one deployment that takes HTTP.
 
 Modes: `default`; `throughput` (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1`); `throughput-raypipe` (the
-same with `RAY_SERVE_ENABLE_DIRECT_INGRESS=0`, what raypipe sets by default: direct ingress
-forces Serve's proxy onto the head node only).
+same with `RAY_SERVE_ENABLE_DIRECT_INGRESS=0`, as in a RayCluster whose user opted into
+throughput mode: raypipe turns direct ingress off, since it forces Serve's proxy onto the head
+node only; raypipe's default is Serve's default mode, see serve::SERVE_ENV_DEFAULTS).
 
 Models are no-op coroutines; every deployment takes 100 requests at once. Requests go through
 Serve's HTTP proxy on the head. Each round visits every application in a fresh random order
@@ -222,7 +223,7 @@ def bench_mode(mode: str, args, raypipe: list, workdir: Path) -> dict:
         os.environ.pop(name, None)
     if mode.startswith("throughput"):
         os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
-    if mode == "throughput-raypipe":  # what raypipe sets by default (serve::SERVE_ENV_DEFAULTS)
+    if mode == "throughput-raypipe":  # raypipe's RayClusters with throughput mode opted into
         os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "0"
     head = RayHead(python_path=[REPO_ROOT, RUNTIME_DIR, BENCHES], num_cpus=64)
     results = {}
@@ -276,7 +277,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds of load per concurrency per round")
     parser.add_argument("--modes", default="default,throughput,throughput-raypipe",
                         help="default; throughput (RAY_SERVE_THROUGHPUT_OPTIMIZED=1); throughput-raypipe "
-                             "(the same without direct ingress, as raypipe sets it)")
+                             "(the same without direct ingress, as raypipe's RayClusters have it)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--raypipe", default="cargo run --quiet --",
                         help="command that runs raypipe (default: cargo run from the repository)")

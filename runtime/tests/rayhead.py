@@ -39,11 +39,12 @@ def loopback_env() -> dict:
 
 
 def serve_env() -> dict:
-    """The Serve settings raypipe puts in every RayCluster a ServePipeline renders
-    (`serve::SERVE_ENV_DEFAULTS`: throughput mode, direct ingress off, the gRPC message cap
-    raised), given by hand in RAYPIPE_SERVE_ENV (a JSON object), so the head runs Serve as
-    production does. CI leaves it unset: with throughput mode on, the overload test did not
-    always see its 503 (an open finding of issue 18)."""
+    """Serve settings for the head, given by hand in RAYPIPE_SERVE_ENV (a JSON object), e.g. to
+    run the suite in Serve's throughput mode as a user who opts into it would
+    (`{"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": "2147483647"}`). CI leaves it unset: raypipe's
+    defaults (`serve::SERVE_ENV_DEFAULTS`) change nothing in Serve's default mode, and in
+    throughput mode the overload test's bounded queue does not always turn a burst away."""
     return json.loads(os.environ.get("RAYPIPE_SERVE_ENV") or "{}")
 
 
@@ -201,6 +202,21 @@ class RayHead:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def serve_log_lines(self, pattern: str, limit: int = 60) -> str:
+        """The last `limit` lines of the head's Serve logs (controller, proxy, replicas) that
+        match `pattern`, each with its file name: what a failing test prints to say why."""
+        import re
+
+        wanted = re.compile(pattern)
+        found = []
+        for log in sorted((self.dir / "session_latest" / "logs" / "serve").glob("*.log")):
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                continue
+            found.extend(f"{log.name}: {line}" for line in text.splitlines() if wanted.search(line))
+        return "\n".join(found[-limit:])
 
     def own_pids(self):
         """`ray start`, its descendants and the members of its process group."""

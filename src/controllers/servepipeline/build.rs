@@ -291,8 +291,8 @@ mod tests {
             ..Default::default()
         };
         let off = EnvVar {
-            name: "RAY_SERVE_THROUGHPUT_OPTIMIZED".into(),
-            value: Some("0".into()),
+            name: "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH".into(),
+            value: Some("4194304".into()),
             value_from: None,
         };
         let mut p = pipeline("sentiment");
@@ -322,16 +322,15 @@ mod tests {
             "only the Ray container"
         );
         let worker = &cluster.worker_group_specs.as_ref().unwrap()[0].template;
-        // The user's own "0" stays; the other defaults are still added.
+        // The user's own value stays; the other default is still added.
         assert_eq!(
             env_of(worker, 0),
             [
                 (
-                    "RAY_SERVE_THROUGHPUT_OPTIMIZED".to_string(),
-                    "0".to_string()
+                    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH".to_string(),
+                    "4194304".to_string()
                 ),
-                defaults[1].clone(),
-                defaults[2].clone()
+                defaults[0].clone()
             ]
         );
     }

@@ -59,8 +59,8 @@ pub(super) fn node_environment(
         // `~/.ray/auth_token` (anything on the machine may have generated one): say no.
         env.insert("RAY_AUTH_MODE".into(), "disabled".into());
     }
-    // The Serve settings a ServePipeline's cluster gets (throughput-optimised mode), so local
-    // runs behave as deployed ones; a value in the calling environment or the options wins.
+    // The Serve settings a ServePipeline's cluster gets, so local runs behave as deployed
+    // ones; a value in the calling environment or the options wins.
     for (name, value) in crate::serve::SERVE_ENV_DEFAULTS {
         if std::env::var_os(name).is_none() {
             env.insert((*name).into(), (*value).into());

@@ -162,14 +162,24 @@ async fn count_ready_pods(client: &kube::Client, ns: &str) -> usize {
 /// The control plane's own ceiling for the same Pods: the Pods raypipe's builders make for
 /// `clusters` clusters of `doc`, created straight by this process (no operator, owner
 /// references dropped) in a namespace of their own, 32 at a time, until all are Ready
-/// (scheduler and kwok do the rest, as for raypipe's Pods). Returns the time to all Ready.
+/// (scheduler and kwok do the rest, as for raypipe's Pods). With `head_services`, each
+/// cluster's head Service is created straight beside its head Pod too: the like-for-like
+/// bound, since a Service per cluster costs the scheduler and kube-controller-manager work per
+/// Pod. Returns the time to all Ready.
 async fn pod_ceiling(
     client: &kube::Client,
     clusters: usize,
     doc: impl Fn(usize) -> Value,
+    head_services: bool,
 ) -> Duration {
-    let ns = support::namespace(client, "rc-ceiling").await;
+    let prefix = if head_services {
+        "rc-ceiling-svc"
+    } else {
+        "rc-ceiling"
+    };
+    let ns = support::namespace(client, prefix).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let options = BuildOptions::default();
     let bare = |mut pod: Pod, name: String| {
         pod.metadata.owner_references = None;
@@ -198,9 +208,22 @@ async fn pod_ceiling(
                 };
                 worker_pod(&cluster, group, &replica, &options).expect("worker builds")
             };
+            let service = (head_services && member == 0).then(|| {
+                let mut service =
+                    service::head_service(&cluster, &options).expect("head Service builds");
+                service.metadata.owner_references = None;
+                service.metadata.namespace = Some(ns.clone());
+                service
+            });
             let pod = bare(pod, format!("ceiling-{i}-{member}"));
-            let pods = pods.clone();
+            let (pods, services) = (pods.clone(), services.clone());
             async move {
+                if let Some(service) = service {
+                    services
+                        .create(&kube::api::PostParams::default(), &service)
+                        .await
+                        .expect("create Service");
+                }
                 pods.create(&kube::api::PostParams::default(), &pod)
                     .await
                     .expect("create Pod");
@@ -254,8 +277,8 @@ async fn scale_benchmark() {
             small;
         doc
     };
-    // Room for raypipe's Pods and the ceiling's.
-    add_fake_nodes(&f.client, 2 * clusters).await;
+    // Room for raypipe's Pods and both ceilings'.
+    add_fake_nodes(&f.client, 3 * clusters).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = resident_kib();
     let requests_before = api_requests(&f.client).await;
@@ -314,14 +337,16 @@ async fn scale_benchmark() {
         }
     }
     println!("CPU until all ready: {}", cpu_used(&cpu_before, &cpu_ready));
-    let cpu_before_ceiling = cpu_seconds();
-    let ceiling = pod_ceiling(&f.client, clusters, doc).await;
-    println!(
-        "CPU of the ceiling run: {}",
-        cpu_used(&cpu_before_ceiling, &cpu_seconds())
-    );
-    println!(
-        "ceiling: the same {pods} Pods created straight were all Ready after {ceiling:?}; raypipe reached {:.0} % of the ceiling's rate",
-        100.0 * ceiling.as_secs_f64() / all_ready.as_secs_f64()
-    );
+    for (head_services, what) in [(false, "Pods"), (true, "Pods and head Services")] {
+        let cpu_before_ceiling = cpu_seconds();
+        let ceiling = pod_ceiling(&f.client, clusters, &doc, head_services).await;
+        println!(
+            "CPU of the ceiling run ({what}): {}",
+            cpu_used(&cpu_before_ceiling, &cpu_seconds())
+        );
+        println!(
+            "ceiling: the same {what} created straight, all {pods} Pods Ready after {ceiling:?}; raypipe reached {:.0} % of this ceiling's rate",
+            100.0 * ceiling.as_secs_f64() / all_ready.as_secs_f64()
+        );
+    }
 }
