@@ -9,8 +9,14 @@ use super::*;
 /// costs one status write and one existence check per owned object.
 #[derive(Default)]
 pub(super) struct ClusterMemory {
-    /// The status last written: the base of the next one, even before the cache shows it.
+    /// The status last written (or found written): the base of the next one, even before the
+    /// cache shows it.
     pub(super) last_status: Option<RayClusterStatus>,
+    /// When this process last wrote the status.
+    pub(super) last_write: Option<Instant>,
+    /// A computed status held back because it only moves provisioning along
+    /// (`status::plan_write`), and since when: the base of the next one while it waits.
+    pub(super) held_status: Option<(RayClusterStatus, Instant)>,
     /// Objects known to exist (kind/name → hash of what was desired, when checked), so that a
     /// settled cluster costs no API calls for them.
     pub(super) ensured: HashMap<String, (String, Instant)>,

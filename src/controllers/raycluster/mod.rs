@@ -70,7 +70,7 @@ use context::Context;
 use error::Error;
 use expectations::{Action as ScaleAction, ClusterKey, Group, ScaleExpectations};
 use scaling::DeleteReason;
-use status::Outcome;
+use status::{Outcome, StatusWrite};
 
 /// KubeRay's short requeue: after a status change or a step that needs another pass.
 const SHORT_REQUEUE: Duration = Duration::from_secs(2);

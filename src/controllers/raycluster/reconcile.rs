@@ -31,16 +31,22 @@ pub(super) async fn reconcile(
         return Ok(action);
     }
     let base_status = ctx
-        .with_memory(cluster, |m| m.last_status.clone())
+        .with_memory(cluster, |m| {
+            m.held_status
+                .as_ref()
+                .map(|(held, _)| held.clone())
+                .or_else(|| m.last_status.clone())
+        })
         .or_else(|| cluster.status.clone());
     let outcome = apply::apply_children(cluster, ctx, base_status.as_ref()).await;
     let written = status_write::update(cluster, ctx, base_status.as_ref(), &outcome).await?;
-    match outcome {
-        Err(e) => Err(e),
-        Ok(Outcome::Clean) if !written => Ok(Action::requeue(ctx.config.requeue_after)),
+    let next = match (&outcome, written) {
+        (Ok(Outcome::Clean), StatusWrite::Skip) => ctx.config.requeue_after,
+        (_, StatusWrite::Hold(rest)) => rest.min(SHORT_REQUEUE),
         // A changed status or unfinished step: look again soon (suspension moves this way).
-        Ok(_) => Ok(Action::requeue(SHORT_REQUEUE)),
-    }
+        _ => SHORT_REQUEUE,
+    };
+    outcome.map(|_| Action::requeue(next))
 }
 
 /// The validate stage: `Some(action)` ends the pass (a refused cluster gets an Event and

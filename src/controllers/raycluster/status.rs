@@ -4,6 +4,7 @@
 //! writes the computed status when it changed, is `status_write`.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -432,6 +433,99 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
     }
     status.last_update_time = Some(now.clone());
     status
+}
+
+/// How long a change that only moves a cluster's provisioning along (Pod counts, the head
+/// Pod's and Service's details, why the head Pod is not ready yet) may wait for the next one
+/// before it is written: under load a new cluster's Pods turn ready seconds apart, and one write
+/// when they all are says what a write per Pod would. A milestone (the head Pod turning ready,
+/// the cluster provisioned, a failure, a state) is never held.
+pub const PROGRESS_HOLD: Duration = Duration::from_secs(5);
+
+/// How long a status this controller wrote may be missing from its cache before it is written
+/// again (the watch usually shows it within milliseconds; a write in between would repeat it).
+pub const CACHE_LAG_GRACE: Duration = Duration::from_secs(30);
+
+/// What the status stage does with a computed status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusWrite {
+    /// Nothing new: the API server has it, or this controller wrote it moments ago.
+    Skip,
+    /// Write it now.
+    Now,
+    /// Only provisioning progress changed: write it after this long, unless a milestone comes
+    /// first (the next pass recomputes it).
+    Hold(Duration),
+}
+
+/// What the status stage last wrote (or found written), and how long ago it wrote it.
+#[derive(Clone, Copy, Debug)]
+pub struct LastWritten<'a> {
+    pub status: &'a RayClusterStatus,
+    /// `None`: found in the cache, not written by this process.
+    pub since_write: Option<Duration>,
+}
+
+/// Whether and when the computed status `new` is written. Pure: `cached` is what the cache
+/// shows, `last` what this controller last wrote, `held_for` how long a progress-only change
+/// has waited already.
+pub fn plan_write(
+    cached: Option<&RayClusterStatus>,
+    last: Option<LastWritten<'_>>,
+    held_for: Option<Duration>,
+    new: &RayClusterStatus,
+) -> StatusWrite {
+    if !differs(cached, new) {
+        return StatusWrite::Skip;
+    }
+    let Some(last) = last else {
+        return StatusWrite::Now;
+    };
+    if !differs(Some(last.status), new) {
+        // Written already; the cache has not caught up yet (or someone else changed it since,
+        // which the next write after the grace mends).
+        return match last.since_write {
+            Some(age) if age < CACHE_LAG_GRACE => StatusWrite::Skip,
+            _ => StatusWrite::Now,
+        };
+    }
+    let waited = held_for.unwrap_or_default();
+    if waited < PROGRESS_HOLD && only_progress(last.status, new) {
+        return StatusWrite::Hold(PROGRESS_HOLD - waited);
+    }
+    StatusWrite::Now
+}
+
+/// Whether `new` differs from `old` only in how far a cluster that was never provisioned has
+/// come: worker counts, head Pod and Service details, and the head Pod's not-ready reason.
+fn only_progress(old: &RayClusterStatus, new: &RayClusterStatus) -> bool {
+    if is_true(new, condition_types::RAY_CLUSTER_PROVISIONED) {
+        return false;
+    }
+    let head_ready = |s: &RayClusterStatus| {
+        conditions::find(&s.conditions, condition_types::HEAD_POD_READY).map(|c| c.status.clone())
+    };
+    if head_ready(old) != head_ready(new) {
+        return false;
+    }
+    let others = |s: &RayClusterStatus| -> Vec<conditions::Condition> {
+        s.conditions
+            .iter()
+            .filter(|c| c.type_ != condition_types::HEAD_POD_READY)
+            .cloned()
+            .collect()
+    };
+    if others(old) != others(new) {
+        return false;
+    }
+    let mut rest = new.clone();
+    rest.ready_worker_replicas = old.ready_worker_replicas;
+    rest.available_worker_replicas = old.available_worker_replicas;
+    rest.head = old.head.clone();
+    rest.endpoints = old.endpoints.clone();
+    rest.conditions = old.conditions.clone();
+    rest.last_update_time = old.last_update_time.clone();
+    rest == *old
 }
 
 /// Whether `new` says anything `old` does not (the update time aside).

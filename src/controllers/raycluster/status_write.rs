@@ -1,21 +1,26 @@
 //! The status stage of a RayCluster reconcile: computes the status (pure, in `status`) from
-//! what the apply stage left and writes it only when it changed, remembering it as the base of
-//! the next one; records the provisioning time when the cluster first becomes provisioned.
+//! what the apply stage left and writes it when `status::plan_write` says so (changed, and not
+//! merely provisioning progress that can wait for the next change), remembering it as the base
+//! of the next one; records the provisioning time when the cluster first becomes provisioned.
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::status::{Outcome, StatusInputs, compute_status, differs, is_true};
+use std::time::Instant;
+
+use super::status::{
+    LastWritten, Outcome, StatusInputs, StatusWrite, compute_status, is_true, plan_write,
+};
 use crate::api::raycluster::{RayCluster, RayClusterStatus, condition_types};
 
 /// The status stage: computes the status from what the apply stage left (`outcome`) and writes
-/// it when it differs from the cluster's; `Ok(true)` when it was written. The status written is
-/// remembered as the base of the next one, even before the cache shows it.
+/// it as `plan_write` decides, which it returns. A status written is remembered as the base of
+/// the next one, even before the cache shows it; a held one is the base while it waits.
 pub(super) async fn update(
     cluster: &RayCluster,
     ctx: &super::Context,
     base_status: Option<&RayClusterStatus>,
     outcome: &Result<Outcome, super::Error>,
-) -> Result<bool, super::Error> {
+) -> Result<StatusWrite, super::Error> {
     let pods = ctx.cluster_pods(cluster);
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
     // KubeRay writes no status at all while the head Service is missing; here the status goes
@@ -47,8 +52,22 @@ pub(super) async fn update(
     {
         ctx.config.metrics.raycluster_provisioned(took);
     }
-    let written = differs(cluster.status.as_ref(), &new_status);
-    if written {
+    let plan = ctx.with_memory(cluster, |m| {
+        // After a restart the cache's status stands in (written by someone, not lately).
+        let last = match &m.last_status {
+            Some(status) => Some(LastWritten {
+                status,
+                since_write: m.last_write.map(|at| at.elapsed()),
+            }),
+            None => cluster.status.as_ref().map(|status| LastWritten {
+                status,
+                since_write: None,
+            }),
+        };
+        let held_for = m.held_status.as_ref().map(|(_, since)| since.elapsed());
+        plan_write(cluster.status.as_ref(), last, held_for, &new_status)
+    });
+    if plan == StatusWrite::Now {
         crate::controllers::frame::status::apply_status(
             &ctx.client,
             cluster,
@@ -66,6 +85,25 @@ pub(super) async fn update(
             )
         })?;
     }
-    ctx.with_memory(cluster, |m| m.last_status = Some(new_status));
-    Ok(written)
+    ctx.with_memory(cluster, |m| match plan {
+        StatusWrite::Hold(_) => {
+            let since = m
+                .held_status
+                .take()
+                .map_or_else(Instant::now, |(_, since)| since);
+            m.held_status = Some((new_status, since));
+        }
+        StatusWrite::Now => {
+            m.last_status = Some(new_status);
+            m.last_write = Some(Instant::now());
+            m.held_status = None;
+        }
+        StatusWrite::Skip => {
+            // The cache shows it, or this process wrote it moments ago: either way it is the
+            // written status (whose write time stays what it was).
+            m.last_status = Some(new_status);
+            m.held_status = None;
+        }
+    });
+    Ok(plan)
 }

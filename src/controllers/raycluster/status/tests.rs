@@ -294,3 +294,165 @@ fn differs_ignores_only_the_update_time() {
     assert!(differs(Some(&a), &b));
     assert!(differs(None, &a));
 }
+
+/// A cluster of one head and two workers, as its Pods move from created to all ready.
+fn provisioning_steps() -> (RayCluster, Vec<RayClusterStatus>) {
+    let c = cluster(json!({}));
+    let steps: [&[Pod]; 5] = [
+        &[],
+        &[
+            pod("head", "head", "Pending", Some("False")),
+            pod("w1", "worker", "Pending", Some("False")),
+            pod("w2", "worker", "Pending", Some("False")),
+        ],
+        &[
+            pod("head", "head", "Running", Some("True")),
+            pod("w1", "worker", "Pending", Some("False")),
+            pod("w2", "worker", "Pending", Some("False")),
+        ],
+        &[
+            pod("head", "head", "Running", Some("True")),
+            pod("w1", "worker", "Running", Some("True")),
+            pod("w2", "worker", "Running", Some("False")),
+        ],
+        &[
+            pod("head", "head", "Running", Some("True")),
+            pod("w1", "worker", "Running", Some("True")),
+            pod("w2", "worker", "Running", Some("True")),
+        ],
+    ];
+    let mut statuses: Vec<RayClusterStatus> = Vec::new();
+    for pods in steps {
+        let next = compute(&c, pods, Outcome::Clean, statuses.last());
+        statuses.push(next);
+    }
+    (c, statuses)
+}
+
+fn written(status: &RayClusterStatus, secs: u64) -> Option<LastWritten<'_>> {
+    Some(LastWritten {
+        status,
+        since_write: Some(Duration::from_secs(secs)),
+    })
+}
+
+#[test]
+fn a_status_the_server_has_or_that_was_just_written_is_not_written_again() {
+    let (_, s) = provisioning_steps();
+    assert_eq!(plan_write(None, None, None, &s[0]), StatusWrite::Now);
+    assert_eq!(
+        plan_write(Some(&s[0]), None, None, &s[0]),
+        StatusWrite::Skip
+    );
+    // Written a moment ago; the cache still shows nothing (or an older status).
+    assert_eq!(
+        plan_write(None, written(&s[0], 1), None, &s[0]),
+        StatusWrite::Skip
+    );
+    assert_eq!(
+        plan_write(Some(&s[0]), written(&s[1], 1), None, &s[1]),
+        StatusWrite::Skip
+    );
+    // Still missing from the cache after the grace: written again.
+    let late = CACHE_LAG_GRACE.as_secs() + 1;
+    assert_eq!(
+        plan_write(None, written(&s[0], late), None, &s[0]),
+        StatusWrite::Now
+    );
+    // Found in the cache, never written by this process: a difference goes out.
+    let found = Some(LastWritten {
+        status: &s[2],
+        since_write: None,
+    });
+    assert_eq!(plan_write(None, found, None, &s[2]), StatusWrite::Now);
+}
+
+#[test]
+fn provisioning_progress_waits_for_the_next_milestone_but_not_for_long() {
+    let (_, s) = provisioning_steps();
+    // Pods appeared (Pending): counts, head details and the not-ready reason only.
+    assert_eq!(
+        plan_write(Some(&s[0]), written(&s[0], 0), None, &s[1]),
+        StatusWrite::Hold(PROGRESS_HOLD)
+    );
+    let waited = Duration::from_secs(3);
+    assert_eq!(
+        plan_write(Some(&s[0]), written(&s[0], 3), Some(waited), &s[1]),
+        StatusWrite::Hold(PROGRESS_HOLD - waited)
+    );
+    // Held long enough: written with whatever it says then.
+    assert_eq!(
+        plan_write(Some(&s[0]), written(&s[0], 9), Some(PROGRESS_HOLD), &s[1]),
+        StatusWrite::Now
+    );
+    // The head Pod turning ready is a milestone (RayServices and users wait for it).
+    assert_eq!(
+        plan_write(Some(&s[1]), written(&s[1], 0), None, &s[2]),
+        StatusWrite::Now
+    );
+    // One of two workers ready: progress.
+    assert!(matches!(
+        plan_write(Some(&s[2]), written(&s[2], 0), None, &s[3]),
+        StatusWrite::Hold(_)
+    ));
+    // All ready: provisioned, state ready, written at once.
+    assert_eq!(s[4].state, Some(ClusterState::Ready));
+    assert_eq!(
+        plan_write(Some(&s[2]), written(&s[2], 0), Some(waited), &s[4]),
+        StatusWrite::Now
+    );
+}
+
+#[test]
+fn only_progress_is_held_never_a_failure_a_spec_change_or_a_provisioned_cluster() {
+    let (c, s) = provisioning_steps();
+    let pods = [
+        pod("head", "head", "Pending", Some("False")),
+        pod("w1", "worker", "Pending", Some("False")),
+    ];
+    let refs: Vec<&Pod> = pods.iter().collect();
+    let failed = compute(
+        &c,
+        &pods,
+        Outcome::Failed {
+            replica_failure: Some("FailedCreateWorkerPod"),
+            message: "quota".into(),
+        },
+        Some(&s[1]),
+    );
+    assert_eq!(
+        plan_write(Some(&s[1]), written(&s[1], 0), None, &failed),
+        StatusWrite::Now,
+        "a ReplicaFailure goes out at once"
+    );
+    let mut scaled = c.clone();
+    scaled.spec.worker_group_specs.as_mut().expect("groups")[0].replicas = Some(4);
+    let resized = compute_status(&StatusInputs {
+        cluster: &scaled,
+        pods: &refs,
+        head_service: None,
+        outcome: &Outcome::Clean,
+        previous: Some(&s[1]),
+        now: at(100),
+    });
+    assert_eq!(
+        plan_write(Some(&s[1]), written(&s[1], 0), None, &resized),
+        StatusWrite::Now,
+        "a new desired count is not progress"
+    );
+    // Once provisioned, a worker's readiness is written as it comes (as KubeRay does).
+    let one_down = compute(
+        &c,
+        &[
+            pod("head", "head", "Running", Some("True")),
+            pod("w1", "worker", "Running", Some("True")),
+            pod("w2", "worker", "Running", Some("False")),
+        ],
+        Outcome::Clean,
+        Some(&s[4]),
+    );
+    assert_eq!(
+        plan_write(Some(&s[4]), written(&s[4], 0), None, &one_down),
+        StatusWrite::Now
+    );
+}
