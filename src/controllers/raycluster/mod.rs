@@ -13,6 +13,11 @@
 //! reconciler runs with bounded concurrency, failing clusters back off on their own, and status
 //! writes do not trigger reconciles (the RayCluster stream passes spec, label, annotation,
 //! finalizer and deletion changes only).
+//!
+//! Status, unlike KubeRay: while a cluster provisions, a change that only moves it along (worker
+//! counts, the head Pod's IP and name, why the head is not ready yet) may be written up to
+//! `status::PROGRESS_HOLD` (5 s) late, together with the next one; the head Pod turning ready,
+//! the cluster provisioned, a failure or a new state are written at once.
 
 mod apply;
 pub mod builders;
