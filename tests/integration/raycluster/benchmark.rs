@@ -1,6 +1,7 @@
 //! The scale benchmark: API requests and resident memory while many clusters reconcile.
 
 use super::*;
+use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
 /// `apiserver_request_total` summed by `verb resource/subresource`, from the API server's
 /// metrics.
@@ -252,44 +253,61 @@ async fn pod_ceiling(
     }
 }
 
-/// The scale measurement of issues 4 and 18: N RayClusters (one head, three workers each) until
-/// all are ready, with the controller at its production concurrency; prints the time, the test
-/// process' resident memory growth (the controller and its caches; the control plane runs in
-/// other processes) and the API requests by kind. Then, in the same run on the same control
-/// plane, the ceiling: the same 4·N Pods created straight, without an operator
-/// ([`pod_ceiling`]), and raypipe's share of it.
-/// `RAYPIPE_RAYCLUSTER_BENCH_CLUSTERS=1000 cargo test --test integration raycluster::scale -- --ignored --nocapture`
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a benchmark: minutes of load on the local control plane"]
-async fn scale_benchmark() {
-    let clusters: usize = std::env::var("RAYPIPE_RAYCLUSTER_BENCH_CLUSTERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let f = fixture_with("rc-bench", Config::default()).await;
-    let doc = |i: usize| {
-        let mut doc = small_cluster(&format!("bench-{i}"), 3, json!({}));
-        // Small Pods: ten thousand clusters must fit on kwok's one fake Node (1000 CPU, 1 TiB).
-        let small = json!({"limits": {"cpu": "20m", "memory": "16Mi"}});
-        doc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"] =
-            small.clone();
-        doc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"] =
-            small;
-        doc
-    };
-    // Room for raypipe's Pods and both ceilings'.
-    add_fake_nodes(&f.client, 3 * clusters).await;
+/// A control plane of its own for one phase of the benchmark, started like the shared one (on a
+/// thread and runtime of its own): every phase starts on an empty cluster, and the CPU read per
+/// process is that phase's alone. Dropping it stops its processes.
+fn fresh_control_plane() -> ControlPlane {
+    raypipe::startup::init_crypto();
+    std::thread::spawn(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime starts")
+            .block_on(ControlPlane::start(ControlPlaneOptions::full()))
+    })
+    .join()
+    .expect("control-plane start-up did not panic")
+    .expect("a control plane for the phase starts")
+}
+
+/// Stops a phase's control plane (its processes, with their grace period) off the async
+/// workers.
+fn stop_control_plane(plane: ControlPlane) {
+    tokio::task::block_in_place(move || drop(plane));
+}
+
+/// The clusters of the benchmark: one head and three workers, with small Pods so that ten
+/// thousand clusters fit on few fake Nodes (1000 CPU, 1 TiB each).
+fn bench_cluster(i: usize) -> Value {
+    let mut doc = small_cluster(&format!("bench-{i}"), 3, json!({}));
+    let small = json!({"limits": {"cpu": "20m", "memory": "16Mi"}});
+    doc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"] = small.clone();
+    doc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"] = small;
+    doc
+}
+
+/// raypipe's phase: N RayClusters created 16 at a time, the controller at its production
+/// concurrency, until all are ready. Prints memory, requests per cluster and CPU; returns the
+/// time to all ready.
+async fn raypipe_phase(clusters: usize) -> Duration {
+    let plane = fresh_control_plane();
+    let client = plane.client().await.expect("a client for the phase");
+    let ns = support::namespace(&client, "rc-bench").await;
+    let mut stop = fixture::Stopper::default();
+    fixture::spawn_raycluster_controller(&client, &ns, Config::default(), &mut stop);
+    add_fake_nodes(&client, clusters).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = resident_kib();
-    let requests_before = api_requests(&f.client).await;
+    let requests_before = api_requests(&client).await;
     let cpu_before = cpu_seconds();
     let started = std::time::Instant::now();
-    let api = f.clusters();
+    let api: Api<RayCluster> = Api::namespaced(client.clone(), &ns);
     use futures::StreamExt as _;
     futures::stream::iter(0..clusters)
         .for_each_concurrent(16, |i| {
             let api = api.clone();
-            let doc = doc(i);
+            let doc = bench_cluster(i);
             async move {
                 let cluster: RayCluster = serde_json::from_value(doc).expect("a RayCluster");
                 api.create(&kube::api::PostParams::default(), &cluster)
@@ -320,7 +338,7 @@ async fn scale_benchmark() {
     // Settle, then measure the idle controller.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let rss_after = resident_kib();
-    let requests_after = api_requests(&f.client).await;
+    let requests_after = api_requests(&client).await;
     let pods = clusters * 4;
     println!("clusters: {clusters}, pods: {pods}");
     println!("created in {created:?}; all ready after {all_ready:?}");
@@ -337,15 +355,55 @@ async fn scale_benchmark() {
         }
     }
     println!("CPU until all ready: {}", cpu_used(&cpu_before, &cpu_ready));
+    drop(stop);
+    stop_control_plane(plane);
+    all_ready
+}
+
+/// A ceiling's phase ([`pod_ceiling`]) on a control plane of its own; returns the time to all
+/// Pods Ready.
+async fn ceiling_phase(clusters: usize, head_services: bool, what: &str) -> Duration {
+    let plane = fresh_control_plane();
+    let client = plane.client().await.expect("a client for the phase");
+    add_fake_nodes(&client, clusters).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cpu_before = cpu_seconds();
+    let ceiling = pod_ceiling(&client, clusters, bench_cluster, head_services).await;
+    println!(
+        "CPU of the ceiling run ({what}): {}",
+        cpu_used(&cpu_before, &cpu_seconds())
+    );
+    stop_control_plane(plane);
+    ceiling
+}
+
+/// The scale measurement of issues 4 and 18: N RayClusters (one head, three workers each) until
+/// all are ready, with the controller at its production concurrency; prints the time, the test
+/// process' resident memory growth (the controller and its caches; the control plane runs in
+/// other processes) and the API requests by kind. Then the ceilings, in the same run: the same
+/// 4·N Pods created straight, without an operator ([`pod_ceiling`]), alone and with each
+/// cluster's head Service (the like-for-like bound), and raypipe's share of each. Every phase
+/// has a fresh control plane of its own, so none runs on a cluster the one before filled.
+/// `RAYPIPE_RAYCLUSTER_BENCH_CLUSTERS=1000 cargo test --test integration raycluster::benchmark -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: minutes of load on local control planes"]
+async fn scale_benchmark() {
+    let clusters: usize = std::env::var("RAYPIPE_RAYCLUSTER_BENCH_CLUSTERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    // `RAYPIPE_RAYCLUSTER_BENCH_CEILINGS=false`: raypipe's phase only (e.g. to compare two
+    // builds of the controller).
+    let ceilings = std::env::var("RAYPIPE_RAYCLUSTER_BENCH_CEILINGS").as_deref() != Ok("false");
+    let all_ready = raypipe_phase(clusters).await;
     for (head_services, what) in [(false, "Pods"), (true, "Pods and head Services")] {
-        let cpu_before_ceiling = cpu_seconds();
-        let ceiling = pod_ceiling(&f.client, clusters, &doc, head_services).await;
+        if !ceilings {
+            break;
+        }
+        let ceiling = ceiling_phase(clusters, head_services, what).await;
         println!(
-            "CPU of the ceiling run ({what}): {}",
-            cpu_used(&cpu_before_ceiling, &cpu_seconds())
-        );
-        println!(
-            "ceiling: the same {what} created straight, all {pods} Pods Ready after {ceiling:?}; raypipe reached {:.0} % of this ceiling's rate",
+            "ceiling: the same {what} created straight, all {} Pods Ready after {ceiling:?}; raypipe reached {:.0} % of this ceiling's rate",
+            clusters * 4,
             100.0 * ceiling.as_secs_f64() / all_ready.as_secs_f64()
         );
     }
