@@ -1,7 +1,7 @@
 //! The scale benchmark: API requests and resident memory while many clusters reconcile.
 
 use super::*;
-use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
+use raypipe::devenv::control_plane::ControlPlane;
 
 /// `apiserver_request_total` summed by `verb resource/subresource`, from the API server's
 /// metrics.
@@ -253,22 +253,10 @@ async fn pod_ceiling(
     }
 }
 
-/// A control plane of its own for one phase of the benchmark, started like the shared one (on a
-/// thread and runtime of its own): every phase starts on an empty cluster, and the CPU read per
-/// process is that phase's alone. Dropping it stops its processes.
+/// A control plane of its own for one phase of the benchmark: every phase starts on an empty
+/// cluster, and the CPU read per process is that phase's alone.
 fn fresh_control_plane() -> ControlPlane {
-    raypipe::startup::init_crypto();
-    std::thread::spawn(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime starts")
-            .block_on(ControlPlane::start(ControlPlaneOptions::full()))
-    })
-    .join()
-    .expect("control-plane start-up did not panic")
-    .expect("a control plane for the phase starts")
+    support::start_control_plane().expect("a control plane for the phase starts")
 }
 
 /// Stops a phase's control plane (its processes, with their grace period) off the async

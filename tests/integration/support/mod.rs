@@ -17,27 +17,32 @@ pub mod oci;
 /// the first test that asks; its processes die with the test binary (parent-death signal).
 pub fn control_plane() -> &'static ControlPlane {
     static PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-    let plane = PLANE.get_or_init(|| {
-        raypipe::startup::init_crypto();
-        // Its own runtime on its own thread: each #[tokio::test] has a runtime that ends with
-        // the test, and nothing the control plane needs may live on one of those.
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("a runtime starts");
-            rt.block_on(ControlPlane::start(ControlPlaneOptions::full()))
-        })
-        .join()
-        .expect("control-plane start-up did not panic")
-        .map_err(|e| e.to_string())
-    });
+    let plane = PLANE.get_or_init(start_control_plane);
     // A failed start is remembered, so the other tests fail fast with the same message.
     match plane {
         Ok(plane) => plane,
         Err(e) => panic!("the test control plane failed to start: {e}"),
     }
+}
+
+/// Starts a full control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+/// kwok, raypipe's CRDs); dropping it stops its processes. The shared one above is one of these;
+/// a test that needs an empty cluster of its own (the scale benchmark's phases) starts another.
+pub fn start_control_plane() -> Result<ControlPlane, String> {
+    raypipe::startup::init_crypto();
+    // Its own runtime on its own thread: each #[tokio::test] has a runtime that ends with the
+    // test, and nothing the control plane needs may live on one of those.
+    std::thread::spawn(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime starts");
+        rt.block_on(ControlPlane::start(ControlPlaneOptions::full()))
+    })
+    .join()
+    .expect("control-plane start-up did not panic")
+    .map_err(|e| e.to_string())
 }
 
 /// A client for the current test's runtime (clients hold connections tied to one runtime).
