@@ -70,10 +70,11 @@ fn embed_runtime() -> Result<(), Box<dyn std::error::Error>> {
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or("file name")?;
-        let absolute = std::fs::canonicalize(file)?;
+        // Relative to the crate's own directory when it is compiled, not an absolute path
+        // fixed here: a target directory shared by two checkouts may reuse this output.
         out.push_str(&format!(
-            "    ({name:?}, include_bytes!({:?}) as &[u8]),\n",
-            absolute.display().to_string()
+            "    ({name:?}, include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/{}/{name}\")) as &[u8]),\n",
+            dir.display()
         ));
     }
     out.push(']');

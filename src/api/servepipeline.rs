@@ -413,6 +413,11 @@ pub struct GateReadings {
     pub canary_latency_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stable_latency_ms: Option<f64>,
+    /// How far the canary's latencies sit above stable's over the step: the z score of a
+    /// Mann-Whitney rank test on the two histograms. The latency gate fails a canary only when
+    /// this is at least 2.33 (slower with 99 % confidence) as well as over the ratio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_shift_z: Option<f64>,
 }
 
 /// How a rollout ended.

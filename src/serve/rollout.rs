@@ -189,23 +189,66 @@ impl RouterStats {
 }
 
 impl VersionCounters {
-    /// The `percentile` (0..=100) latency in ms: the upper bound of the bucket holding that
-    /// rank (the overflow bucket reads as the largest bound). `None` without requests.
+    /// The `percentile` (0..=100) latency in ms, interpolated linearly inside the bucket that
+    /// holds that rank (as Prometheus' `histogram_quantile` does), so one request more or less
+    /// does not jump a whole bucket; the overflow bucket reads as the largest bound. `None`
+    /// without requests.
     pub fn percentile_ms(&self, bounds_ms: &[f64], percentile: f64) -> Option<f64> {
         let total: u64 = self.buckets.iter().sum();
         if total == 0 {
             return None;
         }
-        let rank = ((percentile / 100.0) * total as f64).ceil().max(1.0) as u64;
+        let rank = (percentile.clamp(0.0, 100.0) / 100.0) * total as f64;
         let mut seen = 0u64;
         for (index, count) in self.buckets.iter().enumerate() {
+            let before = seen;
             seen = seen.saturating_add(*count);
-            if seen >= rank {
-                return bounds_ms.get(index).or_else(|| bounds_ms.last()).copied();
+            if *count > 0 && seen as f64 >= rank {
+                let Some(upper) = bounds_ms.get(index).copied() else {
+                    return bounds_ms.last().copied();
+                };
+                let lower = index
+                    .checked_sub(1)
+                    .and_then(|i| bounds_ms.get(i).copied())
+                    .unwrap_or(0.0);
+                let within = ((rank - before as f64) / *count as f64).clamp(0.0, 1.0);
+                return Some(lower + (upper - lower) * within);
             }
         }
         bounds_ms.last().copied()
     }
+}
+
+/// How far `slower`'s latencies sit above `faster`'s, as the z score of a one-sided
+/// Mann-Whitney U test over the two histograms (ties within a bucket count half, with the tie
+/// correction of the variance). About 2.33 or more means `slower` is slower with 99 %
+/// confidence; near 0 means the two are alike. `None` when either side is empty or every
+/// request of both fell in one bucket. Why a rank test: a percentile of a few dozen requests
+/// on a loaded machine moves by a bucket or two by chance, while a real regression shifts the
+/// whole distribution.
+pub fn latency_shift_z(slower: &VersionCounters, faster: &VersionCounters) -> Option<f64> {
+    let buckets = slower.buckets.len().max(faster.buckets.len());
+    let at = |c: &VersionCounters, i: usize| c.buckets.get(i).copied().unwrap_or(0) as f64;
+    let n1: f64 = slower.buckets.iter().map(|&c| c as f64).sum();
+    let n2: f64 = faster.buckets.iter().map(|&c| c as f64).sum();
+    if n1 == 0.0 || n2 == 0.0 {
+        return None;
+    }
+    // U counts the pairs (slower, faster) where the slower side's request took longer.
+    let (mut u, mut faster_below, mut ties) = (0.0, 0.0, 0.0);
+    for i in 0..buckets {
+        let (s, f) = (at(slower, i), at(faster, i));
+        u += s * (faster_below + f / 2.0);
+        faster_below += f;
+        let t = s + f;
+        ties += t * t * t - t;
+    }
+    let n = n1 + n2;
+    let variance = n1 * n2 / 12.0 * ((n + 1.0) - ties / (n * (n - 1.0)));
+    if !variance.is_finite() || variance <= 0.0 {
+        return None;
+    }
+    Some((u - n1 * n2 / 2.0) / variance.sqrt())
 }
 
 #[cfg(test)]
@@ -221,23 +264,86 @@ mod tests {
         assert_eq!(MAX_BASE_NAME, 49);
     }
 
-    #[test]
-    fn percentiles_come_from_bucket_bounds() {
-        let bounds = vec![1.0, 2.0, 5.0, 10.0];
-        let counters = VersionCounters {
-            requests: 100,
-            buckets: vec![50, 40, 5, 4, 1],
+    fn counters(buckets: Vec<u64>) -> VersionCounters {
+        VersionCounters {
+            requests: buckets.iter().sum(),
+            buckets,
             ..Default::default()
-        };
-        assert_eq!(counters.percentile_ms(&bounds, 50.0), Some(1.0));
-        assert_eq!(counters.percentile_ms(&bounds, 90.0), Some(2.0));
-        assert_eq!(counters.percentile_ms(&bounds, 95.0), Some(5.0));
-        assert_eq!(counters.percentile_ms(&bounds, 99.0), Some(10.0));
-        assert_eq!(counters.percentile_ms(&bounds, 100.0), Some(10.0));
+        }
+    }
+
+    #[test]
+    fn percentiles_are_interpolated_inside_their_bucket() {
+        let bounds = vec![1.0, 2.0, 5.0, 10.0];
+        let c = counters(vec![50, 40, 5, 4, 1]);
+        assert_eq!(c.percentile_ms(&bounds, 50.0), Some(1.0));
+        assert_eq!(c.percentile_ms(&bounds, 25.0), Some(0.5));
+        assert_eq!(c.percentile_ms(&bounds, 70.0), Some(1.5));
+        assert_eq!(c.percentile_ms(&bounds, 95.0), Some(5.0));
+        assert_eq!(c.percentile_ms(&bounds, 97.0), Some(7.5));
+        // The overflow bucket reads as the largest bound.
+        assert_eq!(c.percentile_ms(&bounds, 100.0), Some(10.0));
+        assert_eq!(
+            counters(vec![0, 0, 0, 0, 3]).percentile_ms(&bounds, 50.0),
+            Some(10.0)
+        );
+        // Empty buckets before the rank are skipped, not interpolated into.
+        assert_eq!(
+            counters(vec![0, 0, 4, 0, 0]).percentile_ms(&bounds, 0.0),
+            Some(2.0)
+        );
         assert_eq!(
             VersionCounters::default().percentile_ms(&bounds, 95.0),
             None
         );
+    }
+
+    #[test]
+    fn the_shift_score_tells_a_slower_version_from_chance() {
+        // Every canary request slower than every stable one: far beyond 99 % confidence.
+        let slow = latency_shift_z(&counters(vec![0, 0, 20, 0]), &counters(vec![30, 0, 0, 0]));
+        assert!(slow.unwrap() > 5.0, "{slow:?}");
+        // The same distribution on both sides scores 0, whatever its size.
+        let same = latency_shift_z(&counters(vec![5, 10, 5, 1]), &counters(vec![10, 20, 10, 2]));
+        assert!(same.unwrap().abs() < 1e-9, "{same:?}");
+        // A faster canary scores below 0 (the gate is one-sided).
+        let faster = latency_shift_z(&counters(vec![20, 0, 0]), &counters(vec![0, 0, 20]));
+        assert!(faster.unwrap() < -5.0);
+        // Nothing to compare: an empty side, or everything in one bucket.
+        assert_eq!(latency_shift_z(&counters(vec![]), &counters(vec![1])), None);
+        assert_eq!(
+            latency_shift_z(&counters(vec![0, 4]), &counters(vec![0, 9])),
+            None
+        );
+        // The CI run that rolled a good version back: stable p95 300 ms, canary p95 500 ms
+        // from a few dozen requests each, with the same median. Not a shift.
+        let noisy = latency_shift_z(
+            &counters(vec![0, 4, 20, 14, 8, 3]),
+            &counters(vec![0, 3, 10, 7, 3, 0]),
+        );
+        assert!(noisy.unwrap() < 2.33, "{noisy:?}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_shift_score_is_antisymmetric_and_percentiles_are_monotone(
+            a in proptest::collection::vec(0u64..20, 0..10),
+            b in proptest::collection::vec(0u64..20, 0..10),
+        ) {
+            let (a, b) = (counters(a), counters(b));
+            match (latency_shift_z(&a, &b), latency_shift_z(&b, &a)) {
+                (Some(x), Some(y)) => proptest::prop_assert!((x + y).abs() < 1e-9, "{x} {y}"),
+                (x, y) => proptest::prop_assert_eq!(x, y),
+            }
+            let bounds: Vec<f64> = (1..=8).map(|b| f64::from(b) * 10.0).collect();
+            let mut last = 0.0;
+            for p in [0.0, 10.0, 50.0, 90.0, 95.0, 99.0, 100.0] {
+                if let Some(v) = a.percentile_ms(&bounds, p) {
+                    proptest::prop_assert!(v >= last && v <= 80.0, "p{} {} after {}", p, v, last);
+                    last = v;
+                }
+            }
+        }
     }
 
     #[test]

@@ -23,7 +23,8 @@ use crate::api::servepipeline::{
     VersionStatus,
 };
 use crate::serve::rollout::{
-    CanaryTarget, RouteTarget, RouterConfig, RouterStats, version_application_name,
+    CanaryTarget, RouteTarget, RouterConfig, RouterStats, VersionCounters, latency_shift_z,
+    version_application_name,
 };
 use crate::validation::duration::parse_bounded;
 
@@ -263,19 +264,25 @@ pub fn readings(stats: Option<&RouterStats>, generation: &str, policy: &Policy) 
         return GateReadings::default();
     };
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    // Two decimals: enough to judge, and a status that does not churn on noise.
+    let round = |x: f64| (x * 100.0).round() / 100.0;
+    let percentile = |c: &VersionCounters| {
+        c.percentile_ms(&stats.bounds_ms, policy.latency_percentile)
+            .map(round)
+    };
     GateReadings {
         canary_requests: count(stats.canary.requests),
         canary_errors: count(stats.canary.errors),
         retried_on_stable: count(stats.canary.retried),
         stable_requests: count(stats.stable.requests),
-        canary_latency_ms: stats
-            .canary
-            .percentile_ms(&stats.bounds_ms, policy.latency_percentile),
-        stable_latency_ms: stats
-            .stable
-            .percentile_ms(&stats.bounds_ms, policy.latency_percentile),
+        canary_latency_ms: percentile(&stats.canary),
+        stable_latency_ms: percentile(&stats.stable),
+        latency_shift_z: latency_shift_z(&stats.canary, &stats.stable).map(round),
     }
 }
+
+/// The z score from which the canary counts as slower than stable: one-sided 99 % confidence.
+pub const SIGNIFICANT_SHIFT_Z: f64 = 2.33;
 
 /// The verdict of the gates on one step's readings.
 #[derive(Debug, Clone, PartialEq)]
@@ -295,8 +302,11 @@ pub const MIN_LATENCY_SAMPLES: u64 = 20;
 
 /// The gates on one step's readings. Errors fail at once; latency is compared only over a whole
 /// step window (`window_over`) and with at least [`MIN_LATENCY_SAMPLES`] (or `minRequests`)
-/// requests on both sides, so the first requests to new replicas do not decide alone. A step
-/// at 100 % has no stable traffic to compare with, so only its errors count.
+/// requests on both sides, so the first requests to new replicas do not decide alone. A
+/// latency failure needs all three: the percentile over the ratio, over the tolerance, and the
+/// whole distribution shifted ([`SIGNIFICANT_SHIFT_Z`]), so a loaded machine's chance spread in
+/// the tail does not roll a good version back. A step at 100 % has no stable traffic to compare
+/// with, so only its errors count.
 pub fn judge(r: &GateReadings, policy: &Policy, window_over: bool, weight: i32) -> Verdict {
     let requests = u64::try_from(r.canary_requests).unwrap_or(0);
     if requests < policy.min_requests {
@@ -325,14 +335,17 @@ pub fn judge(r: &GateReadings, policy: &Policy, window_over: bool, weight: i32) 
     if !window_over {
         return Verdict::Pass;
     }
-    if let (Some(canary), Some(stable)) = (r.canary_latency_ms, r.stable_latency_ms)
+    if let (Some(canary), Some(stable), Some(shift)) =
+        (r.canary_latency_ms, r.stable_latency_ms, r.latency_shift_z)
         && canary > stable * policy.max_latency_ratio
         && canary - stable > policy.latency_tolerance_ms
+        && shift >= SIGNIFICANT_SHIFT_Z
     {
         return Verdict::Fail {
             reason: reasons::LATENCY,
             message: format!(
-                "canary p{} latency {canary} ms against stable {stable} ms (the gate allows {}×)",
+                "canary p{} latency {canary:.1} ms against stable {stable:.1} ms (the gate \
+                 allows {}×), and slower over the whole step (rank test z {shift:.2})",
                 policy.latency_percentile, policy.max_latency_ratio
             ),
         };

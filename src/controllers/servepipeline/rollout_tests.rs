@@ -111,17 +111,27 @@ impl World {
 
     /// The routers report `canary` and `stable` requests (errors, latency bucket index).
     fn traffic(&mut self, canary: (u64, u64, usize), stable: (u64, usize)) {
-        let generation = self.generation();
-        let counters = |requests: u64, errors: u64, bucket: usize| {
+        let one_bucket = |requests: u64, bucket: usize| {
             let mut buckets = vec![0; 5];
             buckets[bucket] = requests;
-            VersionCounters {
-                requests,
-                errors,
-                retried: errors,
-                sum_ms: 0.0,
-                buckets,
-            }
+            buckets
+        };
+        self.histograms(
+            (one_bucket(canary.0, canary.2), canary.1),
+            one_bucket(stable.0, stable.1),
+        );
+    }
+
+    /// The routers report these latency histograms (bounds 5, 10, 20, 40 ms and overflow)
+    /// and the canary's errors.
+    fn histograms(&mut self, canary: (Vec<u64>, u64), stable: Vec<u64>) {
+        let generation = self.generation();
+        let counters = |buckets: Vec<u64>, errors: u64| VersionCounters {
+            requests: buckets.iter().sum(),
+            errors,
+            retried: errors,
+            sum_ms: 0.0,
+            buckets,
         };
         self.stats = Some(RouterStats {
             generation: Some(generation.clone()),
@@ -134,8 +144,8 @@ impl World {
                     config_error: None,
                 },
             )]),
-            stable: counters(stable.0, 0, stable.1),
-            canary: counters(canary.0, canary.1, canary.2),
+            stable: counters(stable, 0),
+            canary: counters(canary.0, canary.1),
         });
     }
 }
@@ -270,6 +280,31 @@ fn a_slow_canary_trips_the_latency_gate_over_a_whole_window() {
     w.traffic((20, 0, 1), (100, 0));
     let d = w.pass(21, Some(&newest(NEW)));
     assert_eq!(d.status.canary.unwrap().step, 2);
+}
+
+#[test]
+fn a_canary_whose_tail_differs_by_chance_is_not_rolled_back() {
+    // Canary p95 33 ms against stable's 20 ms: over 1.5× and over the 10 ms tolerance, but
+    // both histograms have the same shape, as when a loaded machine spreads a good version's
+    // few dozen requests; the rank test sees no shift and the step passes.
+    let mut w = canary_at_step_one();
+    w.histograms((vec![10, 4, 3, 3, 0], 0), vec![20, 10, 8, 2, 0]);
+    let readings = readings(w.stats.as_ref(), &w.generation(), &w.policy);
+    let d = w.pass(21, Some(&newest(NEW)));
+    assert_eq!(d.status.canary.unwrap().step, 2, "{:?}", d.status.last);
+    let (c, s) = (
+        readings.canary_latency_ms.unwrap(),
+        readings.stable_latency_ms.unwrap(),
+    );
+    assert!(c > 1.5 * s && c - s > 10.0, "{readings:?}");
+    assert!(readings.latency_shift_z.unwrap() < SIGNIFICANT_SHIFT_Z);
+    // The same tail with the body shifted up a bucket is a regression.
+    let mut w = canary_at_step_one();
+    w.histograms((vec![0, 10, 4, 3, 3], 0), vec![20, 10, 8, 2, 0]);
+    let d = w.pass(21, Some(&newest(NEW)));
+    let last = d.status.last.unwrap();
+    assert_eq!(last.reason, reasons::LATENCY);
+    assert!(last.message.contains("rank test"), "{}", last.message);
 }
 
 #[test]
