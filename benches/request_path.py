@@ -20,9 +20,11 @@ of two models, feeding a third) times four variants:
 - `limit`: the three models called in-process inside the one deployment that takes HTTP.
 
 Modes: `default`; `throughput` (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1`); `throughput-raypipe` (the
-same with `RAY_SERVE_ENABLE_DIRECT_INGRESS=0`, as in a RayCluster whose user opted into
-throughput mode: raypipe turns direct ingress off, since it forces Serve's proxy onto the head
-node only; raypipe's default is Serve's default mode, see serve::SERVE_ENV_DEFAULTS).
+same with raypipe's Serve defaults, as in a RayCluster whose user opted into throughput mode:
+`RAY_SERVE_ENABLE_DIRECT_INGRESS=0`, since direct ingress forces Serve's proxy onto the head
+node only, and `RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1`, which keeps bounded queues bounded;
+see serve::SERVE_ENV_DEFAULTS); `throughput-raypipe-shared-loop` (direct ingress off, the router
+on the replica's loop as throughput mode has it), to see what the router setting costs.
 
 Models are no-op coroutines; every deployment takes 100 requests at once. Requests go through
 Serve's HTTP proxy on the head. Each round visits every application in a fresh random order
@@ -219,12 +221,15 @@ def machine() -> str:
 
 
 def bench_mode(mode: str, args, raypipe: list, workdir: Path) -> dict:
-    for name in ("RAY_SERVE_THROUGHPUT_OPTIMIZED", "RAY_SERVE_ENABLE_DIRECT_INGRESS"):
+    for name in ("RAY_SERVE_THROUGHPUT_OPTIMIZED", "RAY_SERVE_ENABLE_DIRECT_INGRESS",
+                 "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"):
         os.environ.pop(name, None)
     if mode.startswith("throughput"):
         os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
-    if mode == "throughput-raypipe":  # raypipe's RayClusters with throughput mode opted into
+    if mode.startswith("throughput-raypipe"):  # raypipe's RayClusters with throughput mode opted into
         os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "0"
+    if mode == "throughput-raypipe":  # raypipe keeps each router on its own loop
+        os.environ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"] = "1"
     head = RayHead(python_path=[REPO_ROOT, RUNTIME_DIR, BENCHES], num_cpus=64)
     results = {}
     try:
@@ -277,7 +282,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds of load per concurrency per round")
     parser.add_argument("--modes", default="default,throughput,throughput-raypipe",
                         help="default; throughput (RAY_SERVE_THROUGHPUT_OPTIMIZED=1); throughput-raypipe "
-                             "(the same without direct ingress, as raypipe's RayClusters have it)")
+                             "(with raypipe's Serve defaults); throughput-raypipe-shared-loop (router on the replica's loop)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--raypipe", default="cargo run --quiet --",
                         help="command that runs raypipe (default: cargo run from the repository)")

@@ -41,10 +41,12 @@ def loopback_env() -> dict:
 def serve_env() -> dict:
     """Serve settings for the head, given by hand in RAYPIPE_SERVE_ENV (a JSON object), e.g. to
     run the suite in Serve's throughput mode as a user who opts into it would
-    (`{"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
-    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": "2147483647"}`). CI leaves it unset: raypipe's
-    defaults (`serve::SERVE_ENV_DEFAULTS`) change nothing in Serve's default mode, and in
-    throughput mode the overload test's bounded queue does not always turn a burst away."""
+    (`{"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0", "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH":
+    "2147483647"}`, the mode with raypipe's defaults). CI leaves it unset: raypipe's defaults
+    (`serve::SERVE_ENV_DEFAULTS`) change nothing in Serve's default mode. Without the router
+    setting, throughput mode's bounded queues let a burst wait past the bound (the overload
+    test fails in most runs)."""
     return json.loads(os.environ.get("RAYPIPE_SERVE_ENV") or "{}")
 
 

@@ -27,21 +27,28 @@ pub use render::{
 
 /// Environment raypipe gives every Ray process that serves a pipeline (each Ray container of
 /// a ServePipeline's cluster, and `raypipe dev`'s local head) unless the user sets the
-/// variable. Serve's throughput-optimised mode of Ray 2.60 (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1`:
-/// user code and the handle router on the replica's own loop, gRPC between replicas) cuts a
-/// three-node chain's handle hops by about a third, but is **not** on by default: with it,
-/// a node's bounded queue (`max_queued_requests`, which raypipe renders by default) let a
-/// burst queue without a single 503 in 120 s in 2 of 4 runs of the overload test
-/// (runtime/tests/test_ray_serve.py), where Serve's default mode turned it away every time.
-/// An `env` entry turns it on. What is set here makes that opt-in safe and changes nothing
-/// otherwise: direct ingress stays off, because in Ray 2.60 it forces `proxy_location:
-/// HeadOnly` (all HTTP of a cluster would enter through the head Pod, whatever the Serve
-/// config says); and the 4 MiB cap the gRPC transport puts on a handle call's message on both
-/// ends (an object-store call has none) is lifted to gRPC's own limit (2 GiB - 1, as Serve's
-/// proxy has). HAProxy mode (`RAY_SERVE_ENABLE_HA_PROXY`) stays off: in Ray 2.60 it binds its
-/// stats and metrics ports on every interface with no host setting, and forces the replicas'
-/// HTTP host to every interface too.
+/// variable. Each value is Serve's own default in its default mode, so none changes anything
+/// there; together they make opting into Ray 2.60's throughput-optimised mode
+/// (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1`, an `env` entry) safe:
+///
+/// - the handle router stays on a loop of its own. Throughput mode moves it onto the
+///   replica's loop, and then a node's bounded queue (`max_queued_requests`, which raypipe
+///   renders by default) let requests wait past its bound: in the overload test
+///   (runtime/tests/test_ray_serve.py: 40 requests at once at a node that admits 25, so 15
+///   must get a 503 at once) only 3 to 14 were turned away in 12 of 15 runs with the router
+///   on the replica's loop, and all 15 in each of 8 runs with the router on its own loop,
+///   with gRPC between replicas or not (BENCHMARKS.md);
+/// - direct ingress stays off: in Ray 2.60 it forces `proxy_location: HeadOnly` (all HTTP of a
+///   cluster would enter through the head Pod, whatever the Serve config says);
+/// - the 4 MiB cap the gRPC transport puts on a handle call's message on both ends (an
+///   object-store call has none) is lifted to gRPC's own limit (2 GiB - 1, as Serve's proxy
+///   has).
+///
+/// HAProxy mode (`RAY_SERVE_ENABLE_HA_PROXY`) stays off: in Ray 2.60 it binds its stats and
+/// metrics ports on every interface with no host setting, and forces the replicas' HTTP host
+/// to every interface too.
 pub const SERVE_ENV_DEFAULTS: &[(&str, &str)] = &[
+    ("RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP", "1"),
     ("RAY_SERVE_ENABLE_DIRECT_INGRESS", "0"),
     ("RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH", "2147483647"),
 ];

@@ -322,17 +322,19 @@ mod tests {
             "only the Ray container"
         );
         let worker = &cluster.worker_group_specs.as_ref().unwrap()[0].template;
-        // The user's own value stays; the other default is still added.
-        assert_eq!(
-            env_of(worker, 0),
-            [
-                (
-                    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH".to_string(),
-                    "4194304".to_string()
-                ),
-                defaults[0].clone()
-            ]
+        // The user's own value stays; the other defaults are still added.
+        let mut expected = vec![(
+            "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH".to_string(),
+            "4194304".to_string(),
+        )];
+        expected.extend(
+            defaults
+                .iter()
+                .filter(|(k, _)| k != "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH")
+                .cloned(),
         );
+        assert_eq!(env_of(worker, 0), expected);
+        assert!(expected.len() > 2, "more than one default is still added");
     }
 
     #[test]
