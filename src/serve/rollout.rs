@@ -219,13 +219,17 @@ impl VersionCounters {
     }
 }
 
+/// The [`latency_shift_z`] from which one version counts as slower than the other: one-sided
+/// 99 % confidence.
+pub const SIGNIFICANT_SHIFT_Z: f64 = 2.33;
+
 /// How far `slower`'s latencies sit above `faster`'s, as the z score of a one-sided
 /// Mann-Whitney U test over the two histograms (ties within a bucket count half, with the tie
-/// correction of the variance). About 2.33 or more means `slower` is slower with 99 %
-/// confidence; near 0 means the two are alike. `None` when either side is empty or every
-/// request of both fell in one bucket. Why a rank test: a percentile of a few dozen requests
-/// on a loaded machine moves by a bucket or two by chance, while a real regression shifts the
-/// whole distribution.
+/// correction of the variance). [`SIGNIFICANT_SHIFT_Z`] or more means `slower` is slower
+/// with 99 % confidence; near 0 means the two are alike. `None` when either side is empty or
+/// every request of both fell in one bucket. Why a rank test: a percentile of a few dozen
+/// requests on a loaded machine moves by a bucket or two by chance, while a real regression
+/// shifts the whole distribution.
 pub fn latency_shift_z(slower: &VersionCounters, faster: &VersionCounters) -> Option<f64> {
     let buckets = slower.buckets.len().max(faster.buckets.len());
     let at = |c: &VersionCounters, i: usize| c.buckets.get(i).copied().unwrap_or(0) as f64;
@@ -315,13 +319,14 @@ mod tests {
             latency_shift_z(&counters(vec![0, 4]), &counters(vec![0, 9])),
             None
         );
-        // The CI run that rolled a good version back: stable p95 300 ms, canary p95 500 ms
-        // from a few dozen requests each, with the same median. Not a shift.
+        // Shaped like the CI run that rolled a good version back (its readings: stable p95
+        // 300 ms from 23 requests, canary p95 500 ms from 49; the histograms themselves are
+        // made up here): a few dozen requests each with the same body. Not a shift.
         let noisy = latency_shift_z(
             &counters(vec![0, 4, 20, 14, 8, 3]),
             &counters(vec![0, 3, 10, 7, 3, 0]),
         );
-        assert!(noisy.unwrap() < 2.33, "{noisy:?}");
+        assert!(noisy.unwrap() < SIGNIFICANT_SHIFT_Z, "{noisy:?}");
     }
 
     proptest::proptest! {

@@ -23,8 +23,8 @@ use crate::api::servepipeline::{
     VersionStatus,
 };
 use crate::serve::rollout::{
-    CanaryTarget, RouteTarget, RouterConfig, RouterStats, VersionCounters, latency_shift_z,
-    version_application_name,
+    CanaryTarget, RouteTarget, RouterConfig, RouterStats, SIGNIFICANT_SHIFT_Z, VersionCounters,
+    latency_shift_z, version_application_name,
 };
 use crate::validation::duration::parse_bounded;
 
@@ -280,9 +280,6 @@ pub fn readings(stats: Option<&RouterStats>, generation: &str, policy: &Policy) 
         latency_shift_z: latency_shift_z(&stats.canary, &stats.stable).map(round),
     }
 }
-
-/// The z score from which the canary counts as slower than stable: one-sided 99 % confidence.
-pub const SIGNIFICANT_SHIFT_Z: f64 = 2.33;
 
 /// The verdict of the gates on one step's readings.
 #[derive(Debug, Clone, PartialEq)]
