@@ -1,15 +1,24 @@
 {{/* Names, labels and RBAC rules shared by the templates. */}}
 
+{{- define "raypipe.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "raypipe.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "raypipe.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "raypipe.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "raypipe.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -17,7 +26,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "raypipe.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "raypipe.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -178,7 +187,7 @@ passed with --config); empty otherwise.
 */}}
 {{- define "raypipe.configured" -}}
 {{- with .Values.configuration -}}
-{{- if or .defaultContainerEnvs .defaultPodLabels .defaultPodAnnotations .headSidecarContainers .workerSidecarContainers -}}
+{{- if and (ne (toString .enabled) "false") (or .defaultContainerEnvs .defaultPodLabels .defaultPodAnnotations .headSidecarContainers .workerSidecarContainers) -}}
 true
 {{- end -}}
 {{- end -}}
