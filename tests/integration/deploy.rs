@@ -6,9 +6,8 @@
 //! PodMonitor, ServiceMonitor) are checked against what the code exports and labels.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{
@@ -21,67 +20,15 @@ use raypipe::webhook::registration::{self, Endpoint, FailurePolicy, Selectors};
 use serde_json::{Value, json};
 
 use crate::admin::{WAIT, pipeline};
+use crate::support::tools::helm;
 use crate::support::{self, eventually};
 
-const HELM_VERSION: &str = "v3.22.0";
-
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `helm`: `$RAYPIPE_HELM`, else on `PATH`, else the version-keyed cache, else built there from
-/// its Go module with the ordinary `go` client (the first run on a machine takes minutes).
-fn helm() -> &'static Path {
-    static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        if let Some(path) = std::env::var_os("RAYPIPE_HELM") {
-            return PathBuf::from(path);
-        }
-        if Command::new("helm")
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return PathBuf::from("helm");
-        }
-        let dir = raypipe::devenv::binaries::cache_root()
-            .join("helm")
-            .join(HELM_VERSION);
-        let binary = dir.join("helm");
-        if binary.exists() {
-            return binary;
-        }
-        eprintln!(
-            "building helm {HELM_VERSION} into {} (once per machine) …",
-            dir.display()
-        );
-        std::fs::create_dir_all(&dir).expect("create the helm cache directory");
-        let output = Command::new("go")
-            .args([
-                "install",
-                "-trimpath",
-                "-ldflags=-s",
-                &format!("helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"),
-            ])
-            .env("GOBIN", &dir)
-            .env("GOTOOLCHAIN", "local")
-            .env("CGO_ENABLED", "0")
-            .current_dir(std::env::temp_dir())
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("helm is not installed and `go` cannot run ({e}); set RAYPIPE_HELM")
-            });
-        assert!(
-            output.status.success() && binary.exists(),
-            "building helm failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        binary
-    })
-}
-
 /// `helm template` of the chart, as YAML documents.
-fn render(release: &str, namespace: &str, values: &[&str]) -> Vec<Value> {
+pub(crate) fn render(release: &str, namespace: &str, values: &[&str]) -> Vec<Value> {
     let mut command = Command::new(helm());
     command
         .args(["template", release])
@@ -100,12 +47,12 @@ fn render(release: &str, namespace: &str, values: &[&str]) -> Vec<Value> {
         .expect("helm renders YAML")
 }
 
-fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(crate) fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
 /// The chart's operator container.
-fn operator_container(docs: &[Value]) -> &Value {
+pub(crate) fn operator_container(docs: &[Value]) -> &Value {
     let deployment = of_kind(docs, "Deployment")
         .into_iter()
         .next()
@@ -114,7 +61,7 @@ fn operator_container(docs: &[Value]) -> &Value {
 }
 
 /// `raypipe` followed by the arguments of the chart's operator container.
-fn operator_command(docs: &[Value]) -> Vec<String> {
+pub(crate) fn operator_command(docs: &[Value]) -> Vec<String> {
     let args = operator_container(docs)["args"]
         .as_array()
         .expect("the container has args");
@@ -146,7 +93,7 @@ fn operator_env_as_flags(docs: &[Value]) -> Vec<String> {
 }
 
 /// Server-side applies `doc` (dry run or for real) through discovery.
-async fn apply(client: &kube::Client, doc: &Value, dry_run: bool) -> Result<(), String> {
+pub(crate) async fn apply(client: &kube::Client, doc: &Value, dry_run: bool) -> Result<(), String> {
     let (group, version) = match doc["apiVersion"]
         .as_str()
         .unwrap_or_default()

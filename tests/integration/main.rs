@@ -18,6 +18,7 @@ mod rayjob;
 mod rayservice;
 mod rayservice_incremental;
 mod rayservice_samples;
+mod release;
 mod rollout;
 mod runtime;
 mod samples;

@@ -22,7 +22,7 @@ mod fetch;
 mod hardening;
 mod limits;
 mod logs;
-mod oci;
+pub(crate) mod oci;
 mod operator;
 mod retries;
 mod tls;

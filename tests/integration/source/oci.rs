@@ -118,7 +118,12 @@ async fn put_manifest(
 
 /// Pushes `graph` as a one-layer artifact of `layer_media_type` under `tag`; returns the
 /// manifest digest.
-async fn push(repository: &str, tag: &str, layer_media_type: &str, graph: &[u8]) -> Sha256Digest {
+pub(crate) async fn push(
+    repository: &str,
+    tag: &str,
+    layer_media_type: &str,
+    graph: &[u8],
+) -> Sha256Digest {
     let token = push_token(repository).await;
     upload_blob(repository, &token, b"{}").await;
     upload_blob(repository, &token, graph).await;

@@ -11,6 +11,7 @@ pub mod argocd;
 pub mod e2e;
 pub mod fixture;
 pub mod oci;
+pub mod tools;
 
 /// The control plane every test in this binary shares: etcd, kube-apiserver,
 /// kube-controller-manager, kube-scheduler and kwok, with raypipe's CRDs installed. Started by

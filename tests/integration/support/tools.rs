@@ -1,0 +1,158 @@
+//! Command-line tools the release tests run, each found or provisioned once per machine into
+//! raypipe's cache (`RAYPIPE_CACHE_DIR`, default `~/.cache/raypipe`), like the control-plane
+//! binaries: `helm` and `oras` built from their Go modules, `runc` from Debian's package.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+const HELM_VERSION: &str = "v3.22.0";
+const ORAS_VERSION: &str = "v1.3.6";
+
+/// One provisioning at a time in this process (two tests asking for the same tool build once).
+fn provisioning() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `$override`, else `name` on `PATH` when `probe` succeeds there, else the version-keyed cache,
+/// else `go install module@version` into it (the first run on a machine takes minutes).
+fn go_tool(name: &str, override_var: &str, probe: &[&str], module: &str, version: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(override_var) {
+        return PathBuf::from(path);
+    }
+    if Command::new(name)
+        .args(probe)
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return PathBuf::from(name);
+    }
+    let _guard = provisioning();
+    let dir = raypipe::devenv::binaries::cache_root()
+        .join(name)
+        .join(version);
+    let binary = dir.join(name);
+    if binary.exists() {
+        return binary;
+    }
+    eprintln!(
+        "building {name} {version} into {} (once per machine) …",
+        dir.display()
+    );
+    std::fs::create_dir_all(&dir).expect("create the tool's cache directory");
+    let output = Command::new("go")
+        .args([
+            "install",
+            "-trimpath",
+            "-ldflags=-s",
+            &format!("{module}@{version}"),
+        ])
+        .env("GOBIN", &dir)
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{name} is not installed and `go` cannot run ({e}); set {override_var}")
+        });
+    assert!(
+        output.status.success() && binary.exists(),
+        "building {name} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    binary
+}
+
+/// `helm` v3: `$RAYPIPE_HELM`, `helm` on `PATH`, or built from `helm.sh/helm/v3`.
+pub fn helm() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        go_tool(
+            "helm",
+            "RAYPIPE_HELM",
+            &["version"],
+            "helm.sh/helm/v3/cmd/helm",
+            HELM_VERSION,
+        )
+    })
+}
+
+/// `oras`: `$RAYPIPE_ORAS`, `oras` on `PATH`, or built from `oras.land/oras`.
+pub fn oras() -> &'static Path {
+    static ORAS: OnceLock<PathBuf> = OnceLock::new();
+    ORAS.get_or_init(|| {
+        go_tool(
+            "oras",
+            "RAYPIPE_ORAS",
+            &["version"],
+            "oras.land/oras/cmd/oras",
+            ORAS_VERSION,
+        )
+    })
+}
+
+/// `runc`: `$RAYPIPE_RUNC`, `runc` on `PATH`, or Debian's package fetched with `apt-get
+/// download` and unpacked into the cache (nothing is installed on the machine; it needs only
+/// libseccomp, which every Debian system has).
+pub fn runc() -> &'static Path {
+    static RUNC: OnceLock<PathBuf> = OnceLock::new();
+    RUNC.get_or_init(|| {
+        if let Some(path) = std::env::var_os("RAYPIPE_RUNC") {
+            return PathBuf::from(path);
+        }
+        if Command::new("runc")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return PathBuf::from("runc");
+        }
+        let _guard = provisioning();
+        let dir = raypipe::devenv::binaries::cache_root().join("runc");
+        let binary = dir.join("usr/sbin/runc");
+        if binary.exists() {
+            return binary;
+        }
+        let download = tempfile::tempdir().expect("a temporary directory");
+        let output = Command::new("apt-get")
+            .args(["download", "runc"])
+            .current_dir(download.path())
+            .output()
+            .expect("apt-get runs (Debian's runc package is fetched once per machine)");
+        assert!(
+            output.status.success(),
+            "apt-get download runc failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let deb = std::fs::read_dir(download.path())
+            .expect("the download directory")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "deb"))
+            .expect("apt-get downloaded runc's .deb");
+        let status = Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(&deb)
+            .arg(&dir)
+            .status()
+            .expect("dpkg-deb runs");
+        assert!(status.success() && binary.exists(), "unpacking {deb:?}");
+        binary
+    })
+}
+
+/// Runs `command`, panicking with its output when it fails; returns its standard output.
+pub fn run(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?} did not start: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
