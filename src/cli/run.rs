@@ -30,18 +30,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("reading the Kubernetes client configuration")?;
     let metrics = args.operator.admin.metrics();
-    // Inside the rate limiter: request latency is the API server's, not the limiter's wait.
-    let builder = kube::client::ClientBuilder::try_from(config)
-        .context("connecting to the Kubernetes API server")?
-        .with_layer(&metrics.kube_client_layer());
-    // KubeRay's --qps/--burst: a noisy reconcile storm must not flood the API server.
-    let client = match args.operator.client.rate() {
-        Some((requests, period)) => builder
-            .with_layer(&tower::limit::RateLimitLayer::new(requests, period))
-            .build(),
-        None => builder.build(),
+    // KubeRay's --qps/--burst for what the operator reads and writes: a noisy reconcile storm
+    // must not flood the API server. Events get a client and a limiter of their own, the same
+    // size (as controller-runtime gives KubeRay's event recorder its own clientset), so they
+    // never take the budget of the writes that make clusters.
+    let rate = args.operator.client.rate();
+    let build = |config: kube::Config| -> anyhow::Result<kube::Client> {
+        // Inside the rate limiter: request latency is the API server's, not the limiter's wait.
+        let builder = kube::client::ClientBuilder::try_from(config)
+            .context("connecting to the Kubernetes API server")?
+            .with_layer(&metrics.kube_client_layer());
+        Ok(match rate {
+            Some((requests, period)) => builder
+                .with_layer(&tower::limit::RateLimitLayer::new(requests, period))
+                .build(),
+            None => builder.build(),
+        })
     };
-    run_with_metrics(client, metrics, args, crate::controllers::shutdown_signal()).await
+    let clients = crate::k8s::Clients {
+        api: build(config.clone())?,
+        events: build(config)?,
+    };
+    run_with_metrics(
+        clients,
+        metrics,
+        args,
+        crate::controllers::shutdown_signal(),
+    )
+    .await
 }
 
 /// Runs the operator on `client` until `shutdown` completes (or leadership is lost, or the
@@ -58,11 +74,13 @@ pub async fn run_with_client(
 /// As [`run_with_client`], recording into `metrics` (the registry `client`'s request layer
 /// records into).
 pub async fn run_with_metrics(
-    client: kube::Client,
+    clients: impl Into<crate::k8s::Clients>,
     metrics: Metrics,
     args: RunArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let clients: crate::k8s::Clients = clients.into();
+    let client = clients.api.clone();
     let readiness = Readiness::new();
     let operator = &args.operator;
     let operator_namespace = operator.scope.operator_namespace();
@@ -135,14 +153,14 @@ pub async fn run_with_metrics(
         let elector = LeaderElector::new(client.clone(), lease)?.with_metrics(metrics.clone());
         elector
             .run(stopped(), |stop| async move {
-                crate::controllers::run(client, plan?, stop.stopped()).await
+                crate::controllers::run(clients, plan?, stop.stopped()).await
             })
             .await
             .map_err(anyhow::Error::from)
     } else {
         metrics.set_leader(true);
         match plan {
-            Ok(plan) => crate::controllers::run(client, plan, stopped()).await,
+            Ok(plan) => crate::controllers::run(clients, plan, stopped()).await,
             Err(e) => Err(e.into()),
         }
     };

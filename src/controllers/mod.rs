@@ -53,11 +53,12 @@ pub struct Plan {
 /// Runs every instance of `plan` until `shutdown` completes. Dropping the returned future
 /// aborts every controller task (a leader that lost its lease must stop at once).
 pub async fn run(
-    client: kube::Client,
+    clients: impl Into<crate::k8s::Clients>,
     plan: Plan,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    crate::api::check_named_crds_installed(&client, &plan.crds).await?;
+    let clients: crate::k8s::Clients = clients.into();
+    crate::api::check_named_crds_installed(&clients.api, &plan.crds).await?;
     plan.readiness.set_crds_present();
     let mut controllers: Vec<&str> = plan.instances.iter().map(Instance::name).collect();
     controllers.dedup();
@@ -82,7 +83,7 @@ pub async fn run(
     let mut tasks = Vec::new();
     for instance in plan.instances {
         let name = instance.name();
-        let client = client.clone();
+        let client = clients.clone();
         let task = match instance {
             Instance::Servepipeline(config) => {
                 tokio::spawn(supervisor.watch(name, servepipeline::run(client, config, stopped())))

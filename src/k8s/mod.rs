@@ -10,7 +10,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,7 +28,10 @@ pub const ANNOTATION_APPLIED_HASH: &str = "raypipe.dev/applied-hash";
 pub const ANNOTATION_GRAPH_DIGEST: &str = "raypipe.dev/graph-digest";
 
 /// Field managers, one per controller, so `managedFields` tell who wrote what.
+pub mod events;
 pub mod index;
+
+pub use events::{Clients, EventRecorder};
 
 pub mod field_managers {
     pub const SERVEPIPELINE: &str = "raypipe-servepipeline";
@@ -324,18 +327,14 @@ where
     })
 }
 
-/// An event recorder for one controller.
-pub fn recorder(client: kube::Client, controller: &str) -> Recorder {
-    let reporter = Reporter {
-        controller: controller.to_owned(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    Recorder::new(client, reporter)
+/// An event recorder for one controller, publishing with `client` (the events client).
+pub fn recorder(client: kube::Client, controller: &str) -> EventRecorder {
+    EventRecorder::new(client, controller)
 }
 
 /// Publishes an event; failures to publish are logged, never fatal for a reconcile.
 pub async fn publish_event<K: Resource<DynamicType = ()>>(
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     obj: &K,
     type_: EventType,
     reason: &str,

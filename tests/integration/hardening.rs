@@ -272,7 +272,7 @@ enum TestError {
 }
 
 struct PanicContext {
-    recorder: kube::runtime::events::Recorder,
+    recorder: raypipe::k8s::EventRecorder,
     reconciled: Mutex<BTreeSet<String>>,
 }
 

@@ -68,7 +68,7 @@ pub const REASON_RECONCILE_PANICKED: &str = "ReconcilePanicked";
 
 /// Publishes the [`REASON_RECONCILE_PANICKED`] Warning Event on `object`.
 pub fn panic_event<K>(
-    recorder: &kube::runtime::events::Recorder,
+    recorder: &crate::k8s::EventRecorder,
     object: Arc<K>,
     message: String,
 ) -> BoxFuture<'static, ()>

@@ -25,7 +25,7 @@ pub(super) struct ClusterMemory {
 pub struct Context {
     pub(super) client: kube::Client,
     pub(super) config: Config,
-    pub(super) recorder: Recorder,
+    pub(super) recorder: crate::k8s::EventRecorder,
     pub(super) pods: Store<Pod>,
     /// The cached Pods by namespace and cluster label: a cluster's Pods without a scan of all.
     pub(super) pod_index: ObjectIndex<Pod>,

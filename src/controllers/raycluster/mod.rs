@@ -49,7 +49,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -133,10 +133,14 @@ fn key_of(cluster: &RayCluster) -> ClusterKey {
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
-    client: kube::Client,
+    clients: impl Into<crate::k8s::Clients>,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let crate::k8s::Clients {
+        api: client,
+        events,
+    } = clients.into();
     let namespace = config.namespace.clone();
     let clusters: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let pods: Api<Pod> = crate::k8s::scoped_api(&client, namespace.as_deref());
@@ -151,7 +155,7 @@ pub async fn run(
     let concurrency = config.concurrency.max(1);
     let frame = Frame::new("raycluster", &config.metrics);
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(client.clone(), field_managers::RAYCLUSTER),
+        recorder: crate::k8s::recorder(events.clone(), field_managers::RAYCLUSTER),
         client,
         config,
         pods: pod_store,

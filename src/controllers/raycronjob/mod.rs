@@ -26,7 +26,6 @@ use k8s_openapi::jiff::tz::TimeZone;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -167,7 +166,7 @@ impl Default for Config {
 struct Context {
     client: kube::Client,
     config: Config,
-    recorder: Recorder,
+    recorder: crate::k8s::EventRecorder,
     frame: Frame<RayCronJob>,
 }
 
@@ -182,10 +181,14 @@ fn reconcile_relevant(cron: &RayCronJob) -> Option<u64> {
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
-    client: kube::Client,
+    clients: impl Into<crate::k8s::Clients>,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let crate::k8s::Clients {
+        api: client,
+        events,
+    } = clients.into();
     let (crons, jobs): (Api<RayCronJob>, Api<RayJob>) = match config.namespace.as_deref() {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -198,7 +201,7 @@ pub async fn run(
     let frame = Frame::new("raycronjob", &config.metrics)
         .with_backoff(Backoff::starting_at(Duration::from_secs(5)));
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(client.clone(), "raycronjob-controller"),
+        recorder: crate::k8s::recorder(events.clone(), "raycronjob-controller"),
         client,
         config,
         frame,

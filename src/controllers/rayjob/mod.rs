@@ -34,7 +34,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -182,17 +182,21 @@ impl Default for Config {
 pub struct Context {
     client: kube::Client,
     config: Config,
-    recorder: Recorder,
+    recorder: crate::k8s::EventRecorder,
     /// Span, metrics and the per-object backoff (3 s, 6 s, 12 s … up to 5 minutes by default).
     frame: Frame<RayJob>,
 }
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
-    client: kube::Client,
+    clients: impl Into<crate::k8s::Clients>,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let crate::k8s::Clients {
+        api: client,
+        events,
+    } = clients.into();
     let namespace = config.namespace.clone();
     let jobs: Api<RayJob> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let clusters: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
@@ -202,7 +206,7 @@ pub async fn run(
     let frame =
         Frame::new("rayjob", &config.metrics).with_backoff(Backoff::starting_at(config.requeue));
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(client.clone(), "rayjob-controller"),
+        recorder: crate::k8s::recorder(events.clone(), "rayjob-controller"),
         client,
         config,
         frame,

@@ -45,7 +45,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -178,7 +178,7 @@ impl std::fmt::Debug for Config {
 pub struct Context {
     client: kube::Client,
     config: Config,
-    recorder: Recorder,
+    recorder: crate::k8s::EventRecorder,
     clusters: Store<RayCluster>,
     /// The cached clusters by controlling RayService: a service's clusters without a scan.
     cluster_index: ObjectIndex<RayCluster>,
@@ -192,10 +192,14 @@ pub struct Context {
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
-    client: kube::Client,
+    clients: impl Into<crate::k8s::Clients>,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let crate::k8s::Clients {
+        api: client,
+        events,
+    } = clients.into();
     let namespace = config.namespace.clone();
     let services_api: Api<RayService> = crate::k8s::scoped_api(&client, namespace.as_deref());
     let clusters_api: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
@@ -211,7 +215,7 @@ pub async fn run(
     let concurrency = config.concurrency.max(1);
     let frame = Frame::new("rayservice", &config.metrics);
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(client.clone(), field_managers::RAYSERVICE),
+        recorder: crate::k8s::recorder(events.clone(), field_managers::RAYSERVICE),
         client,
         config,
         clusters: cluster_store,

@@ -25,7 +25,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Resource, ResourceExt};
@@ -169,7 +168,7 @@ struct GoodGraph {
 pub struct Context {
     client: kube::Client,
     fetcher: Fetcher,
-    recorder: Recorder,
+    recorder: crate::k8s::EventRecorder,
     config: Config,
     secrets: Store<PartialObjectMeta<Secret>>,
     /// Per pipeline, reset when its uid changes (see `frame::memory`).
@@ -181,10 +180,14 @@ pub struct Context {
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
-    client: kube::Client,
+    clients: impl Into<crate::k8s::Clients>,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let crate::k8s::Clients {
+        api: client,
+        events,
+    } = clients.into();
     let pipelines: Api<ServePipeline> =
         crate::k8s::scoped_api(&client, config.namespace.as_deref());
     let rayservices: Api<RayService> = crate::k8s::scoped_api(&client, config.namespace.as_deref());
@@ -243,7 +246,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         client: client.clone(),
         fetcher: config.fetcher.clone(),
-        recorder: crate::k8s::recorder(client.clone(), field_managers::SERVEPIPELINE),
+        recorder: crate::k8s::recorder(events.clone(), field_managers::SERVEPIPELINE),
         config,
         secrets: secret_store,
         state: ObjectMemory::new(),
