@@ -134,20 +134,6 @@ fn cpu_used(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> St
         .join(", ")
 }
 
-fn resident_kib() -> u64 {
-    status_kib("VmRSS:")
-}
-
-/// A `/proc/self/status` line's value in KiB (`VmRSS:` now, `VmHWM:` the peak).
-fn status_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// Pods in `ns` whose Ready condition is true.
 async fn count_ready_pods(client: &kube::Client, ns: &str) -> usize {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -275,22 +261,124 @@ fn bench_cluster(i: usize) -> Value {
     doc
 }
 
-/// raypipe's phase: N RayClusters created 16 at a time, the controller at its production
-/// concurrency, until all are ready. Prints memory, requests per cluster and CPU; returns the
-/// time to all ready.
+/// The operator binary the raypipe phase runs: `RAYPIPE_BENCH_BINARY`, else the release build
+/// the image ships (`cargo build --release --no-default-features`), built here if need be.
+fn release_binary() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("RAYPIPE_BENCH_BINARY") {
+        return path.into();
+    }
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let status = std::process::Command::new("cargo")
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--no-default-features",
+            "--bin",
+            "raypipe",
+        ])
+        .current_dir(repo)
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "the release build failed");
+    repo.join("target/release/raypipe")
+}
+
+/// `/proc/<pid>/stat`'s user + system CPU seconds and `/proc/<pid>/status`' peak resident KiB.
+fn process_usage(pid: u32) -> (f64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let cpu = stat
+        .rfind(')')
+        .map(|close| {
+            stat[close + 2..]
+                .split(' ')
+                .skip(11)
+                .take(2)
+                .filter_map(|v| v.parse::<f64>().ok())
+                .sum::<f64>()
+                / 100.0
+        })
+        .unwrap_or(0.0);
+    (cpu, status_kib(pid, "VmHWM:"))
+}
+
+/// A `/proc/<pid>/status` line's value in KiB (`VmRSS:` now, `VmHWM:` the peak).
+fn status_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The value at quantile `q` of sorted `values`.
+fn quantile(values: &[Duration], q: f64) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((values.len() as f64 * q).ceil() as usize).clamp(1, values.len()) - 1;
+    values[index]
+}
+
+/// raypipe's phase: the release binary with its default flags (the client's `--qps 100
+/// --burst 200`, `--concurrency`, Events on a budget of their own) as its own process, only the
+/// RayCluster controller; N RayClusters created 16 at a time until all are ready. Each
+/// cluster's ready time is taken from a watch; prints the median, the 90th percentile and all,
+/// the operator's CPU and peak memory, and the API requests per cluster.
 async fn raypipe_phase(clusters: usize) -> Duration {
+    let binary = release_binary();
     let plane = fresh_control_plane();
     let client = plane.client().await.expect("a client for the phase");
     let ns = support::namespace(&client, "rc-bench").await;
-    let mut stop = fixture::Stopper::default();
-    fixture::spawn_raycluster_controller(&client, &ns, Config::default(), &mut stop);
     add_fake_nodes(&client, clusters).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_before = resident_kib();
+    let log = std::fs::File::create(std::env::temp_dir().join("raypipe-bench-operator.log"))
+        .expect("a log file");
+    let operator = std::process::Command::new(&binary)
+        .args([
+            "run",
+            "--controllers=raycluster",
+            "--leader-election=false",
+            "--webhook=false",
+        ])
+        .arg(format!("--namespaces={ns}"))
+        .arg("--admin-address=127.0.0.1:0")
+        .arg("--log-level=warn")
+        .env("KUBECONFIG", &plane.kubeconfig)
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("the release binary starts");
+    let mut operator = KillOnDrop(operator);
+    let pid = operator.0.id();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_before = status_kib(pid, "VmRSS:");
     let requests_before = api_requests(&client).await;
     let cpu_before = cpu_seconds();
-    let started = std::time::Instant::now();
+    let (operator_cpu_before, _) = process_usage(pid);
     let api: Api<RayCluster> = Api::namespaced(client.clone(), &ns);
+
+    // Each cluster's first moment of `ready`, from a watch.
+    let started = std::time::Instant::now();
+    let ready_at = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::<String, Duration>::new()));
+    let watch = {
+        let (api, ready_at) = (api.clone(), ready_at.clone());
+        tokio::spawn(async move {
+            use futures::TryStreamExt as _;
+            use kube::runtime::{WatchStreamExt as _, watcher};
+            let stream = watcher(api, watcher::Config::default()).applied_objects();
+            futures::pin_mut!(stream);
+            while let Ok(Some(cluster)) = stream.try_next().await {
+                if cluster.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Ready) {
+                    ready_at
+                        .lock()
+                        .expect("lock")
+                        .entry(cluster.name_any())
+                        .or_insert_with(|| started.elapsed());
+                }
+            }
+        })
+    };
     use futures::StreamExt as _;
     futures::stream::iter(0..clusters)
         .for_each_concurrent(16, |i| {
@@ -307,7 +395,7 @@ async fn raypipe_phase(clusters: usize) -> Duration {
     let created = started.elapsed();
     let mut last_report = std::time::Instant::now();
     loop {
-        let ready = count_ready(&api).await;
+        let ready = ready_at.lock().expect("lock").len();
         if ready == clusters {
             break;
         }
@@ -319,33 +407,79 @@ async fn raypipe_phase(clusters: usize) -> Duration {
             started.elapsed() < Duration::from_secs(4 * 3600),
             "timed out"
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            operator
+                .0
+                .try_wait()
+                .expect("the operator's status")
+                .is_none(),
+            "the operator exited"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let all_ready = started.elapsed();
+    watch.abort();
+    let mut times: Vec<Duration> = ready_at.lock().expect("lock").values().copied().collect();
+    times.sort();
+    let all_ready = *times.last().expect("clusters");
+    assert_eq!(
+        count_ready(&api).await,
+        clusters,
+        "the watch and a list agree"
+    );
     let cpu_ready = cpu_seconds();
-    // Settle, then measure the idle controller.
+    let (operator_cpu, _) = process_usage(pid);
+    // Settle, then measure the idle operator.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let rss_after = resident_kib();
+    let (_, peak) = process_usage(pid);
+    let rss_after = status_kib(pid, "VmRSS:");
     let requests_after = api_requests(&client).await;
     let pods = clusters * 4;
-    println!("clusters: {clusters}, pods: {pods}");
-    println!("created in {created:?}; all ready after {all_ready:?}");
     println!(
-        "resident memory: {rss_before} KiB before, {rss_after} KiB after ({:.3} MiB per managed Pod)",
+        "operator: {} (default flags, RayCluster controller only)",
+        binary.display()
+    );
+    println!("clusters: {clusters}, pods: {pods}");
+    println!("created in {created:?}");
+    println!(
+        "cluster ready since the start: median {:?}, p90 {:?}, all {all_ready:?}",
+        quantile(&times, 0.5),
+        quantile(&times, 0.9)
+    );
+    println!(
+        "operator CPU until all ready: {:.1} s; peak resident memory {:.1} MiB; resident {rss_before} KiB before, {rss_after} KiB after ({:.3} MiB per managed Pod)",
+        operator_cpu - operator_cpu_before,
+        peak as f64 / 1024.0,
         (rss_after.saturating_sub(rss_before)) as f64 / 1024.0 / pods as f64
     );
-    println!("peak resident memory: {} KiB", status_kib("VmHWM:"));
     println!("API requests during the run (all clients), per cluster:");
+    let mut total = 0.0;
     for (key, after) in &requests_after {
         let delta = after - requests_before.get(key).copied().unwrap_or(0.0);
         if delta >= clusters as f64 / 10.0 {
             println!("  {key:40} {:8.2}", delta / clusters as f64);
         }
+        if !key.starts_with("LIST") && !key.starts_with("WATCH") && !key.starts_with("GET") {
+            total += delta;
+        }
     }
+    println!(
+        "  writes per cluster (all clients): {:.2}",
+        total / clusters as f64
+    );
     println!("CPU until all ready: {}", cpu_used(&cpu_before, &cpu_ready));
-    drop(stop);
+    drop(operator);
     stop_control_plane(plane);
     all_ready
+}
+
+/// A child process killed when dropped, so a failed benchmark leaves no operator behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A ceiling's phase ([`pod_ceiling`]) on a control plane of its own; returns the time to all
@@ -384,11 +518,11 @@ async fn scale_benchmark() {
     // builds of the controller).
     let ceilings = std::env::var("RAYPIPE_RAYCLUSTER_BENCH_CEILINGS").as_deref() != Ok("false");
     let all_ready = raypipe_phase(clusters).await;
-    for (head_services, what) in [(false, "Pods"), (true, "Pods and head Services")] {
-        if !ceilings {
-            break;
-        }
-        let ceiling = ceiling_phase(clusters, head_services, what).await;
+    if ceilings {
+        // The like-for-like bound: the same Pods and each cluster's headless head Service, as
+        // every Ray operator makes them.
+        let what = "Pods and headless head Services";
+        let ceiling = ceiling_phase(clusters, true, what).await;
         println!(
             "ceiling: the same {what} created straight, all {} Pods Ready after {ceiling:?}; raypipe reached {:.0} % of this ceiling's rate",
             clusters * 4,
