@@ -294,9 +294,10 @@ pub enum SourceError {
     InvalidPublicKey { problem: String },
 
     #[error(
-        "{reference} (manifest {digest}) has no cosign signature (looked up through the \
-         referrers API and the tag {tag}): sign it with the key source.verify names, or remove \
-         source.verify"
+        "{reference} (manifest {digest}) has no cosign signature (neither a sigstore bundle \
+         nor a simple signature, looked up through the referrers API, the referrers tag {tag} \
+         and the tag {tag}.sig): sign it with the key source.verify names (`cosign sign \
+         --key`), or remove source.verify"
     )]
     SignatureMissing {
         reference: String,
