@@ -339,7 +339,8 @@ fn registry_unauthorized_message(registry: &str, credentials_sent: bool) -> Stri
     if credentials_sent {
         format!(
             "the registry {registry} refused the credentials (HTTP 401): check the username and \
-             password in the Secret named by source.credentialsSecretRef"
+             password (or identity token) in the Secret named by source.credentialsSecretRef, or \
+             the Docker login `raypipe dag` used"
         )
     } else {
         format!(

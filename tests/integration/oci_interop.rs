@@ -683,11 +683,19 @@ fn oras_and_raypipe_share_artifacts_and_logins() {
         config.contains("identitytoken"),
         "oras stored an identity token"
     );
-    let before = issuer
-        .requests()
-        .iter()
-        .filter(|seen| seen.grant.as_deref() == Some("refresh_token"))
-        .count();
+    // Tests run side by side on the shared issuer: count this user's grants only.
+    let grants = || {
+        issuer
+            .requests()
+            .iter()
+            .filter(|seen| {
+                seen.grant.as_deref() == Some("refresh_token")
+                    && seen.issued
+                    && seen.user.as_deref() == Some("interop-oras")
+            })
+            .count()
+    };
+    let before = grants();
     let pushed = ws.push_sample(
         "ensemble.yaml",
         &token_registry.reference("interop/oras-identity:v1"),
@@ -706,15 +714,7 @@ fn oras_and_raypipe_share_artifacts_and_logins() {
     );
     assert!(ok, "oras manifest fetch with its identity token: {err}");
     assert!(out.contains(&pushed.to_string()), "{out}");
-    let after = issuer
-        .requests()
-        .iter()
-        .filter(|seen| {
-            seen.grant.as_deref() == Some("refresh_token")
-                && seen.issued
-                && seen.user.as_deref() == Some("interop-oras")
-        })
-        .count();
+    let after = grants();
     assert!(
         after > before,
         "raypipe and oras used the refresh-token grant"
