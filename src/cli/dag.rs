@@ -36,8 +36,10 @@ pub enum DagCommand {
     Decode(DecodeArgs),
     /// Validate a graph and push it to an OCI registry as a graph artifact; prints the
     /// manifest digest.
+    #[command(after_help = super::oci::CREDENTIALS_HELP)]
     Push(super::oci::PushArgs),
     /// Pull a graph artifact from an OCI registry (tag or digest; both digests checked).
+    #[command(after_help = super::oci::CREDENTIALS_HELP)]
     Pull(super::oci::PullArgs),
 }
 

@@ -2,6 +2,7 @@
 //! defines into subcommands and calls `startup` (crypto provider, tracing) before anything
 //! else runs.
 
+pub mod credential_helper;
 pub mod dag;
 #[cfg(feature = "dev")]
 pub mod dev;

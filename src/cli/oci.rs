@@ -2,9 +2,11 @@
 //! registries teams already run (`src/source/oci/`: the artifact's layout, the upload, the
 //! pull with both digests checked, the registry token flow).
 //!
-//! Credentials, first found wins: `--username` with `--password-stdin`; else the Docker config
-//! file (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`), its `auths` entry for the
-//! registry (what `docker login` writes; credential helpers are not consulted); else anonymous.
+//! Credentials, first found wins ([`CREDENTIALS_HELP`], shown by `--help`): `--username` with
+//! `--password-stdin`; else what `docker login` left in the Docker config file
+//! (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`), read in Docker's order
+//! (`source::oci::docker_config`): a credential helper (`credHelpers`, `credsStore`; run by
+//! `credential_helper`), else the `auths` entry; else anonymous.
 //! Plain HTTP only with `--plain-http` (as oras has it): credentials then cross unencrypted.
 //! The command line is the operator's own tool, so any destination is allowed (the SSRF rules
 //! guard tenant-controlled `source.oci`, not this).
@@ -12,17 +14,36 @@
 //! Exit codes as every `raypipe dag` command: 0 success; 1 the graph is invalid (nothing was
 //! pushed); 2 anything else (options, files, the registry).
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::credential_helper;
 use super::dag::{self, DagError, EXIT_INVALID, EXIT_OK, InputArgs};
 use crate::graph::{self, Format};
+use crate::source::oci::docker_config::Lookup;
 use crate::source::oci::push::{GraphArtifact, PushError, PushRequest};
-use crate::source::oci::{OciOutcome, OciReference, OciRequest, RegistryCredentials};
+use crate::source::oci::{DockerConfig, OciOutcome, OciReference, OciRequest, RegistryCredentials};
 use crate::source::{AllowedDestination, DestinationPolicy, IpNetwork};
 use crate::source::{Fetcher, FetcherOptions, SourceError};
+
+/// The credentials part of `raypipe dag push --help` and `pull --help`.
+pub const CREDENTIALS_HELP: &str = "\
+Credentials, first found wins:
+  1. --username with --password-stdin.
+  2. The Docker config file ($DOCKER_CONFIG/config.json, else ~/.docker/config.json), in
+     Docker's order:
+     a. credHelpers.<registry>, else credsStore: runs `docker-credential-<name> get` (found on
+        PATH); a helper that is not installed or fails is an error naming it;
+     b. else auths.<registry>: registrytoken (sent to the registry as is), else identitytoken
+        (an OAuth2 refresh token, as ACR, GCR and Docker Desktop logins write: exchanged at the
+        registry's token endpoint), else username and password, else auth.
+     Docker Hub entries are found under https://index.docker.io/v1/.
+  3. Anonymous (with a note on standard error when the config or the helper had nothing
+     usable for the registry).
+--plain-http only for a registry without TLS: credentials then cross unencrypted.";
 
 /// Longest a push or pull may take.
 const TIMEOUT: Duration = Duration::from_secs(300);
@@ -33,7 +54,7 @@ const MAX_PASSWORD_BYTES: u64 = 64 * 1024;
 /// How to reach and authenticate to the registry.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RegistryArgs {
-    /// Registry user name (with --password-stdin); default: the Docker config file's entry.
+    /// Registry user name (with --password-stdin); default: the Docker config (see below).
     #[arg(long, short = 'u', requires = "password_stdin")]
     pub username: Option<String>,
     /// Read the password (or access token) from standard input.
@@ -77,6 +98,8 @@ pub enum OciCommandError {
     Password(std::io::Error),
     #[error("the password on standard input is empty")]
     EmptyPassword,
+    #[error(transparent)]
+    CredentialHelper(#[from] super::credential_helper::CredentialHelperError),
     #[error("cannot read {path}: {source}")]
     DockerConfig {
         path: String,
@@ -140,18 +163,35 @@ fn credentials(
             });
         }
     };
-    match RegistryCredentials::from_docker_config(&bytes, registry) {
-        Ok(credentials) => Ok(credentials),
-        Err(problem) => {
-            // No entry (or an unusable one) is not fatal: the registry may allow anonymous
-            // access, and if not its answer says so.
-            let _ = writeln!(
-                err,
-                "note: no credentials from {}: {problem}; going on anonymously",
-                path.display()
-            );
-            Ok(RegistryCredentials::Anonymous)
+    let note = |problem: &dyn std::fmt::Display, err: &mut dyn Write| {
+        // No entry (or an unusable one) is not fatal: the registry may allow anonymous
+        // access, and if not its answer says so.
+        let _ = writeln!(
+            err,
+            "note: no credentials from {}: {problem}; going on anonymously",
+            path.display()
+        );
+        Ok(RegistryCredentials::Anonymous)
+    };
+    let lookup = DockerConfig::parse(&bytes).and_then(|config| config.lookup(registry));
+    match lookup {
+        Ok(Lookup::Credentials(credentials)) => Ok(credentials),
+        Ok(Lookup::Helper(helper)) => {
+            let program = helper.program();
+            match credential_helper::get(
+                OsStr::new(&program),
+                helper.setting,
+                &helper.server,
+                credential_helper::HELPER_TIMEOUT,
+            )? {
+                Some(credentials) => Ok(credentials),
+                None => note(
+                    &format!("{program} holds no credentials for {}", helper.server),
+                    err,
+                ),
+            }
         }
+        Err(problem) => note(&problem, err),
     }
 }
 

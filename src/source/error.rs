@@ -294,9 +294,10 @@ pub enum SourceError {
     InvalidPublicKey { problem: String },
 
     #[error(
-        "{reference} (manifest {digest}) has no cosign signature (looked up through the \
-         referrers API and the tag {tag}): sign it with the key source.verify names, or remove \
-         source.verify"
+        "{reference} (manifest {digest}) has no cosign signature (neither a sigstore bundle \
+         nor a simple signature, looked up through the referrers API, the referrers tag {tag} \
+         and the tag {tag}.sig): sign it with the key source.verify names (`cosign sign \
+         --key`), or remove source.verify"
     )]
     SignatureMissing {
         reference: String,
@@ -338,7 +339,8 @@ fn registry_unauthorized_message(registry: &str, credentials_sent: bool) -> Stri
     if credentials_sent {
         format!(
             "the registry {registry} refused the credentials (HTTP 401): check the username and \
-             password in the Secret named by source.credentialsSecretRef"
+             password (or identity token) in the Secret named by source.credentialsSecretRef, or \
+             the Docker login `raypipe dag` used"
         )
     } else {
         format!(

@@ -127,8 +127,26 @@ fn sample(name: &str) -> std::path::PathBuf {
 /// Runs `raypipe ARGS` with `stdin` and its own Docker config directory; (exit code, stdout,
 /// stderr).
 fn raypipe(args: &[&str], stdin: &str, docker_config: &std::path::Path) -> (i32, Vec<u8>, String) {
+    raypipe_with_path(args, stdin, docker_config, None)
+}
+
+/// [`raypipe`] with `extra_path` in front of `PATH` (where test credential helpers live).
+fn raypipe_with_path(
+    args: &[&str],
+    stdin: &str,
+    docker_config: &std::path::Path,
+    extra_path: Option<&std::path::Path>,
+) -> (i32, Vec<u8>, String) {
     use std::io::Write as _;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_raypipe"))
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_raypipe"));
+    if let Some(dir) = extra_path {
+        let mut paths = vec![dir.to_owned()];
+        paths.extend(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ));
+        command.env("PATH", std::env::join_paths(paths).expect("PATH"));
+    }
+    let mut child = command
         .args(args)
         .env("DOCKER_CONFIG", docker_config)
         .env("NO_COLOR", "1")
@@ -165,6 +183,21 @@ fn write_docker_config(dir: &std::path::Path, host: &str, user: &str, password: 
 /// Push (YAML in), then pull by tag and by digest: the bytes are the graph's protobuf
 /// encoding, and the printed digest is the manifest's.
 fn round_trip(host: &str, repository: &str, login: &[&str], stdin: &str, docker: &std::path::Path) {
+    round_trip_with_path(host, repository, login, stdin, docker, None);
+}
+
+/// [`round_trip`] with `extra_path` in front of `PATH`.
+fn round_trip_with_path(
+    host: &str,
+    repository: &str,
+    login: &[&str],
+    stdin: &str,
+    docker: &std::path::Path,
+    extra_path: Option<&std::path::Path>,
+) {
+    let raypipe = |args: &[&str], stdin: &str, docker: &std::path::Path| {
+        raypipe_with_path(args, stdin, docker, extra_path)
+    };
     let reference = format!("{host}/{repository}:v1");
     let yaml = sample("ensemble.yaml");
     let mut push = vec![
@@ -376,4 +409,189 @@ async fn the_dev_registry_takes_pushes_and_pull_checks_the_graph_digest() {
     .expect("pull");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("digest"), "{err}");
+}
+
+/// `docker login` to ACR, GCR or Docker Desktop stores an identity token (an OAuth2 refresh
+/// token) rather than a password: the `auth` is a placeholder user with an empty password.
+/// `dag push`/`pull` exchange it at the realm (`POST`, `grant_type=refresh_token`); before
+/// they did, they sent the placeholder and got a 401.
+#[test]
+fn push_and_pull_with_an_identity_token_from_docker_config() {
+    use base64::Engine as _;
+    let oci::TokenRegistry { registry, issuer } = oci::token_registry();
+    const REFRESH: &str = "refresh-3c1f0a9e-identity";
+    issuer.add_user("cli-identity", IssuerUser::full_access("not-used-here"));
+    issuer.add_refresh_token(REFRESH, "cli-identity");
+    let docker = tempfile::tempdir().expect("tempdir");
+    let placeholder =
+        base64::engine::general_purpose::STANDARD.encode("00000000-0000-0000-0000-000000000000:");
+    let write = |token: &str| {
+        let config = serde_json::json!({"auths": {registry.host.as_str(): {
+            "auth": placeholder, "identitytoken": token}}});
+        std::fs::write(docker.path().join("config.json"), config.to_string()).expect("write");
+    };
+    write(REFRESH);
+    round_trip(&registry.host, "cli/identity", &[], "", docker.path());
+    let refreshed = issuer
+        .requests()
+        .iter()
+        .filter(|seen| {
+            seen.issued
+                && seen.grant.as_deref() == Some("refresh_token")
+                && seen.user.as_deref() == Some("cli-identity")
+        })
+        .count();
+    assert!(refreshed > 0, "tokens came from the refresh-token grant");
+
+    // A revoked identity token is refused by the realm, and never printed.
+    write("refresh-revoked-secret");
+    let (code, _, err) = raypipe(
+        &[
+            "dag",
+            "pull",
+            &registry.reference("cli/identity:v1"),
+            "--plain-http",
+        ],
+        "",
+        docker.path(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&registry.host) && err.contains("refused") && !err.contains("revoked-secret"),
+        "{err}"
+    );
+}
+
+/// A `docker-credential-<name>` helper for the tests: answers `get` for `server` with `answer`
+/// (raw JSON), records every server it was asked about in `asked.log`, and says "not found"
+/// (as real helpers do) for any other server.
+fn credential_helper(dir: &std::path::Path, name: &str, server: &str, answer: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(format!("docker-credential-{name}"));
+    let log = dir.join("asked.log");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 3\nread -r server\n\
+             printf '%s\\n' \"$server\" >> '{}'\n\
+             if [ \"$server\" = '{server}' ]; then printf '%s' '{answer}'; exit 0; fi\n\
+             echo 'credentials not found in native keychain'; exit 1\n",
+            log.display()
+        ),
+    )
+    .expect("write the helper");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// Docker Desktop, `pass`, `secretservice`, ECR and GCR logins keep credentials in helpers:
+/// `credsStore` (every registry) and `credHelpers` (one registry) name them. The real code
+/// path runs the helper program; the helper protocol is the boundary.
+#[test]
+fn credential_helpers_named_by_the_docker_config_are_run() {
+    let basic = oci::basic_registry();
+    let oci::TokenRegistry { registry, issuer } = oci::token_registry();
+    const REFRESH: &str = "refresh-9d2e-from-a-helper";
+    issuer.add_user("cli-helper", IssuerUser::full_access("not-used-here"));
+    issuer.add_refresh_token(REFRESH, "cli-helper");
+    let helpers = tempfile::tempdir().expect("tempdir");
+    // The store holds a password for the htpasswd registry; a per-registry helper holds an
+    // identity token for the token registry.
+    credential_helper(
+        helpers.path(),
+        "raypipe-store",
+        &basic.host,
+        &format!(
+            r#"{{"ServerURL":"{}","Username":"{USER}","Secret":"{PASSWORD}"}}"#,
+            basic.host
+        ),
+    );
+    credential_helper(
+        helpers.path(),
+        "raypipe-token",
+        &registry.host,
+        &format!(
+            r#"{{"ServerURL":"{}","Username":"<token>","Secret":"{REFRESH}"}}"#,
+            registry.host
+        ),
+    );
+    let docker = tempfile::tempdir().expect("tempdir");
+    let config = serde_json::json!({
+        // Placeholders, as Docker leaves them beside a store: never read.
+        "auths": {basic.host.as_str(): {}, registry.host.as_str(): {}},
+        "credsStore": "raypipe-store",
+        "credHelpers": {registry.host.as_str(): "raypipe-token"},
+    });
+    std::fs::write(docker.path().join("config.json"), config.to_string()).expect("write");
+
+    round_trip_with_path(
+        &basic.host,
+        "cli/helper-store",
+        &[],
+        "",
+        docker.path(),
+        Some(helpers.path()),
+    );
+    round_trip_with_path(
+        &registry.host,
+        "cli/helper-token",
+        &[],
+        "",
+        docker.path(),
+        Some(helpers.path()),
+    );
+    let asked = std::fs::read_to_string(helpers.path().join("asked.log")).expect("asked");
+    assert!(
+        asked.lines().any(|l| l == basic.host) && asked.lines().any(|l| l == registry.host),
+        "each helper was asked for its registry: {asked}"
+    );
+    assert!(
+        issuer.requests().iter().any(|seen| seen.issued
+            && seen.grant.as_deref() == Some("refresh_token")
+            && seen.user.as_deref() == Some("cli-helper")),
+        "the helper's identity token was exchanged"
+    );
+
+    // A store that has nothing for the registry: a note, then anonymous, which the registry
+    // refuses.
+    let nothing = serde_json::json!({"credsStore": "raypipe-token"});
+    std::fs::write(docker.path().join("config.json"), nothing.to_string()).expect("write");
+    let reference = basic.reference("cli/helper-store:v1");
+    let (code, _, err) = raypipe_with_path(
+        &["dag", "pull", &reference, "--plain-http"],
+        "",
+        docker.path(),
+        Some(helpers.path()),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("docker-credential-raypipe-token holds no credentials"),
+        "{err}"
+    );
+
+    // A helper that is not installed is an error naming it; nothing is sent anonymously.
+    let missing = serde_json::json!({"credHelpers": {basic.host.as_str(): "raypipe-absent"}});
+    std::fs::write(docker.path().join("config.json"), missing.to_string()).expect("write");
+    let yaml = sample("ensemble.yaml");
+    let (code, _, err) = raypipe_with_path(
+        &[
+            "dag",
+            "push",
+            yaml.to_str().expect("utf-8"),
+            &basic.reference("cli/helper-absent:v1"),
+            "--plain-http",
+        ],
+        "",
+        docker.path(),
+        Some(helpers.path()),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("docker-credential-raypipe-absent")
+            && err.contains("credHelpers")
+            && err.contains("not installed"),
+        "{err}"
+    );
+    for secret in [PASSWORD, REFRESH] {
+        assert!(!err.contains(secret), "{err}");
+    }
 }

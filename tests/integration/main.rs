@@ -10,6 +10,7 @@ mod faults;
 mod graph_diff;
 mod hardening;
 mod leader;
+mod oci_interop;
 mod pipeline;
 mod ray;
 mod raycluster;

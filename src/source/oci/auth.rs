@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use reqwest::header::{HeaderValue, WWW_AUTHENTICATE};
+use reqwest::header::{CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
 use reqwest::{Method, Response, StatusCode, Url};
 use serde::Deserialize;
 use tracing::debug;
@@ -53,6 +53,9 @@ const MAX_CACHED_LIFETIME: Duration = Duration::from_secs(3600);
 const REFRESH_MARGIN: Duration = Duration::from_secs(10);
 /// Tokens kept; past this, ended ones are dropped, then everything.
 const MAX_CACHED_TOKENS: usize = 256;
+/// The OAuth2 `client_id` raypipe names itself by in refresh-token grants (Docker sends
+/// `docker`, ORAS `oras-go`; registries accept any).
+const OAUTH_CLIENT_ID: &str = "raypipe";
 
 /// A password. `Debug` and `Display` print `<redacted>`.
 #[derive(Clone, PartialEq, Eq)]
@@ -85,6 +88,10 @@ pub enum RegistryCredentials {
     Basic { username: String, password: Secret },
     /// A registry token obtained elsewhere, sent as `Authorization: Bearer` to the registry.
     Token(BearerToken),
+    /// An identity token: an OAuth2 refresh token that `docker login` stored (`identitytoken`,
+    /// or a credential helper's `<token>` user). Exchanged at the realm for registry tokens
+    /// with `grant_type=refresh_token`, never sent to the registry itself.
+    IdentityToken(Secret),
 }
 
 /// What is wrong with the credentials Secret. Never quotes a secret value.
@@ -93,66 +100,12 @@ pub enum RegistryCredentials {
 pub struct CredentialsError(pub String);
 
 impl RegistryCredentials {
-    /// The entry for `registry` (`host[:port]`) in a `.dockerconfigjson`: `auths.<host>` with
-    /// `auth` (base64 of `user:password`) or `username` and `password`. Keys may be written
-    /// with a scheme or a path (`https://host/v1/`), as `docker login` does.
+    /// The `auths` entry for `registry` (`host[:port]`) in a `.dockerconfigjson`:
+    /// `registrytoken`, `identitytoken`, `username` and `password`, or `auth` (base64 of
+    /// `user:password`). Keys may be written with a scheme or a path (`https://host/v1/`), as
+    /// `docker login` does. Credential helpers are never run here (see [`super::docker_config`]).
     pub fn from_docker_config(json: &[u8], registry: &str) -> Result<Self, CredentialsError> {
-        #[derive(Deserialize)]
-        struct DockerConfig {
-            #[serde(default)]
-            auths: HashMap<String, AuthEntry>,
-        }
-        #[derive(Deserialize)]
-        struct AuthEntry {
-            auth: Option<String>,
-            username: Option<String>,
-            password: Option<String>,
-        }
-        // The serde error could quote a value; say only where it broke.
-        let config: DockerConfig = serde_json::from_slice(json).map_err(|error| {
-            CredentialsError(format!(
-                "the .dockerconfigjson is not a Docker config (JSON with \"auths\"): broken at \
-                 line {} column {}",
-                error.line(),
-                error.column()
-            ))
-        })?;
-        let entry = config
-            .auths
-            .iter()
-            .find(|(key, _)| docker_config_host(key).eq_ignore_ascii_case(registry))
-            .map(|(_, entry)| entry)
-            .ok_or_else(|| {
-                CredentialsError(format!(
-                    "the .dockerconfigjson has no entry for registry {registry:?} under \"auths\""
-                ))
-            })?;
-        if let (Some(username), Some(password)) = (&entry.username, &entry.password) {
-            return Ok(Self::basic(username, password));
-        }
-        let auth = entry.auth.as_deref().ok_or_else(|| {
-            CredentialsError(format!(
-                "the .dockerconfigjson entry for {registry:?} has neither \"auth\" nor \
-                 \"username\" and \"password\""
-            ))
-        })?;
-        let decoded = BASE64
-            .decode(auth.trim())
-            .ok()
-            .and_then(|bytes| String::from_utf8(bytes).ok())
-            .ok_or_else(|| {
-                CredentialsError(format!(
-                    "the \"auth\" of the .dockerconfigjson entry for {registry:?} is not base64 \
-                     of text"
-                ))
-            })?;
-        let (username, password) = decoded.split_once(':').ok_or_else(|| {
-            CredentialsError(format!(
-                "the \"auth\" of the .dockerconfigjson entry for {registry:?} is not \
-                 username:password"
-            ))
-        })?;
-        Ok(Self::basic(username, password))
+        super::docker_config::DockerConfig::parse(json)?.auths_credentials(registry)
     }
 
     pub fn basic(username: &str, password: &str) -> Self {
@@ -172,6 +125,9 @@ impl RegistryCredentials {
             Self::Token(token) => {
                 Sha256Digest::of(format!("token\0{}", token.expose_secret()).as_bytes())
             }
+            Self::IdentityToken(token) => {
+                Sha256Digest::of(format!("identity\0{}", token.expose_secret()).as_bytes())
+            }
         }
     }
 
@@ -186,12 +142,6 @@ impl RegistryCredentials {
         value.set_sensitive(true);
         Ok(Some(value))
     }
-}
-
-/// `host[:port]` of a `.dockerconfigjson` key such as `https://index.docker.io/v1/`.
-fn docker_config_host(key: &str) -> &str {
-    let without_scheme = key.split_once("://").map_or(key, |(_, rest)| rest);
-    without_scheme.split('/').next().unwrap_or_default()
 }
 
 /// One challenge of a `WWW-Authenticate` header.
@@ -651,7 +601,10 @@ impl<'a> Session<'a> {
         Ok((None, Sent::Nothing))
     }
 
-    /// GET realm?service=…&scope=… with the Basic credentials (anonymous without them).
+    /// A token from the realm: `GET realm?service=…&scope=…` with the Basic credentials
+    /// (anonymous without them) — or, with an identity token, the OAuth2 form `POST realm`
+    /// with `grant_type=refresh_token` (the distribution spec's OAuth2 token flow, as Docker
+    /// and ORAS send it; a realm that only knows GET cannot take a refresh token).
     async fn request_token(
         &self,
         realm: &str,
@@ -659,22 +612,48 @@ impl<'a> Session<'a> {
         scope: &str,
     ) -> Result<IssuedToken, SourceError> {
         let mut url = self.realm_url(realm)?;
-        {
-            let mut query = url.query_pairs_mut();
-            if let Some(service) = service {
-                query.append_pair("service", service);
-            }
-            query.append_pair("scope", scope);
-        }
-        let basic = self.credentials.basic_header()?;
-        let credentials_sent = basic.is_some();
-        let response = self
-            .transport
-            .send(Method::GET, &url, &[], basic.as_ref())
-            .await?;
+        let (response, credentials_sent) =
+            if let RegistryCredentials::IdentityToken(refresh) = self.credentials {
+                let mut pairs = vec![
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", refresh.expose_secret()),
+                    ("client_id", OAUTH_CLIENT_ID),
+                    ("scope", scope),
+                ];
+                if let Some(service) = service {
+                    pairs.push(("service", service));
+                }
+                let headers = [(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("application/x-www-form-urlencoded"),
+                )];
+                let body = bytes::Bytes::from(form_urlencoded(&url, &pairs));
+                let response = self
+                    .transport
+                    .send_body(Method::POST, &url, &headers, None, Some(body))
+                    .await?;
+                (response, true)
+            } else {
+                {
+                    let mut query = url.query_pairs_mut();
+                    if let Some(service) = service {
+                        query.append_pair("service", service);
+                    }
+                    query.append_pair("scope", scope);
+                }
+                let basic = self.credentials.basic_header()?;
+                let response = self
+                    .transport
+                    .send(Method::GET, &url, &[], basic.as_ref())
+                    .await?;
+                (response, basic.is_some())
+            };
         let status = response.status();
         let shown_realm = redact_url(&url);
-        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        // An OAuth2 endpoint answers a refused grant with 400 `invalid_grant` (RFC 6749 5.2).
+        let refused_grant = status == StatusCode::BAD_REQUEST
+            && matches!(self.credentials, RegistryCredentials::IdentityToken(_));
+        if refused_grant || matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
             return Err(SourceError::RegistryUnauthorized {
                 registry: self.transport.registry.to_owned(),
                 credentials_sent,
@@ -734,6 +713,15 @@ impl<'a> Session<'a> {
         check_destination(&url, self.transport.destinations)?;
         Ok(url)
     }
+}
+
+/// `pairs` as an `application/x-www-form-urlencoded` body (the url crate's serializer,
+/// through the query of a copy of `base`, so no second encoder lives here).
+fn form_urlencoded(base: &Url, pairs: &[(&str, &str)]) -> String {
+    let mut scratch = base.clone();
+    scratch.set_query(None);
+    scratch.query_pairs_mut().extend_pairs(pairs);
+    scratch.query().unwrap_or_default().to_owned()
 }
 
 pub fn check_destination(url: &Url, policy: &DestinationPolicy) -> Result<(), SourceError> {

@@ -179,7 +179,7 @@ async fn pull_once(
     if request.previous_manifest_digest == Some(manifest_digest) {
         // A key added or changed since the graph was applied must judge it too.
         if let Some(key) = request.verify {
-            verify_signature(session, reference, manifest_digest, key).await?;
+            verify_signature(session, reference, manifest_digest, None, key).await?;
         }
         info!(manifest_digest = %manifest_digest, "graph manifest unchanged");
         return Ok(OciOutcome::Unchanged { manifest_digest });
@@ -211,7 +211,14 @@ async fn finish(
         .map_err(|error| manifest_error(reference, error))?;
     let max_bytes = request.max_bytes.min(MAX_MAX_BYTES);
     if let Some(key) = request.verify {
-        verify_signature(session, reference, manifest_digest, key).await?;
+        verify_signature(
+            session,
+            reference,
+            manifest_digest,
+            Some(manifest_bytes),
+            key,
+        )
+        .await?;
     }
     let blob_url = session
         .transport
@@ -327,7 +334,7 @@ async fn resolve_tag(
 
 /// The manifest's bytes and their digest; with `expected`, it is fetched by that digest and
 /// must have it.
-async fn get_manifest(
+pub(super) async fn get_manifest(
     session: &Session<'_>,
     reference: &OciReference,
     expected: Option<Sha256Digest>,

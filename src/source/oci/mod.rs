@@ -7,6 +7,7 @@
 //! policy (SSRF), redirect rules, memory budget and redaction of `source.url` apply alike.
 
 pub mod auth;
+pub mod docker_config;
 pub mod fetch;
 pub mod manifest;
 #[cfg(test)]
@@ -17,6 +18,7 @@ pub mod transport;
 pub mod verify;
 
 pub use auth::{Challenge, CredentialsError, RegistryCredentials, Secret, TokenCache};
+pub use docker_config::DockerConfig;
 pub use fetch::{OciOutcome, OciRequest};
 pub use manifest::{GRAPH_ARTIFACT_TYPE, GRAPH_LAYER_MEDIA_TYPE};
 pub use reference::{OciReference, ReferenceError};

@@ -14,8 +14,11 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::manifest::{Descriptor, GRAPH_LAYER_MEDIA_TYPE, Manifest, OCI_MANIFEST_MEDIA_TYPE};
-use super::verify::tests::{sign, test_signer};
-use super::verify::{SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, signature_tag};
+use super::verify::tests::{dsse_bundle, sign, statement, test_signer};
+use super::verify::{
+    COSIGN_SIGN_PREDICATE_TYPE, SIGNATURE_ANNOTATION, SIGSTORE_BUNDLE_V03_MEDIA_TYPE,
+    SIMPLE_SIGNING_MEDIA_TYPE, referrers_tag, signature_tag,
+};
 use super::*;
 use crate::source::digest::Sha256Digest;
 use crate::source::{DestinationPolicy, Fetcher, FetcherOptions, RetryPolicy};
@@ -357,5 +360,94 @@ async fn signatures_are_required_when_asked_for() {
     assert!(
         matches!(signed, Ok(OciOutcome::Fetched { .. })),
         "{signed:?}"
+    );
+}
+
+/// Stores `bundle` as cosign v3 does on a registry without the referrers API: a manifest of
+/// artifact type and layer [`SIGSTORE_BUNDLE_V03_MEDIA_TYPE`] with `digest` as subject, listed
+/// in the index under the fallback tag `sha256-<hex>`.
+fn push_bundle(registry: &Shared, digest: Sha256Digest, bundle: &[u8]) {
+    let manifest = Manifest {
+        schema_version: 2,
+        media_type: Some(OCI_MANIFEST_MEDIA_TYPE.into()),
+        artifact_type: Some(SIGSTORE_BUNDLE_V03_MEDIA_TYPE.into()),
+        config: descriptor("application/vnd.oci.empty.v1+json", b"{}"),
+        layers: vec![descriptor(SIGSTORE_BUNDLE_V03_MEDIA_TYPE, bundle)],
+        subject: Some(Descriptor {
+            digest: digest.to_string(),
+            ..descriptor(OCI_MANIFEST_MEDIA_TYPE, b"")
+        }),
+        annotations: Default::default(),
+    };
+    let bytes = serde_json::to_vec(&manifest).expect("manifest");
+    let manifest_digest = Sha256Digest::of(&bytes);
+    let mut listed = descriptor(OCI_MANIFEST_MEDIA_TYPE, &bytes);
+    listed.artifact_type = Some(SIGSTORE_BUNDLE_V03_MEDIA_TYPE.into());
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [listed],
+    });
+    let mut registry = registry.lock().expect("lock");
+    registry.objects.insert(
+        format!("team/g/manifests/{manifest_digest}"),
+        (OCI_MANIFEST_MEDIA_TYPE.into(), bytes),
+    );
+    registry.objects.insert(
+        format!("team/g/manifests/{}", referrers_tag(digest)),
+        (
+            "application/vnd.oci.image.index.v1+json".into(),
+            index.to_string().into_bytes(),
+        ),
+    );
+    registry.objects.insert(
+        format!("team/g/blobs/{}", Sha256Digest::of(bundle)),
+        ("application/octet-stream".into(), bundle.to_vec()),
+    );
+}
+
+#[tokio::test]
+async fn sigstore_bundles_are_found_through_the_referrers_tag() {
+    let registry = start().await;
+    let digest = push(&registry, "v1", GRAPH_LAYER_MEDIA_TYPE, b"graph");
+    let other_digest = push(&registry, "v2", GRAPH_LAYER_MEDIA_TYPE, b"graph two");
+    let fetcher = fetcher();
+    let alice = RegistryCredentials::basic("alice", "pw");
+    let (signer, pem) = test_signer();
+    let (other_signer, _) = test_signer();
+    let key = VerificationKey::from_pem(pem.as_bytes()).expect("key");
+    let bundle_for = |pair, digest| {
+        dsse_bundle(
+            pair,
+            "application/vnd.in-toto+json",
+            &statement(COSIGN_SIGN_PREDICATE_TYPE, digest),
+        )
+    };
+
+    push_bundle(&registry, digest, &bundle_for(&other_signer, digest));
+    let wrongly = pull(&fetcher, &registry, "team/g:v1", &alice, None, Some(&key)).await;
+    assert_eq!(reason(wrongly), "SignatureInvalid");
+    // A genuine bundle for v1, listed as a referrer of v2: the signed digest decides.
+    push_bundle(&registry, other_digest, &bundle_for(&signer, digest));
+    let moved = pull(&fetcher, &registry, "team/g:v2", &alice, None, Some(&key)).await;
+    assert_eq!(reason(moved), "SignatureInvalid");
+    push_bundle(&registry, digest, &bundle_for(&signer, digest));
+    let signed = pull(&fetcher, &registry, "team/g:v1", &alice, None, Some(&key)).await;
+    assert!(
+        matches!(signed, Ok(OciOutcome::Fetched { .. })),
+        "{signed:?}"
+    );
+    let unchanged = pull(
+        &fetcher,
+        &registry,
+        "team/g:v1",
+        &alice,
+        Some(digest),
+        Some(&key),
+    )
+    .await;
+    assert!(
+        matches!(unchanged, Ok(OciOutcome::Unchanged { .. })),
+        "{unchanged:?}"
     );
 }

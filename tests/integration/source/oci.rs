@@ -326,6 +326,53 @@ async fn signatures_are_checked_before_the_graph_is_fetched() {
     assert!(matches!(signed, OciOutcome::Fetched { bytes, .. } if bytes == GRAPH));
 }
 
+/// The operator's reading of a `kubernetes.io/dockerconfigjson` Secret: an `identitytoken`
+/// (what `docker login` to ACR or GCR leaves) is exchanged at the realm with the OAuth2
+/// refresh-token grant; a Secret that only names credential helpers is refused with a reason
+/// (the operator never runs a program a Secret names).
+#[tokio::test]
+async fn an_identity_token_in_a_pull_secret_is_exchanged_at_the_realm() {
+    let repository = "oci-client/identity";
+    push(repository, "v1", GRAPH_LAYER_MEDIA_TYPE, GRAPH).await;
+    let crate::support::oci::TokenRegistry { registry, issuer } = token_registry();
+    let host = registry.host.as_str();
+    issuer.add_user("oci-client-identity", IssuerUser::full_access("unused-pw"));
+    issuer.add_refresh_token("refresh-oci-client-7b1e", "oci-client-identity");
+    let secret = |token: &str| {
+        serde_json::json!({"auths": {host: {
+            "auth": BASE64.encode("00000000-0000-0000-0000-000000000000:"),
+            "identitytoken": token}}})
+        .to_string()
+    };
+    let credentials =
+        RegistryCredentials::from_docker_config(secret("refresh-oci-client-7b1e").as_bytes(), host)
+            .expect("a usable Secret");
+    let pulled = pull(&format!("{repository}:v1"), &credentials, None, None)
+        .await
+        .expect("pulled with the identity token");
+    assert!(matches!(pulled, OciOutcome::Fetched { bytes, .. } if bytes == GRAPH));
+    assert!(issuer.requests().iter().any(|seen| seen.issued
+        && seen.grant.as_deref() == Some("refresh_token")
+        && seen.user.as_deref() == Some("oci-client-identity")));
+
+    let revoked =
+        RegistryCredentials::from_docker_config(secret("refresh-revoked-7b1e").as_bytes(), host)
+            .expect("a usable Secret");
+    let error = pull(&format!("{repository}:v1"), &revoked, None, None)
+        .await
+        .expect_err("a revoked identity token");
+    assert_eq!(error.reason(), "RegistryUnauthorized");
+    assert!(
+        !format!("{error} {error:?}").contains("revoked-7b1e"),
+        "{error}"
+    );
+
+    let helpers_only = serde_json::json!({"auths": {}, "credsStore": "desktop"}).to_string();
+    let problem = RegistryCredentials::from_docker_config(helpers_only.as_bytes(), host)
+        .expect_err("helpers are not run by the operator");
+    assert!(problem.0.contains("credential helpers"), "{problem}");
+}
+
 /// Through the operator: the pipeline follows its tag (the manifest digest is the change
 /// signal), and an artifact pushed to the tag that is not a graph is refused with its own
 /// reason while the RayService keeps the running version.

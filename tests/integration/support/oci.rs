@@ -7,7 +7,9 @@
 //!   own (axum): it checks basic credentials per user, grants scopes per repository, and signs
 //!   ES256 JWTs with a key whose certificate the registry trusts (`auth.token.rootcertbundle`,
 //!   the certificate travels in the JWT's `x5c` header). Each user has its own token lifetime,
-//!   so an expired-token test does not disturb the others.
+//!   so an expired-token test does not disturb the others. Besides the token spec's `GET` with
+//!   Basic credentials it takes the OAuth2 form `POST` with `grant_type=refresh_token` (an
+//!   identity token, as `docker login` stores for ACR/GCR) or `grant_type=password`.
 //!
 //! The registries are shared: tests use their own repository names.
 
@@ -84,8 +86,10 @@ impl IssuerUser {
 /// One request the issuer answered.
 #[derive(Clone, Debug)]
 pub struct TokenRequestSeen {
-    /// The user of the basic credentials, if any were sent.
+    /// The user of the basic credentials, or the one a refresh token belongs to.
     pub user: Option<String>,
+    /// The OAuth2 `grant_type` of a `POST`; `None` for the token spec's `GET`.
+    pub grant: Option<String>,
     pub scopes: Vec<String>,
     /// Whether a token was issued (false: 401).
     pub issued: bool,
@@ -94,6 +98,8 @@ pub struct TokenRequestSeen {
 #[derive(Default)]
 struct IssuerState {
     users: HashMap<String, IssuerUser>,
+    /// Refresh (identity) token → the user it stands for.
+    refresh_tokens: HashMap<String, String>,
     seen: Vec<TokenRequestSeen>,
 }
 
@@ -139,13 +145,17 @@ impl TokenIssuer {
         lock(&state)
             .users
             .insert(USER.into(), IssuerUser::full_access(PASSWORD));
-        let handler_state = state.clone();
+        let (get_state, get_signer) = (state.clone(), signer.clone());
+        let (post_state, post_signer) = (state.clone(), signer);
         let app = axum::Router::new().route(
             "/token",
             axum::routing::get(move |uri: Uri, headers: HeaderMap| {
-                let state = handler_state.clone();
-                let signer = signer.clone();
+                let (state, signer) = (get_state.clone(), get_signer.clone());
                 async move { issue(&state, &signer, &uri, &headers) }
+            })
+            .post(move |headers: HeaderMap, body: String| {
+                let (state, signer) = (post_state.clone(), post_signer.clone());
+                async move { issue_oauth2(&state, &signer, &headers, &body) }
             }),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -165,6 +175,13 @@ impl TokenIssuer {
     /// Adds (or replaces) an account.
     pub fn add_user(&self, name: &str, user: IssuerUser) {
         lock(&self.state).users.insert(name.to_owned(), user);
+    }
+
+    /// Makes `token` a refresh (identity) token of `user`, as an OAuth2 login would.
+    pub fn add_refresh_token(&self, token: &str, user: &str) {
+        lock(&self.state)
+            .refresh_tokens
+            .insert(token.to_owned(), user.to_owned());
     }
 
     /// Every token request so far, oldest first.
@@ -191,15 +208,20 @@ fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
-/// The `scope` parameters of a token request (it may repeat).
-fn scopes(uri: &Uri) -> Vec<String> {
-    let Some(query) = uri.query() else {
-        return Vec::new();
-    };
-    let Ok(url) = reqwest::Url::parse(&format!("http://issuer/?{query}")) else {
+/// The name/value pairs of a query string or form body.
+fn form_pairs(encoded: &str) -> Vec<(String, String)> {
+    let Ok(url) = reqwest::Url::parse(&format!("http://issuer/?{encoded}")) else {
         return Vec::new();
     };
     url.query_pairs()
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .collect()
+}
+
+/// The `scope` parameters of a token request (it may repeat).
+fn scopes(encoded: &str) -> Vec<String> {
+    form_pairs(encoded)
+        .into_iter()
         .filter(|(name, _)| name == "scope")
         .flat_map(|(_, value)| {
             // Some clients join several scopes with spaces in one parameter.
@@ -214,7 +236,7 @@ fn scopes(uri: &Uri) -> Vec<String> {
 
 fn issue(state: &Mutex<IssuerState>, signer: &Signer, uri: &Uri, headers: &HeaderMap) -> Response {
     let credentials = basic_credentials(headers);
-    let requested = scopes(uri);
+    let requested = scopes(uri.query().unwrap_or_default());
     let mut state = lock(state);
     let user = credentials.as_ref().and_then(|(name, password)| {
         state
@@ -225,6 +247,7 @@ fn issue(state: &Mutex<IssuerState>, signer: &Signer, uri: &Uri, headers: &Heade
     });
     state.seen.push(TokenRequestSeen {
         user: credentials.as_ref().map(|(name, _)| name.clone()),
+        grant: None,
         scopes: requested.clone(),
         issued: user.is_some(),
     });
@@ -241,6 +264,99 @@ fn issue(state: &Mutex<IssuerState>, signer: &Signer, uri: &Uri, headers: &Heade
         );
         return refused;
     };
+    let (token, expires_in, issued_at) = sign_token(signer, &name, &user, &requested);
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "token": token,
+            "access_token": token,
+            "expires_in": expires_in,
+            "issued_at": issued_at,
+        }),
+    )
+}
+
+/// The OAuth2 flavour of the token endpoint: a form `POST` with `grant_type` `refresh_token`
+/// (`refresh_token`) or `password` (`username`, `password`), plus `service`, `client_id` and
+/// space-separated `scope`. A refused grant is `400 invalid_grant`, as RFC 6749 has it; only
+/// `access_token` is answered (the OAuth2 response has no `token`).
+fn issue_oauth2(
+    state: &Mutex<IssuerState>,
+    signer: &Signer,
+    headers: &HeaderMap,
+    body: &str,
+) -> Response {
+    let pairs = form_pairs(body);
+    let param = |name: &str| {
+        pairs
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+    };
+    let form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let grant = param("grant_type").unwrap_or_default();
+    let requested = scopes(body);
+    let well_formed = form
+        && param("client_id").is_some_and(|id| !id.is_empty())
+        && param("service").as_deref() == Some(SERVICE);
+    let mut state = lock(state);
+    let name = match grant.as_str() {
+        "refresh_token" => {
+            param("refresh_token").and_then(|token| state.refresh_tokens.get(&token).cloned())
+        }
+        "password" => param("username").filter(|name| {
+            state
+                .users
+                .get(name)
+                .is_some_and(|user| Some(&user.password) == param("password").as_ref())
+        }),
+        _ => None,
+    };
+    let user = name
+        .as_ref()
+        .filter(|_| well_formed)
+        .and_then(|name| state.users.get(name).cloned());
+    state.seen.push(TokenRequestSeen {
+        user: name.clone(),
+        grant: Some(grant),
+        scopes: requested.clone(),
+        issued: user.is_some(),
+    });
+    drop(state);
+    let (Some(user), Some(name)) = (user, name) else {
+        let error = if well_formed {
+            "invalid_grant"
+        } else {
+            "invalid_request"
+        };
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &serde_json::json!({"error": error}),
+        );
+    };
+    let (token, expires_in, issued_at) = sign_token(signer, &name, &user, &requested);
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "access_token": token,
+            "scope": requested.join(" "),
+            "expires_in": expires_in,
+            "issued_at": issued_at,
+        }),
+    )
+}
+
+/// A JWT for `name` with the `requested` scopes `user` is granted; (token, expires_in,
+/// issued_at).
+fn sign_token(
+    signer: &Signer,
+    name: &str,
+    user: &IssuerUser,
+    requested: &[String],
+) -> (String, u64, String) {
     let access: Vec<serde_json::Value> = requested
         .iter()
         .filter_map(|scope| {
@@ -282,15 +398,7 @@ fn issue(state: &Mutex<IssuerState>, signer: &Signer, uri: &Uri, headers: &Heade
     let expires_in = user
         .advertised_expires_in
         .unwrap_or_else(|| u64::try_from(user.lifetime_secs).unwrap_or(0));
-    json_response(
-        StatusCode::OK,
-        &serde_json::json!({
-            "token": token,
-            "access_token": token,
-            "expires_in": expires_in,
-            "issued_at": now.to_string(),
-        }),
-    )
+    (token, expires_in, now.to_string())
 }
 
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
