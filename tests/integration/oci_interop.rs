@@ -1,5 +1,5 @@
 //! raypipe's OCI artifacts with the tools teams sign and move them with, run for real
-//! (`support::go_tools`: built from their Go modules once per machine) against the CNCF
+//! (`support::tools`: built from their Go modules once per machine) against the CNCF
 //! distribution registry on 127.0.0.1:
 //!
 //! - cosign v3 signs what `raypipe dag push` pushed — as a sigstore bundle (its default, an OCI
@@ -29,8 +29,8 @@ use raypipe::source::oci::{
 };
 use raypipe::source::{DestinationPolicy, Fetcher, FetcherOptions, RetryPolicy, Sha256Digest};
 
-use crate::support::go_tools;
 use crate::support::oci::{self, IssuerUser, PASSWORD, USER};
+use crate::support::tools;
 
 /// A listener that stands in for every host off the loopback and counts who called.
 struct Tripwire {
@@ -184,7 +184,7 @@ impl Workspace {
 
     fn cosign(&self, args: &[&str]) -> (bool, String, String) {
         self.run(
-            go_tools::cosign(),
+            tools::cosign(),
             args,
             "",
             &[("COSIGN_PASSWORD", COSIGN_PASSWORD)],
@@ -585,7 +585,7 @@ async fn cosign_simple_signatures_still_verify() {
 fn oras_and_raypipe_share_artifacts_and_logins() {
     let ws = Workspace::new();
     let registry = oci::basic_registry();
-    let oras = go_tools::oras();
+    let oras = tools::oras();
 
     // `oras login` writes the Docker config raypipe reads.
     let (ok, _, err) = ws.run(

@@ -10,7 +10,6 @@ use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 pub mod argocd;
 pub mod e2e;
 pub mod fixture;
-pub mod go_tools;
 pub mod oci;
 pub mod tools;
 

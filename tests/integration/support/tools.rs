@@ -1,13 +1,15 @@
 //! Command-line tools the release tests run, each found or provisioned once per machine into
 //! raypipe's cache (`RAYPIPE_CACHE_DIR`, default `~/.cache/raypipe`), like the control-plane
-//! binaries: `helm` and `oras` built from their Go modules, `runc` from Debian's package.
+//! binaries: `helm`, `oras` and `cosign` built from their Go modules, `runc` from Debian's
+//! package.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 const HELM_VERSION: &str = "v3.22.0";
-const ORAS_VERSION: &str = "v1.3.6";
+pub const ORAS_VERSION: &str = "v1.3.6";
+pub const COSIGN_VERSION: &str = "v3.1.3";
 
 /// One provisioning at a time in this process (two tests asking for the same tool build once).
 fn provisioning() -> std::sync::MutexGuard<'static, ()> {
@@ -15,16 +17,20 @@ fn provisioning() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `$override`, else `name` on `PATH` when `probe` succeeds there, else the version-keyed cache,
-/// else `go install module@version` into it (the first run on a machine takes minutes).
+/// `$override`, else `name` on `PATH` when `probe` succeeds there, else the version-keyed cache
+/// (`<raypipe cache>/<name>/<version>/<name>`), else `go install module@version` into it with the
+/// ordinary `go` client (`GOTOOLCHAIN=local CGO_ENABLED=0`; the first run on a machine takes
+/// minutes). Built into a directory of its own and renamed into place, so a concurrent test
+/// binary never finds half a binary.
 fn go_tool(name: &str, override_var: &str, probe: &[&str], module: &str, version: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(override_var) {
         return PathBuf::from(path);
     }
-    if Command::new(name)
-        .args(probe)
-        .output()
-        .is_ok_and(|o| o.status.success())
+    if !probe.is_empty()
+        && Command::new(name)
+            .args(probe)
+            .output()
+            .is_ok_and(|o| o.status.success())
     {
         return PathBuf::from(name);
     }
@@ -33,34 +39,34 @@ fn go_tool(name: &str, override_var: &str, probe: &[&str], module: &str, version
         .join(name)
         .join(version);
     let binary = dir.join(name);
-    if binary.exists() {
+    if binary.is_file() {
         return binary;
     }
+    std::fs::create_dir_all(&dir).expect("create the tool's cache directory");
+    let staging = tempfile::tempdir_in(&dir).expect("a staging directory");
     eprintln!(
         "building {name} {version} into {} (once per machine) …",
         dir.display()
     );
-    std::fs::create_dir_all(&dir).expect("create the tool's cache directory");
+    let started = std::time::Instant::now();
     let output = Command::new("go")
-        .args([
-            "install",
-            "-trimpath",
-            "-ldflags=-s",
-            &format!("{module}@{version}"),
-        ])
-        .env("GOBIN", &dir)
+        .args(["install", "-trimpath", "-ldflags=-s -w"])
+        .arg(format!("{module}@{version}"))
+        .env("GOBIN", staging.path())
         .env("GOTOOLCHAIN", "local")
         .env("CGO_ENABLED", "0")
         .current_dir(std::env::temp_dir())
         .output()
         .unwrap_or_else(|e| {
-            panic!("{name} is not installed and `go` cannot run ({e}); set {override_var}")
+            panic!("{name} is not cached and `go` cannot run ({e}); set {override_var}")
         });
     assert!(
-        output.status.success() && binary.exists(),
+        output.status.success(),
         "building {name} failed:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    std::fs::rename(staging.path().join(name), &binary).expect("move the tool into the cache");
+    eprintln!("built {name} {version} in {}s", started.elapsed().as_secs());
     binary
 }
 
@@ -78,16 +84,33 @@ pub fn helm() -> &'static Path {
     })
 }
 
-/// `oras`: `$RAYPIPE_ORAS`, `oras` on `PATH`, or built from `oras.land/oras`.
+/// `oras`: `$RAYPIPE_ORAS`, or built from `oras.land/oras` (its pinned version: the interop
+/// tests depend on its flags).
 pub fn oras() -> &'static Path {
     static ORAS: OnceLock<PathBuf> = OnceLock::new();
     ORAS.get_or_init(|| {
         go_tool(
             "oras",
             "RAYPIPE_ORAS",
-            &["version"],
+            &[],
             "oras.land/oras/cmd/oras",
             ORAS_VERSION,
+        )
+    })
+}
+
+/// cosign, which writes sigstore bundles (OCI 1.1 referrers) by default since v3:
+/// `$RAYPIPE_COSIGN`, or built from `github.com/sigstore/cosign/v3` (never a `cosign` on
+/// `PATH`: the tests depend on its version's defaults).
+pub fn cosign() -> &'static Path {
+    static COSIGN: OnceLock<PathBuf> = OnceLock::new();
+    COSIGN.get_or_init(|| {
+        go_tool(
+            "cosign",
+            "RAYPIPE_COSIGN",
+            &[],
+            "github.com/sigstore/cosign/v3/cmd/cosign",
+            COSIGN_VERSION,
         )
     })
 }
