@@ -202,6 +202,10 @@ pub(super) async fn apply(
             active: true,
         });
     }
+    // Counted once the RayService carries the outcome (a rollback took effect on the cluster).
+    if let Some(result) = rollout::newly_ended(previous.as_ref(), &decision.status) {
+        ctx.config.metrics.pipeline_rollout_ended(result);
+    }
     Ok(CanaryApplied {
         applied,
         rollout: decision.status,

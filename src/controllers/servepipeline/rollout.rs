@@ -55,6 +55,19 @@ pub mod reasons {
     pub const SUSPENDED: &str = "Suspended";
 }
 
+/// How the rollout `next` records as ended (and `previous` did not) ended, as one of the
+/// fixed `results`, so a metric labelled with it stays bounded (a string outside them, e.g.
+/// from a status another writer left, is not counted).
+pub fn newly_ended(previous: Option<&RolloutStatus>, next: &RolloutStatus) -> Option<&'static str> {
+    let last = next.last.as_ref()?;
+    if previous.and_then(|p| p.last.as_ref()) == Some(last) {
+        return None;
+    }
+    [results::PROMOTED, results::ROLLED_BACK, results::ABORTED]
+        .into_iter()
+        .find(|known| *known == last.result)
+}
+
 /// Digests remembered as rolled back (the oldest are forgotten first).
 pub const MAX_FAILED_DIGESTS: usize = 10;
 /// How long a leaving version is kept when the routers' counters cannot be read to confirm

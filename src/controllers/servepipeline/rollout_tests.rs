@@ -233,6 +233,7 @@ fn a_good_canary_is_promoted_step_by_step_and_the_old_version_retires() {
 fn an_error_rate_over_the_gate_rolls_back_at_once_and_the_digest_is_remembered() {
     let mut w = canary_at_step_one();
     w.traffic((10, 3, 0), (90, 0));
+    let before = w.status.clone();
     let d = w.pass(12, Some(&newest(NEW)));
     assert!(d.status.canary.is_none());
     assert_eq!(d.status.stable.as_ref().unwrap().digest, OLD);
@@ -240,6 +241,17 @@ fn an_error_rate_over_the_gate_rolls_back_at_once_and_the_digest_is_remembered()
     assert_eq!(
         (last.result.as_str(), last.reason.as_str()),
         (results::ROLLED_BACK, reasons::ERROR_RATE)
+    );
+    // What the rollout metric counts: this pass ended it, a later one with the same outcome not.
+    assert_eq!(
+        newly_ended(before.as_ref(), &d.status),
+        Some(results::ROLLED_BACK)
+    );
+    assert_eq!(newly_ended(Some(&d.status), &d.status), None);
+    // The metric starts every result the controller can report at 0.
+    assert_eq!(
+        crate::admin::metrics::ROLLOUT_RESULTS,
+        [results::PROMOTED, results::ROLLED_BACK, results::ABORTED]
     );
     assert!(last.message.contains("3 of 10"), "{}", last.message);
     assert_eq!(d.status.failed_digests, vec![NEW.to_owned()]);
