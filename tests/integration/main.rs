@@ -24,4 +24,5 @@ mod samples;
 mod servepipeline;
 mod source;
 mod support;
+mod user_roles;
 mod webhook;

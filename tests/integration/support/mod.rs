@@ -10,6 +10,7 @@ use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 pub mod argocd;
 pub mod e2e;
 pub mod fixture;
+pub mod helm;
 pub mod oci;
 
 /// The control plane every test in this binary shares: etcd, kube-apiserver,
