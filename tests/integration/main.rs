@@ -2,6 +2,7 @@
 //! share one real control plane per run (see `support`).
 
 mod admin;
+mod alerts;
 mod crds;
 mod dag_oci;
 mod deploy;

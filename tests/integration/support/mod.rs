@@ -12,6 +12,7 @@ pub mod e2e;
 pub mod fixture;
 pub mod helm;
 pub mod oci;
+pub mod prometheus;
 
 /// The control plane every test in this binary shares: etcd, kube-apiserver,
 /// kube-controller-manager, kube-scheduler and kwok, with raypipe's CRDs installed. Started by
