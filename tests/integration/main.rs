@@ -8,6 +8,7 @@ mod dag_oci;
 mod deploy;
 mod dev;
 mod faults;
+mod gitops_health;
 mod graph_diff;
 mod hardening;
 mod leader;

@@ -10,6 +10,7 @@ use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 pub mod argocd;
 pub mod e2e;
 pub mod fixture;
+pub mod flux;
 pub mod helm;
 pub mod oci;
 pub mod prometheus;
