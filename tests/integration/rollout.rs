@@ -313,6 +313,17 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     assert_eq!(aborted.reason, "Reverted");
     assert_eq!(stable_application(&e2e).await, stable_app);
     assert_eq!(executor_replicas(&stable_app).await, replicas);
+    // Each rollout that ended so far is counted once, by result: what the chart's rollback
+    // alert reads (the first graph was no rollout).
+    let text = e2e.metrics.encode().expect("the metrics encode");
+    for (result, count) in [("Promoted", 1.0), ("RolledBack", 3.0), ("Aborted", 1.0)] {
+        let series = format!("raypipe_pipeline_rollouts_total{{result=\"{result}\"}}");
+        assert_eq!(
+            crate::admin::sample(&text, &series),
+            Some(count),
+            "{series} in\n{text}"
+        );
+    }
 
     // 6. Three pushes within ten seconds: one canary at a time, and the newest wins.
     let pushes = [ensemble("7"), ensemble("8"), ensemble("9")];

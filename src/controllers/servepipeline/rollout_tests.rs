@@ -243,11 +243,19 @@ fn an_error_rate_over_the_gate_rolls_back_at_once_and_the_digest_is_remembered()
         (results::ROLLED_BACK, reasons::ERROR_RATE)
     );
     // What the rollout metric counts: this pass ended it, a later one with the same outcome not.
-    assert_eq!(
-        newly_ended(before.as_ref(), &d.status),
-        Some(results::ROLLED_BACK)
-    );
+    let (result, key) = newly_ended(before.as_ref(), &d.status).expect("a rollout ended");
+    assert_eq!(result, results::ROLLED_BACK);
     assert_eq!(newly_ended(Some(&d.status), &d.status), None);
+    // A pass on the same, older status (a stale cache) ends the same rollout again, later: the
+    // key is the same, so it is counted once.
+    let mut stale = canary_at_step_one();
+    stale.traffic((10, 3, 0), (90, 0));
+    let again = stale.pass(14, Some(&newest(NEW)));
+    assert_ne!(again.status.last, d.status.last, "decided at another time");
+    assert_eq!(
+        newly_ended(before.as_ref(), &again.status).map(|(_, k)| k),
+        Some(key)
+    );
     // The metric starts every result the controller can report at 0.
     assert_eq!(
         crate::admin::metrics::ROLLOUT_RESULTS,
