@@ -162,7 +162,11 @@ def _ray_caller(handle, method: str):
     target = handle.options(method_name=method) if method != "__call__" else handle
     unavailable = (rex.ActorDiedError, rex.ActorUnavailableError, rex.RayActorError,
                    rex.WorkerCrashedError, rex.NodeDiedError, rex.ActorUnschedulableError,
-                   sex.DeploymentUnavailableError, sex.ReplicaUnavailableError)
+                   sex.DeploymentUnavailableError)
+    # Serve 2.52 has no ReplicaUnavailableError (a replica lost mid-call surfaces there as one
+    # of Ray's actor errors above); newer Serve raises it, so it is added where it exists.
+    if hasattr(sex, "ReplicaUnavailableError"):
+        unavailable += (sex.ReplicaUnavailableError,)
 
     async def call(*args, **kwargs):
         response = target.remote(*args, **kwargs)

@@ -5,6 +5,9 @@ runtime::` does):
 
     PYTHONPATH=.:runtime ~/.cache/raypipe/ray/venv-2.60.0/bin/python -m pytest runtime/tests -q
 
+(`venv-2.52.0` for the oldest Ray the README's support matrix claims; `cargo test --test
+integration runtime::` runs the suite on both.)
+
 Everything except test_ray_serve.py, test_router_ray.py and test_metrics_ray.py runs without Ray.
 """
 

@@ -64,6 +64,15 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RolloutLabels {
+    result: &'static str,
+}
+
+/// How a canary rollout can end (the ServePipeline controller's `rollout::results`). Each starts
+/// at 0, so an alert on `increase(…)` sees the first rollback after a restart too.
+pub const ROLLOUT_RESULTS: [&str; 3] = ["Promoted", "RolledBack", "Aborted"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AdmissionLabels {
     kind: &'static str,
     allowed: bool,
@@ -163,6 +172,7 @@ struct Inner {
     fetch_failures: Family<ReasonLabels, Counter>,
     raycluster_provisioning: Histogram,
     rayservice_upgrade: Histogram,
+    rollouts: Family<RolloutLabels, Counter>,
     leader: Gauge,
     admissions: Family<AdmissionLabels, Counter>,
     pipelines: Arc<PipelinePhases>,
@@ -260,6 +270,15 @@ impl Metrics {
             "Time a RayService took to move its traffic to a new RayCluster",
             rayservice_upgrade.clone(),
         );
+        let rollouts = Family::<RolloutLabels, Counter>::default();
+        registry.register(
+            "pipeline_rollouts",
+            "Canary rollouts of a new graph that ended, by result (Promoted, RolledBack, Aborted)",
+            rollouts.clone(),
+        );
+        for result in ROLLOUT_RESULTS {
+            let _ = rollouts.get_or_create(&RolloutLabels { result });
+        }
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -327,6 +346,7 @@ impl Metrics {
                 fetch_failures,
                 raycluster_provisioning,
                 rayservice_upgrade,
+                rollouts,
                 leader,
                 admissions,
                 pipelines,
@@ -458,6 +478,15 @@ impl Metrics {
     /// A RayService finished moving its traffic to a new cluster, `took` after the upgrade began.
     pub fn rayservice_upgraded(&self, took: Duration) {
         self.inner.rayservice_upgrade.observe(took.as_secs_f64());
+    }
+
+    /// A ServePipeline's canary rollout ended with `result` (one of [`ROLLOUT_RESULTS`]; the
+    /// reason is in the pipeline's status and Events, not in a label).
+    pub fn pipeline_rollout_ended(&self, result: &'static str) {
+        self.inner
+            .rollouts
+            .get_or_create(&RolloutLabels { result })
+            .inc();
     }
 
     /// Whether this replica leads (runs the controllers).
@@ -705,6 +734,7 @@ mod tests {
         metrics.graph_fetch_failed("Unauthorized", Duration::from_millis(5));
         metrics.raycluster_provisioned(Duration::from_secs(30));
         metrics.rayservice_upgraded(Duration::from_secs(90));
+        metrics.pipeline_rollout_ended("RolledBack");
         metrics.set_leader(true);
         metrics.admission_reviewed("RayCluster", false);
         let text = metrics.encode().expect("encodes");
@@ -714,6 +744,8 @@ mod tests {
             "raypipe_graph_fetch_failures_total{reason=\"Unauthorized\"} 1",
             "raypipe_raycluster_provisioning_duration_seconds_count 1",
             "raypipe_rayservice_upgrade_duration_seconds_sum 90.0",
+            "raypipe_pipeline_rollouts_total{result=\"RolledBack\"} 1",
+            "raypipe_pipeline_rollouts_total{result=\"Promoted\"} 0",
             "raypipe_leader 1",
             "raypipe_webhook_admissions_total{kind=\"RayCluster\",allowed=\"false\"} 1",
         ] {

@@ -918,7 +918,7 @@ fn sample_names(family: &str, kind: &str) -> Vec<String> {
 /// Every sample name the operator's registry exports (the KubeRay-compatible set included),
 /// from its own exposition after one sample of each kind was recorded (a labelled family shows
 /// no `# TYPE` line before its first sample).
-async fn operator_series() -> BTreeSet<String> {
+pub(crate) async fn operator_series() -> BTreeSet<String> {
     use raypipe::admin::kube_requests::KubeRequestMetricsLayer;
     use raypipe::admin::metrics::{FetchOutcome, Metrics, MetricsOptions};
     use std::time::Duration;
@@ -976,7 +976,7 @@ fn runtime_series() -> BTreeSet<String> {
 /// The metric names a PromQL expression reads: identifiers outside label matchers, ranges,
 /// strings and grouping lists (`by (…)`, `on (…)`, …) that are neither a function, a keyword
 /// nor a Grafana variable (`$name`, `${name}`).
-fn promql_metric_names(expr: &str) -> Vec<String> {
+pub(crate) fn promql_metric_names(expr: &str) -> Vec<String> {
     const GROUPING: &[&str] = &[
         "by",
         "without",

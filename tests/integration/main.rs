@@ -2,11 +2,13 @@
 //! share one real control plane per run (see `support`).
 
 mod admin;
+mod alerts;
 mod crds;
 mod dag_oci;
 mod deploy;
 mod dev;
 mod faults;
+mod gitops_health;
 mod graph_diff;
 mod hardening;
 mod leader;
@@ -26,4 +28,5 @@ mod samples;
 mod servepipeline;
 mod source;
 mod support;
+mod user_roles;
 mod webhook;

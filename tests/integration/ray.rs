@@ -1,13 +1,15 @@
-//! The Ray dashboard client against a real Ray head (Ray 2.60 from PyPI, on 127.0.0.1): Serve
-//! deploy → statuses → requests → in-place update, Ray's errors for broken configs, Serve
-//! shutdown, jobs from submission to logs, stop and delete, and token authentication.
+//! The Ray dashboard client against a real Ray head (from PyPI, on 127.0.0.1): Serve deploy →
+//! statuses → requests → in-place update, Ray's errors for broken configs, Serve shutdown, jobs
+//! from submission to logs, stop and delete, and token authentication.
 //!
-//! All tests share one head (`support::ray_head`); Serve tests take turns on it because a PUT
-//! replaces the head's whole Serve config.
+//! On the newest Ray the support matrix claims (2.60) the tests share one head
+//! (`support::ray_head`); Serve tests take turns on it because a PUT replaces the head's whole
+//! Serve config. On the oldest (2.52), `the_dashboard_client_works_on_the_oldest_ray` runs the
+//! same checks in sequence on a head of its own, stopped when it ends.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use raypipe::devenv::ray::{RayHead, RayHeadOptions};
+use raypipe::devenv::ray::{RAY_VERSION_OLDEST, RayHead, RayHeadOptions};
 use raypipe::ray::{
     ApplicationStatus, BearerToken, DashboardClient, DashboardClientOptions, DashboardError,
     DeploymentStatus, JobStatus, JobSubmitRequest, RayDashboardClient, ReplicaState,
@@ -119,8 +121,11 @@ async fn call_serve(head: &RayHead, path: &str, body: &str) -> serde_json::Value
 
 #[tokio::test]
 async fn serve_application_deploys_runs_answers_and_updates_in_place() {
-    let head = support::ray_head();
     let _serve = support::ray_serve_lock().await;
+    serve_deploys_runs_answers_and_updates(support::ray_head()).await;
+}
+
+async fn serve_deploys_runs_answers_and_updates(head: &RayHead) {
     let client = serve_client(head);
     let app = unique("echo");
 
@@ -207,20 +212,21 @@ async fn serve_application_deploys_runs_answers_and_updates_in_place() {
     );
 
     let version = client.get_version().await.expect("GET version");
-    assert_eq!(
-        version.ray_version.as_deref(),
-        Some(raypipe::devenv::ray::RAY_VERSION)
-    );
+    assert_eq!(version.ray_version.as_deref(), Some(head.ray_version()));
     assert_eq!(version.version.as_deref(), Some("4"));
 }
 
 #[tokio::test]
 async fn broken_serve_configs_are_reported_in_rays_words() {
-    let head = support::ray_head();
     let _serve = support::ray_serve_lock().await;
+    broken_serve_configs_are_reported(support::ray_head()).await;
+}
+
+async fn broken_serve_configs_are_reported(head: &RayHead) {
     let client = serve_client(head);
 
-    // Rejected by validation: HTTP 400 with pydantic's text.
+    // Rejected by validation: HTTP 400 with pydantic's text (2.60: "1 validation error for
+    // ServeDeploySchema …"; 2.52: "ValidationError(model='ServeDeploySchema', …)").
     let mut invalid = json!({"applications": [{"name": "bad", "import_path": "nocolon"}]});
     head.bind_serve_to_loopback(&mut invalid);
     let error = client
@@ -234,10 +240,7 @@ async fn broken_serve_configs_are_reported_in_rays_words() {
             endpoint,
         } => {
             assert_eq!(status.as_u16(), 400, "{error}");
-            assert!(
-                body.contains("validation error for ServeDeploySchema"),
-                "{body}"
-            );
+            assert!(body.contains("ServeDeploySchema"), "{body}");
             assert!(body.contains("invalid import path \"nocolon\""), "{body}");
             assert!(
                 endpoint.starts_with("PUT http://127.0.0.1:")
@@ -285,8 +288,11 @@ async fn broken_serve_configs_are_reported_in_rays_words() {
 
 #[tokio::test]
 async fn deleting_serve_applications_shuts_serve_down() {
-    let head = support::ray_head();
     let _serve = support::ray_serve_lock().await;
+    deleting_applications_shuts_serve_down(support::ray_head()).await;
+}
+
+async fn deleting_applications_shuts_serve_down(head: &RayHead) {
     let client = serve_client(head);
     let app = unique("short-lived");
     client
@@ -333,7 +339,10 @@ async fn wait_for_job(
 
 #[tokio::test]
 async fn a_job_runs_to_success_and_its_logs_can_be_read() {
-    let head = support::ray_head();
+    job_runs_to_success_with_logs(support::ray_head()).await;
+}
+
+async fn job_runs_to_success_with_logs(head: &RayHead) {
     let client = head
         .client(Duration::from_secs(30))
         .expect("a dashboard client");
@@ -376,7 +385,10 @@ async fn a_job_runs_to_success_and_its_logs_can_be_read() {
 
 #[tokio::test]
 async fn a_running_job_can_be_stopped_then_deleted() {
-    let head = support::ray_head();
+    running_job_is_stopped_then_deleted(support::ray_head()).await;
+}
+
+async fn running_job_is_stopped_then_deleted(head: &RayHead) {
     let client = head
         .client(Duration::from_secs(30))
         .expect("a dashboard client");
@@ -414,11 +426,16 @@ async fn a_running_job_can_be_stopped_then_deleted() {
 
 #[tokio::test]
 async fn a_head_with_token_auth_needs_the_token_and_stops_by_its_own_pids() {
-    // The shared head runs first, so stopping the second one can be seen to leave it alone.
-    let shared = support::ray_head();
+    token_auth_is_enforced_and_a_head_stops_by_its_own_pids(support::ray_head()).await;
+}
+
+/// `shared` runs first, so stopping the second head (of the same Ray) can be seen to leave it
+/// alone.
+async fn token_auth_is_enforced_and_a_head_stops_by_its_own_pids(shared: &RayHead) {
     let token = BearerToken::new(unique("raypipe-token")).expect("a token");
     let secured = RayHead::start(RayHeadOptions {
         auth_token: Some(token.clone()),
+        ray_version: shared.ray_version(),
         ..Default::default()
     })
     .await
@@ -467,10 +484,7 @@ async fn a_head_with_token_auth_needs_the_token_and_stops_by_its_own_pids() {
         .get_version()
         .await
         .expect("version with the token");
-    assert_eq!(
-        version.ray_version.as_deref(),
-        Some(raypipe::devenv::ray::RAY_VERSION)
-    );
+    assert_eq!(version.ray_version.as_deref(), Some(shared.ray_version()));
     authorised.list_jobs().await.expect("jobs with the token");
     assert!(!format!("{secured:?}").contains(token.expose_secret()));
 
@@ -505,4 +519,32 @@ async fn a_head_with_token_auth_needs_the_token_and_stops_by_its_own_pids() {
         .get_version()
         .await
         .expect("the shared head still answers");
+}
+
+/// The oldest Ray the support matrix claims (README, "What runs where"; the samples'
+/// `rayproject/ray:2.52.0`): every check above, in sequence, on one head of that version (and a
+/// second one for token authentication), stopped when the test ends. It holds the Serve lock
+/// throughout, so its heads do not compete with the shared head's Serve tests for the 2 cores.
+#[tokio::test]
+async fn the_dashboard_client_works_on_the_oldest_ray() {
+    let _serve = support::ray_serve_lock().await;
+    let started = Instant::now();
+    let head = RayHead::start(RayHeadOptions {
+        python_path: vec![support::ray_test_apps_dir()],
+        ray_version: RAY_VERSION_OLDEST,
+        ..Default::default()
+    })
+    .await
+    .expect("a head of the oldest Ray");
+    assert_eq!(head.ray_version(), RAY_VERSION_OLDEST);
+    serve_deploys_runs_answers_and_updates(&head).await;
+    broken_serve_configs_are_reported(&head).await;
+    deleting_applications_shuts_serve_down(&head).await;
+    job_runs_to_success_with_logs(&head).await;
+    running_job_is_stopped_then_deleted(&head).await;
+    token_auth_is_enforced_and_a_head_stops_by_its_own_pids(&head).await;
+    eprintln!(
+        "dashboard client on Ray {RAY_VERSION_OLDEST}: every check passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -26,6 +26,11 @@ fn health(p: &ServePipeline) -> (String, String) {
     support::argocd::health(&serde_json::to_value(p).expect("JSON"))
 }
 
+/// Flux's health of a pipeline (deploy/flux/kustomization.yaml's healthCheckExprs).
+fn flux_health(p: &ServePipeline) -> String {
+    support::flux::health(&serde_json::to_value(p).expect("JSON")).0
+}
+
 const ROLLOUT_WAIT: Duration = Duration::from_secs(300);
 
 fn rollout_of(p: &ServePipeline) -> Option<RolloutStatus> {
@@ -216,6 +221,7 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     assert_eq!(condition(&p, "Ready").unwrap().status, "True");
     assert_eq!(condition(&p, "UpToDate").unwrap().status, "True");
     assert_eq!(health(&p).0, "Healthy");
+    assert_eq!(flux_health(&p), "Current", "{:?}", p.status);
     let apps = e2e
         .rayservices
         .get(PIPELINE)
@@ -264,6 +270,7 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     );
     assert_eq!(condition(&p, "Ready").unwrap().status, "True");
     assert_eq!(health(&p).0, "Degraded");
+    assert_eq!(flux_health(&p), "Failed", "{:?}", p.status);
 
     // 3. 30 % errors at the first step trip the error-rate gate; the stable version answers
     // the canary's failures.
@@ -300,11 +307,23 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
         "RolloutInProgress"
     );
     assert_eq!(health(&p).0, "Progressing");
+    assert_eq!(flux_health(&p), "InProgress", "{:?}", p.status);
     e2e.registry.put(GRAPH_PATH, good.clone());
     let (aborted, _) = outcome(&e2e, &next, "Aborted", Instant::now()).await;
     assert_eq!(aborted.reason, "Reverted");
     assert_eq!(stable_application(&e2e).await, stable_app);
     assert_eq!(executor_replicas(&stable_app).await, replicas);
+    // Each rollout that ended so far is counted once, by result: what the chart's rollback
+    // alert reads (the first graph was no rollout).
+    let text = e2e.metrics.encode().expect("the metrics encode");
+    for (result, count) in [("Promoted", 1.0), ("RolledBack", 3.0), ("Aborted", 1.0)] {
+        let series = format!("raypipe_pipeline_rollouts_total{{result=\"{result}\"}}");
+        assert_eq!(
+            crate::admin::sample(&text, &series),
+            Some(count),
+            "{series} in\n{text}"
+        );
+    }
 
     // 6. Three pushes within ten seconds: one canary at a time, and the newest wins.
     let pushes = [ensemble("7"), ensemble("8"), ensemble("9")];

@@ -2,9 +2,10 @@
 //! fixtures — the Serve configs raypipe renders for the sample graphs, which the Python tests
 //! parse as the runtime's `args` — still match what raypipe renders today.
 //!
-//! The suite runs on the test venv's Python (the pinned `ray[serve]` and `pytest`, provisioned on
-//! first use); its one end-to-end test starts its own Ray head on 127.0.0.1, so this test takes
-//! the shared Ray lock to keep Ray-heavy tests of this binary from overlapping on 2 cores.
+//! The suite runs on a test venv's Python (a pinned `ray[serve]` and `pytest`, provisioned on
+//! first use), once on the newest and once on the oldest Ray the support matrix claims; its
+//! end-to-end tests start their own Ray head on 127.0.0.1, so each run takes the shared Ray lock
+//! to keep Ray-heavy tests of this binary from overlapping on 2 cores.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -68,16 +69,40 @@ fn runtime_fixtures_match_current_rendering() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn python_runtime_tests_pass() {
+    run_suite(raypipe::devenv::ray::RAY_VERSION).await;
+}
+
+/// The same suite on the oldest Ray the support matrix claims (README, "What runs where"): the
+/// Ray the samples' images run, with its own cached venv.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn python_runtime_tests_pass_on_the_oldest_ray() {
+    run_suite(raypipe::devenv::ray::RAY_VERSION_OLDEST).await;
+}
+
+/// `pytest runtime/tests` on the venv of Ray `version`; every test must pass, none skipped.
+async fn run_suite(version: &'static str) {
     let _turn = support::ray_serve_lock().await;
-    let ray = tokio::task::spawn_blocking(raypipe::devenv::ray::locate_ray)
-        .await
-        .expect("provisioning did not panic")
-        .expect("the Ray test venv");
+    let ray =
+        tokio::task::spawn_blocking(move || raypipe::devenv::ray::locate_ray_version(version))
+            .await
+            .expect("provisioning did not panic")
+            .expect("the Ray test venv");
     let python = ray.with_file_name("python");
     assert!(
         python.exists(),
         "no python beside {} (the runtime tests need the Ray venv's interpreter)",
         ray.display()
+    );
+    // The suite's Ray is the one named, not whatever the venv happens to hold.
+    let reported = std::process::Command::new(&python)
+        .args(["-c", "import ray; print(ray.__version__)"])
+        .output()
+        .expect("the venv's python runs");
+    assert_eq!(
+        String::from_utf8_lossy(&reported.stdout).trim(),
+        version,
+        "{}",
+        String::from_utf8_lossy(&reported.stderr)
     );
     let python_path = format!("{}:{}", repo().display(), repo().join("runtime").display());
     let started = Instant::now();
@@ -115,14 +140,16 @@ async fn python_runtime_tests_pass() {
             let _ = child.kill().await;
             let stdout =
                 String::from_utf8_lossy(&stdout_task.await.unwrap_or_default()).into_owned();
-            panic!("pytest runtime/tests took longer than {PYTEST_TIMEOUT:?}:\n{stdout}");
+            panic!(
+                "pytest runtime/tests on Ray {version} took longer than {PYTEST_TIMEOUT:?}:\n{stdout}"
+            );
         }
     };
     let stdout = String::from_utf8_lossy(&stdout_task.await.unwrap_or_default()).into_owned();
     let stderr = String::from_utf8_lossy(&stderr_task.await.unwrap_or_default()).into_owned();
     assert!(
         status.success(),
-        "pytest runtime/tests failed ({}) after {:.1}s:\n{stdout}\n{stderr}",
+        "pytest runtime/tests on Ray {version} failed ({}) after {:.1}s:\n{stdout}\n{stderr}",
         status,
         started.elapsed().as_secs_f64()
     );
@@ -132,7 +159,7 @@ async fn python_runtime_tests_pass() {
         "pytest skipped tests:\n{stdout}"
     );
     eprintln!(
-        "runtime tests: {} in {:.1}s",
+        "runtime tests on Ray {version}: {} in {:.1}s",
         stdout.lines().last().unwrap_or_default(),
         started.elapsed().as_secs_f64()
     );

@@ -252,7 +252,9 @@ async fn ready_follows_the_rayservice_and_serve_statuses_are_copied() {
 /// runs it) on the statuses the controller writes: Progressing while the RayService does not
 /// serve, Healthy once it does, Degraded after a refused push even though `Ready` stays True
 /// (the previous graph serves; `UpToDate` says it is not the pushed one), Healthy again when
-/// the registry serves a good graph.
+/// the registry serves a good graph. Flux's CEL check (deploy/flux/kustomization.yaml, run by
+/// cel-go as kustomize-controller runs it) says the same each time: InProgress, Current, Failed,
+/// Current.
 #[tokio::test]
 async fn argocd_health_follows_the_pipeline_and_a_refused_push_is_degraded() {
     use crate::support::argocd::health;
@@ -265,10 +267,13 @@ async fn argocd_health_follows_the_pipeline_and_a_refused_push_is_degraded() {
     .await;
     f.rayservice("argocd").await;
     let health_of = |p: &ServePipeline| health(&serde_json::to_value(p).expect("JSON"));
+    let flux_of =
+        |p: &ServePipeline| crate::support::flux::health(&serde_json::to_value(p).expect("JSON"));
     let p = f
         .condition("argocd", "Ready", "False", "RayServiceNotReady")
         .await;
     assert_eq!(health_of(&p).0, "Progressing", "{:?}", p.status);
+    assert_eq!(flux_of(&p).0, "InProgress", "{:?}", p.status);
 
     let status = json!({
         "apiVersion": "ray.io/v1", "kind": "RayService",
@@ -281,6 +286,7 @@ async fn argocd_health_follows_the_pipeline_and_a_refused_push_is_degraded() {
         .expect("write RayService status");
     let p = f.condition("argocd", "UpToDate", "True", "Serving").await;
     assert_eq!(health_of(&p).0, "Healthy", "{:?}", p.status);
+    assert_eq!(flux_of(&p).0, "Current", "{:?}", p.status);
 
     f.registry
         .put("graphs/pipeline.pb", b"\xff not a graph".to_vec());
@@ -303,6 +309,7 @@ async fn argocd_health_follows_the_pipeline_and_a_refused_push_is_degraded() {
     let (status, message) = health_of(&p);
     assert_eq!(status, "Degraded", "{message}");
     assert!(message.contains("refused"), "{message}");
+    assert_eq!(flux_of(&p).0, "Failed", "{:?}", p.status);
 
     f.registry.put(
         "graphs/pipeline.pb",
@@ -310,6 +317,7 @@ async fn argocd_health_follows_the_pipeline_and_a_refused_push_is_degraded() {
     );
     let p = f.condition("argocd", "UpToDate", "True", "Serving").await;
     assert_eq!(health_of(&p).0, "Healthy");
+    assert_eq!(flux_of(&p).0, "Current", "{:?}", p.status);
 }
 
 #[tokio::test]

@@ -202,6 +202,19 @@ pub(super) async fn apply(
             active: true,
         });
     }
+    // Counted once the RayService carries the outcome (a rollback took effect on the cluster),
+    // and once per rollout: a reconcile on a cached status that predates our own status write
+    // decides the same ending again.
+    if let Some((result, rollout_key)) = rollout::newly_ended(previous.as_ref(), &decision.status) {
+        let first_time = ctx.counted_rollout.with(pipeline, |counted| {
+            let first = counted.as_deref() != Some(rollout_key.as_str());
+            *counted = Some(rollout_key);
+            first
+        });
+        if first_time {
+            ctx.config.metrics.pipeline_rollout_ended(result);
+        }
+    }
     Ok(CanaryApplied {
         applied,
         rollout: decision.status,

@@ -173,6 +173,8 @@ pub struct Context {
     secrets: Store<PartialObjectMeta<Secret>>,
     /// Per pipeline, reset when its uid changes (see `frame::memory`).
     state: ObjectMemory<Option<PipelineState>>,
+    /// Per pipeline, the last ended rollout counted in the rollouts metric.
+    counted_rollout: ObjectMemory<Option<String>>,
     frame: Frame<ServePipeline>,
     /// Fetches in flight, outside the reconcile workers.
     fetches: FetchQueue<FetchResult>,
@@ -250,6 +252,7 @@ pub async fn run(
         config,
         secrets: secret_store,
         state: ObjectMemory::new(),
+        counted_rollout: ObjectMemory::new(),
         frame,
         fetches,
     });

@@ -55,6 +55,30 @@ pub mod reasons {
     pub const SUSPENDED: &str = "Suspended";
 }
 
+/// A rollout that `next` records as ended and `previous` did not: its result, one of the fixed
+/// `results` (so a metric labelled with it stays bounded; a string outside them, e.g. from a
+/// status another writer left, is not counted), and a key naming that rollout (the canary's
+/// digest and start), by which a caller counts it once even when a reconcile on a cached,
+/// older status decides the same ending again.
+pub fn newly_ended(
+    previous: Option<&RolloutStatus>,
+    next: &RolloutStatus,
+) -> Option<(&'static str, String)> {
+    let last = next.last.as_ref()?;
+    if previous.and_then(|p| p.last.as_ref()) == Some(last) {
+        return None;
+    }
+    let result = [results::PROMOTED, results::ROLLED_BACK, results::ABORTED]
+        .into_iter()
+        .find(|known| *known == last.result)?;
+    let started = previous
+        .and_then(|p| p.canary.as_ref())
+        .filter(|c| c.version.digest == last.digest)
+        .map(|c| c.started_at.0.to_string())
+        .unwrap_or_default();
+    Some((result, format!("{}@{started}", last.digest)))
+}
+
 /// Digests remembered as rolled back (the oldest are forgotten first).
 pub const MAX_FAILED_DIGESTS: usize = 10;
 /// How long a leaving version is kept when the routers' counters cannot be read to confirm

@@ -233,6 +233,7 @@ fn a_good_canary_is_promoted_step_by_step_and_the_old_version_retires() {
 fn an_error_rate_over_the_gate_rolls_back_at_once_and_the_digest_is_remembered() {
     let mut w = canary_at_step_one();
     w.traffic((10, 3, 0), (90, 0));
+    let before = w.status.clone();
     let d = w.pass(12, Some(&newest(NEW)));
     assert!(d.status.canary.is_none());
     assert_eq!(d.status.stable.as_ref().unwrap().digest, OLD);
@@ -240,6 +241,25 @@ fn an_error_rate_over_the_gate_rolls_back_at_once_and_the_digest_is_remembered()
     assert_eq!(
         (last.result.as_str(), last.reason.as_str()),
         (results::ROLLED_BACK, reasons::ERROR_RATE)
+    );
+    // What the rollout metric counts: this pass ended it, a later one with the same outcome not.
+    let (result, key) = newly_ended(before.as_ref(), &d.status).expect("a rollout ended");
+    assert_eq!(result, results::ROLLED_BACK);
+    assert_eq!(newly_ended(Some(&d.status), &d.status), None);
+    // A pass on the same, older status (a stale cache) ends the same rollout again, later: the
+    // key is the same, so it is counted once.
+    let mut stale = canary_at_step_one();
+    stale.traffic((10, 3, 0), (90, 0));
+    let again = stale.pass(14, Some(&newest(NEW)));
+    assert_ne!(again.status.last, d.status.last, "decided at another time");
+    assert_eq!(
+        newly_ended(before.as_ref(), &again.status).map(|(_, k)| k),
+        Some(key)
+    );
+    // The metric starts every result the controller can report at 0.
+    assert_eq!(
+        crate::admin::metrics::ROLLOUT_RESULTS,
+        [results::PROMOTED, results::ROLLED_BACK, results::ABORTED]
     );
     assert!(last.message.contains("3 of 10"), "{}", last.message);
     assert_eq!(d.status.failed_digests, vec![NEW.to_owned()]);

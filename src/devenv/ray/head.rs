@@ -15,7 +15,7 @@ use super::ports::{RayWorkerNodePorts, pick_ports, pick_worker_node_ports};
 use super::processes::{
     ProcessIdentity, is_alive, listening_sockets, own_processes, run_dir, stop_node,
 };
-use super::{LOOPBACK, RayHead, RayHeadOptions, RayHeadPorts, WorkerNode, locate_ray};
+use super::{LOOPBACK, RayHead, RayHeadOptions, RayHeadPorts, WorkerNode, locate_ray_version};
 use crate::devenv::DevEnvError;
 use crate::devenv::process::ManagedProcess;
 use crate::ray::{DashboardClientOptions, DashboardUrl, RayDashboardClient};
@@ -28,7 +28,8 @@ impl RayHead {
     /// dashboard serves the Serve and Jobs APIs.
     pub async fn start(options: RayHeadOptions) -> Result<RayHead, DevEnvError> {
         let started = Instant::now();
-        let ray = tokio::task::spawn_blocking(locate_ray)
+        let ray_version = options.ray_version;
+        let ray = tokio::task::spawn_blocking(move || locate_ray_version(ray_version))
             .await
             .map_err(|e| DevEnvError::Provision(e.to_string()))??;
         let dir = run_dir()?;
@@ -57,6 +58,7 @@ impl RayHead {
             root_pid,
             workers: Mutex::new(Vec::new()),
             keep_dir: std::env::var_os("RAYPIPE_TESTENV_KEEP").is_some(),
+            ray_version,
         };
         // On failure `head` is dropped here, which stops whatever did start.
         head.wait_ready(options.startup_timeout).await?;
@@ -72,6 +74,11 @@ impl RayHead {
             "ray head ready"
         );
         Ok(head)
+    }
+
+    /// The pinned Ray release this head runs (its venv's version).
+    pub fn ray_version(&self) -> &'static str {
+        self.ray_version
     }
 
     pub fn dashboard_url(&self) -> &DashboardUrl {

@@ -32,8 +32,36 @@ use crate::ray::{BearerToken, DashboardUrl};
 
 use ports::{RayHeadPorts, RayWorkerNodePorts};
 
-/// The `ray[serve]` version tests run (the one the reference notes were verified against).
+/// The `ray[serve]` version tests and `raypipe dev` run by default: the newest the support
+/// matrix claims (the one the reference notes were verified against).
 pub const RAY_VERSION: &str = "2.60.0";
+
+/// The oldest `ray[serve]` the support matrix claims: what raypipe's samples run
+/// (`rayproject/ray:2.52.0`). The runtime's tests and the dashboard client's tests run on it too.
+pub const RAY_VERSION_OLDEST: &str = "2.52.0";
+
+/// A pinned Ray release with a venv of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RayRelease {
+    pub version: &'static str,
+    /// pip constraints for dependencies whose later releases broke this Ray (its own
+    /// requirements leave them open), so the venv resembles the release's image.
+    pub constraints: &'static [&'static str],
+}
+
+/// Every Ray release a venv can be provisioned for.
+pub const RAY_RELEASES: &[RayRelease] = &[
+    RayRelease {
+        version: RAY_VERSION,
+        constraints: &[],
+    },
+    RayRelease {
+        version: RAY_VERSION_OLDEST,
+        // protobuf 7 removed `FieldDescriptor.label`, which Serve 2.52 reads when it deploys an
+        // application (AttributeError on every deploy); Ray 2.52 asks only for >=3.20.3.
+        constraints: &["protobuf<7"],
+    },
+];
 
 /// The `pytest` the venv also gets, for the graph runtime's tests (`runtime/tests`).
 pub const PYTEST_VERSION: &str = "9.2.0";
@@ -41,7 +69,8 @@ pub const PYTEST_VERSION: &str = "9.2.0";
 /// The provisioning script, embedded so it works from any directory.
 pub const PROVISION_RAY_SCRIPT: &str = include_str!("provision-ray.sh");
 
-/// Path of a `ray` executable to use instead of the cached virtualenv.
+/// Path of a `ray` executable to use instead of the cached virtualenv of [`RAY_VERSION`]
+/// (other versions always come from their own cached venv).
 pub const RAY_BIN_ENV: &str = "RAYPIPE_RAY_BIN";
 
 /// Only loopback, for every listener and every advertised address.
@@ -49,13 +78,37 @@ const LOOPBACK: &str = "127.0.0.1";
 
 /// The virtualenv `provision-ray.sh` fills for [`RAY_VERSION`].
 pub fn venv_dir() -> PathBuf {
-    cache_root().join("ray").join(format!("venv-{RAY_VERSION}"))
+    venv_dir_for(RAY_VERSION)
 }
 
-/// The `ray` executable: `$RAYPIPE_RAY_BIN`, else the cached virtualenv, provisioned on first
-/// use (blocking; about a minute cold, instant when warm).
+/// The virtualenv of one Ray version: `<raypipe cache>/ray/venv-<version>`.
+pub fn venv_dir_for(version: &str) -> PathBuf {
+    cache_root().join("ray").join(format!("venv-{version}"))
+}
+
+/// The release entry of `version`, if raypipe pins it.
+pub fn ray_release(version: &str) -> Option<RayRelease> {
+    RAY_RELEASES.iter().copied().find(|r| r.version == version)
+}
+
+/// The `ray` executable of [`RAY_VERSION`]: `$RAYPIPE_RAY_BIN`, else the cached virtualenv,
+/// provisioned on first use (blocking; about a minute cold, instant when warm).
 pub fn locate_ray() -> Result<PathBuf, DevEnvError> {
-    if let Some(bin) = std::env::var_os(RAY_BIN_ENV) {
+    locate_ray_version(RAY_VERSION)
+}
+
+/// The `ray` executable of one of [`RAY_RELEASES`], from its cached virtualenv (provisioned on
+/// first use); `$RAYPIPE_RAY_BIN` stands in for [`RAY_VERSION`] only.
+pub fn locate_ray_version(version: &str) -> Result<PathBuf, DevEnvError> {
+    let release = ray_release(version).ok_or_else(|| {
+        DevEnvError::Provision(format!(
+            "Ray {version} is not one of the pinned releases {:?}",
+            RAY_RELEASES.iter().map(|r| r.version).collect::<Vec<_>>()
+        ))
+    })?;
+    if version == RAY_VERSION
+        && let Some(bin) = std::env::var_os(RAY_BIN_ENV)
+    {
         let bin = PathBuf::from(bin);
         return if bin.is_file() {
             Ok(bin)
@@ -66,20 +119,15 @@ pub fn locate_ray() -> Result<PathBuf, DevEnvError> {
             )))
         };
     }
-    let venv = venv_dir();
+    let venv = venv_dir_for(version);
     let ray = venv.join("bin").join("ray");
     let marker = std::fs::read_to_string(venv.join(".raypipe-provisioned")).unwrap_or_default();
     // `bin/python` is a symlink to the interpreter the venv was made with: gone means rebuild.
     let interpreter_present = venv.join("bin").join("python").exists();
-    if ray.is_file()
-        && interpreter_present
-        && marker.starts_with(&format!(
-            "ray[serve]=={RAY_VERSION} pytest=={PYTEST_VERSION} "
-        ))
-    {
+    if ray.is_file() && interpreter_present && marker_matches(&marker, &release) {
         return Ok(ray);
     }
-    provision_ray(&venv)?;
+    provision_ray(&release, &venv)?;
     if ray.is_file() {
         Ok(ray)
     } else {
@@ -90,19 +138,36 @@ pub fn locate_ray() -> Result<PathBuf, DevEnvError> {
     }
 }
 
-/// Runs the embedded provisioning script for `venv`, its progress going to stderr.
-pub fn provision_ray(venv: &Path) -> Result<(), DevEnvError> {
+/// Whether a venv's marker (`ray[serve]==V pytest==P python=X[ constraints=a,b]`, written by
+/// the script) names this release, its constraints and the pinned pytest.
+fn marker_matches(marker: &str, release: &RayRelease) -> bool {
+    let marker = marker.trim_end();
+    let prefix = format!("ray[serve]=={} pytest=={PYTEST_VERSION} ", release.version);
+    let constraints_ok = if release.constraints.is_empty() {
+        !marker.contains(" constraints=")
+    } else {
+        marker.ends_with(&format!(" constraints={}", release.constraints.join(",")))
+    };
+    marker.starts_with(&prefix) && constraints_ok
+}
+
+/// Runs the embedded provisioning script for `release` into `venv`, its progress going to
+/// stderr.
+pub fn provision_ray(release: &RayRelease, venv: &Path) -> Result<(), DevEnvError> {
     eprintln!(
-        "raypipe: installing ray[serve]=={RAY_VERSION} and pytest=={PYTEST_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
+        "raypipe: installing ray[serve]=={} and pytest=={PYTEST_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
+        release.version,
         venv.display()
     );
+    let constraints = release.constraints.join(" ");
     crate::devenv::binaries::run_embedded_script(
         "provision-ray.sh",
         PROVISION_RAY_SCRIPT,
         venv,
         &[
-            ("RAY_VERSION", RAY_VERSION),
+            ("RAY_VERSION", release.version),
             ("PYTEST_VERSION", PYTEST_VERSION),
+            ("RAY_CONSTRAINTS", &constraints),
         ],
     )
 }
@@ -123,6 +188,8 @@ pub struct RayHeadOptions {
     /// Until the dashboard answers for Serve and Jobs (provisioning not included), and again
     /// until the extra worker nodes have joined.
     pub startup_timeout: Duration,
+    /// Which pinned Ray release the head runs (one of [`RAY_RELEASES`]).
+    pub ray_version: &'static str,
     /// Extra Ray worker nodes on this machine (each its own `ray start --address=…` with its
     /// own loopback ports), started once the head is ready.
     pub worker_nodes: u32,
@@ -147,6 +214,7 @@ impl Default for RayHeadOptions {
             // Ray's default is 30 % of RAM; tests move almost nothing through the object store.
             object_store_memory_bytes: 200 * 1000 * 1000,
             auth_token: None,
+            ray_version: RAY_VERSION,
             startup_timeout: Duration::from_secs(120),
             worker_nodes: 0,
             worker_node_num_cpus: None,
@@ -174,6 +242,7 @@ pub struct RayHead {
     /// Extra worker nodes, stopped before the head.
     workers: Mutex<Vec<WorkerNode>>,
     keep_dir: bool,
+    ray_version: &'static str,
 }
 
 impl std::fmt::Debug for RayHead {
@@ -183,6 +252,7 @@ impl std::fmt::Debug for RayHead {
             .field("dashboard_url", &self.dashboard_url)
             .field("ports", &self.ports)
             .field("root_pid", &self.root_pid)
+            .field("ray_version", &self.ray_version)
             .field("auth_token", &self.auth_token)
             .finish()
     }
@@ -221,5 +291,31 @@ extern "C" fn stop_heads_at_exit() {
     );
     for head in heads {
         head.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_venv_is_reused_only_for_its_own_release_constraints_and_pytest() {
+        let newest = ray_release(RAY_VERSION).expect("the default is pinned");
+        let oldest = ray_release(RAY_VERSION_OLDEST).expect("the oldest is pinned");
+        let plain = format!("ray[serve]=={RAY_VERSION} pytest=={PYTEST_VERSION} python=3.11.7\n");
+        assert!(marker_matches(&plain, &newest));
+        assert!(!marker_matches(&plain, &oldest));
+        let constrained = format!(
+            "ray[serve]=={RAY_VERSION_OLDEST} pytest=={PYTEST_VERSION} python=3.11.7 constraints=protobuf<7\n"
+        );
+        assert!(marker_matches(&constrained, &oldest));
+        // The same Ray built before its constraints were known is rebuilt.
+        let unconstrained =
+            format!("ray[serve]=={RAY_VERSION_OLDEST} pytest=={PYTEST_VERSION} python=3.11.7\n");
+        assert!(!marker_matches(&unconstrained, &oldest));
+        let old_pytest = format!("ray[serve]=={RAY_VERSION} pytest=8.0.0 python=3.11.7\n");
+        assert!(!marker_matches(&old_pytest, &newest));
+        assert_ne!(venv_dir_for(RAY_VERSION), venv_dir_for(RAY_VERSION_OLDEST));
+        assert!(ray_release("2.40.0").is_none());
     }
 }

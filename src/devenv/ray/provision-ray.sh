@@ -6,13 +6,17 @@
 # but older test tools only gets the test tools installed.
 #
 # Usage: provision-ray.sh [VENV_DIR]    (default: $RAYPIPE_CACHE_DIR/ray/venv-$RAY_VERSION)
-# Env:   RAY_VERSION (default 2.60.0), PYTEST_VERSION (default 9.2.0), PYTHON (default python3; Ray 2.60 wheels: CPython 3.10-3.13)
-# Prints "ready <dir>" as its last line on success.
+# Env:   RAY_VERSION (default 2.60.0), PYTEST_VERSION (default 9.2.0), PYTHON (default python3; Ray 2.52-2.60 wheels: CPython 3.10-3.13),
+#        RAY_CONSTRAINTS (pip constraints, space-separated, e.g. "protobuf<7": what a later release of a
+#        dependency broke for an older Ray; part of the marker, so changing them rebuilds the venv)
+# Each Ray version gets its own venv (the directory name carries the version), so several can be
+# cached side by side. Prints "ready <dir>" as its last line on success.
 set -euo pipefail
 
 RAY_VERSION=${RAY_VERSION:-2.60.0}
 PYTEST_VERSION=${PYTEST_VERSION:-9.2.0}
 PYTHON=${PYTHON:-python3}
+RAY_CONSTRAINTS=${RAY_CONSTRAINTS:-}
 
 CACHE=${RAYPIPE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/raypipe}
 VENV=${1:-$CACHE/ray/venv-$RAY_VERSION}
@@ -23,6 +27,9 @@ log() { echo "provision-ray: $*" >&2; }
 command -v "$PYTHON" >/dev/null || { log "$PYTHON is required (CPython 3.10-3.13)"; exit 2; }
 PY_VERSION=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
 WANT="ray[serve]==$RAY_VERSION pytest==$PYTEST_VERSION python=$PY_VERSION"
+# Constraints are named only when there are any, so a venv built without them keeps its marker.
+CONSTRAINTS_WORD=$(printf '%s' "$RAY_CONSTRAINTS" | tr -s ' ' ',')
+[ -z "$CONSTRAINTS_WORD" ] || WANT="$WANT constraints=$CONSTRAINTS_WORD"
 MARKER=$VENV/.raypipe-provisioned
 
 # One lock per cache, so parallel test binaries do not install into the same venv at once.
@@ -34,15 +41,20 @@ if [ -x "$VENV/bin/ray" ] && [ "$(cat "$MARKER" 2>/dev/null)" = "$WANT" ]; then
   exit 0
 fi
 
+CONSTRAINTS_FILE=$VENV/raypipe-constraints.txt
 pip_install() {
-  "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "$@" >&2
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
+    -c "$CONSTRAINTS_FILE" "$@" >&2
 }
 
-# Same Ray and Python, other (or no) test tools: install just those, in place.
+# Same Ray, Python and constraints, other (or no) test tools: install just those, in place.
 HAVE=$(cat "$MARKER" 2>/dev/null || true)
+without_pytest() { echo "$1" | sed 's/ pytest==[^ ]*//'; }
+write_constraints() { tr ' ' '\n' <<< "$RAY_CONSTRAINTS" > "$CONSTRAINTS_FILE"; }
 if [ -x "$VENV/bin/ray" ] && [ -x "$VENV/bin/python" ] \
-  && [ "${HAVE%% *}" = "ray[serve]==$RAY_VERSION" ] && [ "${HAVE##* }" = "python=$PY_VERSION" ]; then
+  && [ "$(without_pytest "$HAVE")" = "$(without_pytest "$WANT")" ]; then
   log "adding pytest==$PYTEST_VERSION to $VENV"
+  write_constraints
   pip_install "pytest==$PYTEST_VERSION"
   echo "$WANT" > "$MARKER"
   echo "ready $VENV"
@@ -55,6 +67,7 @@ log "installing $WANT into $VENV; cold: about a minute (downloads ~100 MB of whe
 # built in place; the marker is written last, so an interrupted install is redone next time.
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
+write_constraints
 pip_install "ray[serve]==$RAY_VERSION" "pytest==$PYTEST_VERSION"
 got=$("$VENV/bin/python" -c 'import ray, ray.serve; print(ray.__version__)')
 [ "$got" = "$RAY_VERSION" ] || { log "installed ray $got, wanted $RAY_VERSION"; exit 1; }

@@ -10,7 +10,9 @@ use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 pub mod argocd;
 pub mod e2e;
 pub mod fixture;
+pub mod flux;
 pub mod oci;
+pub mod prometheus;
 pub mod tools;
 
 /// The control plane every test in this binary shares: etcd, kube-apiserver,
