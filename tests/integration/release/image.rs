@@ -24,7 +24,7 @@ use super::{
 };
 use crate::admin::get;
 use crate::support::oci::{PASSWORD, USER, basic_registry};
-use crate::support::tools::{oras, run, runc};
+use crate::support::tools::{oras, qemu_aarch64, run, runc};
 use crate::support::{self, eventually};
 
 /// Long enough for a loaded 2-core machine to start the operator and a cluster's Pods.
@@ -310,6 +310,7 @@ async fn the_release_image_is_reproducible_and_runs_under_runc_with_the_charts_s
     .to_owned();
     let archs: Vec<String> = platforms().split(',').map(str::to_owned).collect();
     let index = layout.image_index();
+    let mut crds = Vec::new();
     assert_eq!(
         index["manifests"].as_array().expect("manifests").len(),
         archs.len()
@@ -358,7 +359,28 @@ async fn the_release_image_is_reproducible_and_runs_under_runc_with_the_charts_s
             root.join("var/lib/dpkg/status.d/libc6").exists(),
             "scanners find the packages"
         );
+        // The binary runs on its image's own loader and libraries: amd64 natively (with the
+        // image's root as the library path), arm64 under qemu-user.
+        let loader = |args: &[&str]| {
+            let mut command = if arch == "amd64" {
+                let mut c = Command::new(root.join("lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"));
+                c.arg("--library-path").arg(root.join("lib/x86_64-linux-gnu"));
+                c.arg(&binary);
+                c
+            } else {
+                let mut c = Command::new(qemu_aarch64());
+                c.arg("-L").arg(&root).arg(&binary);
+                c
+            };
+            run(command.args(args))
+        };
+        assert_eq!(loader(&["--version"]).trim(), format!("raypipe {version}"));
+        crds.push(loader(&["crds"]));
     }
+    assert!(
+        crds.windows(2).all(|pair| pair[0] == pair[1]),
+        "every architecture's binary prints the same CRDs"
+    );
 
     // Pushed with oras (the install guide's command) to the real registry, and pulled back.
     let registry = basic_registry();

@@ -115,9 +115,8 @@ pub fn cosign() -> &'static Path {
     })
 }
 
-/// `runc`: `$RAYPIPE_RUNC`, `runc` on `PATH`, or Debian's package fetched with `apt-get
-/// download` and unpacked into the cache (nothing is installed on the machine; it needs only
-/// libseccomp, which every Debian system has).
+/// `runc`: `$RAYPIPE_RUNC`, `runc` on `PATH`, or Debian's package (it needs only libseccomp,
+/// which every Debian system has).
 pub fn runc() -> &'static Path {
     static RUNC: OnceLock<PathBuf> = OnceLock::new();
     RUNC.get_or_init(|| {
@@ -131,38 +130,59 @@ pub fn runc() -> &'static Path {
         {
             return PathBuf::from("runc");
         }
-        let _guard = provisioning();
-        let dir = raypipe::devenv::binaries::cache_root().join("runc");
-        let binary = dir.join("usr/sbin/runc");
-        if binary.exists() {
-            return binary;
-        }
-        let download = tempfile::tempdir().expect("a temporary directory");
-        let output = Command::new("apt-get")
-            .args(["download", "runc"])
-            .current_dir(download.path())
-            .output()
-            .expect("apt-get runs (Debian's runc package is fetched once per machine)");
-        assert!(
-            output.status.success(),
-            "apt-get download runc failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let deb = std::fs::read_dir(download.path())
-            .expect("the download directory")
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "deb"))
-            .expect("apt-get downloaded runc's .deb");
-        let status = Command::new("dpkg-deb")
-            .arg("-x")
-            .arg(&deb)
-            .arg(&dir)
-            .status()
-            .expect("dpkg-deb runs");
-        assert!(status.success() && binary.exists(), "unpacking {deb:?}");
-        binary
+        debian_binary("runc", "usr/sbin/runc")
     })
+}
+
+/// `qemu-aarch64-static` from Debian's `qemu-user-static` (a static binary): runs the arm64
+/// image's own loader and binary on this amd64 machine.
+pub fn qemu_aarch64() -> &'static Path {
+    static QEMU: OnceLock<PathBuf> = OnceLock::new();
+    QEMU.get_or_init(|| debian_binary("qemu-user-static", "usr/bin/qemu-aarch64-static"))
+}
+
+/// `path` from Debian's `package`, fetched with `apt-get download` and unpacked into
+/// `<raypipe cache>/<package>/` once per machine: nothing is installed on the machine.
+fn debian_binary(package: &str, path: &str) -> PathBuf {
+    let _guard = provisioning();
+    let dir = raypipe::devenv::binaries::cache_root().join(package);
+    let binary = dir.join(path);
+    if binary.exists() {
+        return binary;
+    }
+    let download = tempfile::tempdir().expect("a temporary directory");
+    let output = Command::new("apt-get")
+        .args(["download", package])
+        .current_dir(download.path())
+        .output()
+        .unwrap_or_else(|e| panic!("apt-get runs (Debian's {package} is fetched once): {e}"));
+    assert!(
+        output.status.success(),
+        "apt-get download {package} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let deb = std::fs::read_dir(download.path())
+        .expect("the download directory")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .unwrap_or_else(|| panic!("apt-get downloaded {package}'s .deb"));
+    // Only the one file: Debian's qemu-user-static unpacks to ~380 MB otherwise.
+    let unpacked = tempfile::tempdir_in(raypipe::devenv::binaries::cache_root())
+        .expect("a staging directory");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg("dpkg-deb --fsys-tarfile \"$1\" | tar -x -C \"$2\" \"./$3\"")
+        .args(["sh"])
+        .arg(&deb)
+        .arg(unpacked.path())
+        .arg(path)
+        .status()
+        .expect("dpkg-deb and tar run");
+    assert!(status.success(), "unpacking {path} from {deb:?}");
+    std::fs::create_dir_all(binary.parent().expect("a parent")).expect("the cache directory");
+    std::fs::rename(unpacked.path().join(path), &binary).expect("move the binary into the cache");
+    binary
 }
 
 /// Runs `command`, panicking with its output when it fails; returns its standard output.
