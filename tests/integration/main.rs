@@ -6,6 +6,7 @@ mod crds;
 mod dag_oci;
 mod deploy;
 mod dev;
+mod fair_fetches;
 mod faults;
 mod graph_diff;
 mod hardening;
