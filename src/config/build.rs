@@ -77,6 +77,7 @@ impl ControllerSettings {
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
             fetcher: self.fetcher.clone(),
+            fetch_slots: self.fetch_slots.clone(),
             serve: Some(self.serve_locator()?),
             rollout_poll: None,
         })

@@ -83,6 +83,9 @@ pub struct ControllerSettings {
     /// Fetches graphs for every ServePipeline controller instance: its destination policy and
     /// its memory budget are operator-wide.
     pub fetcher: crate::source::Fetcher,
+    /// The fetch slots every ServePipeline controller instance shares, so one namespace per
+    /// instance (`--namespaces`) still means one operator-wide bound and one fair share per host.
+    pub fetch_slots: crate::controllers::servepipeline::FetchSlots,
 }
 
 impl ControllerSettings {
@@ -105,6 +108,7 @@ impl ControllerSettings {
             kuberay: KubeRayArgs::default(),
             // Public registries only; `raypipe dev` and tests allow the loopback explicitly.
             fetcher: crate::source::Fetcher::default(),
+            fetch_slots: Default::default(),
         }
     }
 
@@ -146,6 +150,7 @@ impl ControllerSettings {
             configuration: args.configuration.clone().unwrap_or_default(),
             kuberay: args.kuberay.clone(),
             fetcher: args.source.fetcher(),
+            fetch_slots: Default::default(),
         }
     }
 }

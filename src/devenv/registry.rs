@@ -48,6 +48,12 @@ pub enum Route {
     HugeChunked { chunk: usize, total: usize },
     /// Declares this Content-Length, sends a few bytes, then nothing.
     DeclaredLength(u64),
+    /// 200 with its headers (declaring `declared` bytes), then not one byte of the body: a
+    /// registry path that hangs after answering.
+    StalledBody { declared: u64 },
+    /// 401 with a bearer challenge naming `realm` as the token endpoint (what a registry with
+    /// token auth answers before it is given a token).
+    BearerChallenge { realm: String },
 }
 
 /// One request as the registry saw it.
@@ -227,6 +233,26 @@ async fn handle(
             Body::from_stream(bytes).into_response()
         }
         Some(Route::DeclaredLength(declared)) => declared_length_response(declared),
+        Some(Route::BearerChallenge { realm }) => {
+            let challenge = format!("Bearer realm=\"{realm}\",service=\"raypipe-dev\"");
+            match HeaderValue::from_str(&challenge) {
+                Ok(challenge) => (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, challenge)],
+                )
+                    .into_response(),
+                Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+        Some(Route::StalledBody { declared }) => {
+            let mut response =
+                Body::from_stream(stream::pending::<Result<Bytes, std::io::Error>>())
+                    .into_response();
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(declared));
+            response
+        }
     };
     if response.status() == StatusCode::NOT_MODIFIED {
         lock(&inner).not_modified += 1;

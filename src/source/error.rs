@@ -31,6 +31,7 @@ pub mod reasons {
     pub const RATE_LIMITED: &str = "RateLimited";
     pub const SERVER_ERROR: &str = "ServerError";
     pub const TIMEOUT: &str = "Timeout";
+    pub const BODY_STALLED: &str = "BodyStalled";
     pub const CONNECTION_FAILED: &str = "ConnectionFailed";
     pub const TOO_LARGE: &str = "TooLarge";
     pub const DIGEST_MISMATCH: &str = "DigestMismatch";
@@ -170,6 +171,20 @@ pub enum SourceError {
         phase: TimeoutPhase,
         limit: Duration,
         attempts: u32,
+    },
+
+    /// The registry answered and then sent nothing for the stall timeout: ended long before the
+    /// fetch's `timeout`, so a path that hangs does not hold its fetch slots for all of it.
+    /// Transient, but not retried within the fetch (its next reconcile tries again).
+    #[error(
+        "the download from {url} stalled: the registry answered, then sent no body byte for \
+         {limit:?} ({received} bytes received); a later fetch may succeed: check the registry \
+         if this persists"
+    )]
+    BodyStalled {
+        url: String,
+        limit: Duration,
+        received: u64,
     },
 
     #[error(
@@ -382,6 +397,7 @@ impl SourceError {
             SourceError::RateLimited { .. } => reasons::RATE_LIMITED,
             SourceError::ServerError { .. } => reasons::SERVER_ERROR,
             SourceError::Timeout { .. } => reasons::TIMEOUT,
+            SourceError::BodyStalled { .. } => reasons::BODY_STALLED,
             SourceError::ConnectionFailed { .. } => reasons::CONNECTION_FAILED,
             SourceError::TooLarge { .. } => reasons::TOO_LARGE,
             SourceError::DigestMismatch { .. } => reasons::DIGEST_MISMATCH,
@@ -413,9 +429,17 @@ impl SourceError {
             SourceError::RateLimited { .. }
                 | SourceError::ServerError { .. }
                 | SourceError::Timeout { .. }
+                | SourceError::BodyStalled { .. }
                 | SourceError::ConnectionFailed { .. }
                 | SourceError::MemoryBudgetExhausted { .. }
         )
+    }
+
+    /// Whether a fetch tries again at once (with backoff) after this error. Not after a stalled
+    /// body: a path that hangs would hold its fetch slots through every attempt, while the
+    /// pipeline's next reconcile retries it from the back of its namespace's queue.
+    pub(crate) fn is_retried_within_fetch(&self) -> bool {
+        self.is_transient() && !matches!(self, SourceError::BodyStalled { .. })
     }
 
     /// Whether fixing credentials or permissions is what would help.

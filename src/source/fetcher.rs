@@ -415,7 +415,7 @@ where
             let number = attempts_made.fetch_add(1, Ordering::Relaxed) + 1;
             match attempt(number).await {
                 Ok(outcome) => Ok(outcome),
-                Err(error) if error.is_transient() && number < max_attempts => {
+                Err(error) if error.is_retried_within_fetch() && number < max_attempts => {
                     Err(backoff::Error::transient(error))
                 }
                 Err(error) => Err(backoff::Error::permanent(error)),
@@ -524,9 +524,15 @@ async fn attempt_once(prepared: &Prepared<'_>, attempt: u32) -> Result<FetchOutc
         .reserve(most, wait)
         .await
         .map_err(|error| SourceError::memory_budget(answered_by.clone(), error))?;
-    let (bytes, digest, capacity) = read_capped_body(response, max_bytes, most, &answered_by)
-        .await
-        .map_err(|error| error.map_transport(transport_error))?;
+    let (bytes, digest, capacity) = read_capped_body(
+        response,
+        max_bytes,
+        most,
+        request.stall_timeout,
+        &answered_by,
+    )
+    .await
+    .map_err(|error| error.map_transport(transport_error))?;
     reservation.shrink_to(capacity);
     let size = bytes.len() as u64;
     if let Some(pinned) = prepared.pinned
@@ -581,18 +587,34 @@ impl BodyError {
 }
 
 /// Reads the body chunk by chunk, hashing as it goes and stopping as soon as it passes
-/// `max_bytes`, so an oversized or endless body never sits in memory. The buffer starts at
+/// `max_bytes`, so an oversized or endless body never sits in memory, and as soon as no byte
+/// arrived for `stall` ([`SourceError::BodyStalled`]). The buffer starts at
 /// [`INITIAL_BODY_CAPACITY`] and doubles as bytes arrive, never past `reserved`; returns the
-/// body, its digest and the buffer's capacity (what it occupies).
+/// body, its digest and the buffer's capacity (what it occupies). Every body a fetch reads
+/// (graph, OCI manifest, blob, token and signature documents) comes through here.
 pub(in crate::source) async fn read_capped_body(
     mut response: Response,
     max_bytes: u64,
     reserved: u64,
+    stall: Duration,
     shown_url: &str,
 ) -> Result<(Bytes, Sha256Digest, u64), BodyError> {
     let mut body: Vec<u8> = Vec::with_capacity(to_usize(reserved.min(INITIAL_BODY_CAPACITY)));
     let mut hasher = Sha256::new();
-    while let Some(chunk) = response.chunk().await.map_err(BodyError::Transport)? {
+    loop {
+        let next = tokio::time::timeout(stall, response.chunk())
+            .await
+            .map_err(|_| {
+                BodyError::Rejected(SourceError::BodyStalled {
+                    url: shown_url.to_owned(),
+                    limit: stall,
+                    received: body.len() as u64,
+                })
+            })?
+            .map_err(BodyError::Transport)?;
+        let Some(chunk) = next else {
+            break;
+        };
         let received = (body.len() as u64).saturating_add(chunk.len() as u64);
         if received > max_bytes {
             return Err(BodyError::Rejected(SourceError::TooLarge {
@@ -763,6 +785,73 @@ mod tests {
         let debug = format!("{outcome:?}");
         assert!(debug.len() < 200, "{debug}");
         assert!(debug.contains("size: 10000"));
+    }
+
+    fn streamed(chunks: impl futures::Stream<Item = &'static [u8]> + Send + 'static) -> Response {
+        use futures::StreamExt as _;
+        let body = reqwest::Body::wrap_stream(
+            chunks.map(|chunk| Ok::<_, std::io::Error>(Bytes::from_static(chunk))),
+        );
+        Response::from(http::Response::new(body))
+    }
+
+    /// Issue 29: a body that stops arriving ends after the stall timeout with its own reason
+    /// (what arrived counted, nothing secret in it), long before any total timeout, and is not
+    /// retried within the fetch.
+    #[tokio::test]
+    async fn a_body_that_stops_arriving_ends_after_the_stall_timeout() {
+        use futures::StreamExt as _;
+        let stall = Duration::from_millis(300);
+        let url = "https://registry.example/g.pb";
+        let hangs = futures::stream::iter([&b"abc"[..]]).chain(futures::stream::pending());
+        let started = Instant::now();
+        let Err(BodyError::Rejected(error)) =
+            read_capped_body(streamed(hangs), 1024, 1024, stall, url).await
+        else {
+            panic!("a stalled body must end in an error");
+        };
+        let took = started.elapsed();
+        assert!(took >= stall && took < Duration::from_secs(10), "{took:?}");
+        assert_eq!(
+            error,
+            SourceError::BodyStalled {
+                url: url.to_owned(),
+                limit: stall,
+                received: 3,
+            }
+        );
+        assert_eq!(error.reason(), "BodyStalled");
+        assert!(error.is_transient());
+        assert!(!error.is_retried_within_fetch());
+        let message = error.to_string();
+        assert!(
+            message.contains(url) && message.contains("300ms") && message.contains("3 bytes"),
+            "{message}"
+        );
+    }
+
+    /// The bound is on each gap, not on the whole body: a slow body that keeps arriving is
+    /// read whole.
+    #[tokio::test]
+    async fn a_slow_body_that_keeps_arriving_is_read_whole() {
+        use futures::StreamExt as _;
+        let slow = futures::stream::iter(0..6).then(|_| async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            &b"ab"[..]
+        });
+        let read = read_capped_body(
+            streamed(slow),
+            1024,
+            1024,
+            Duration::from_millis(300),
+            "https://registry.example/g.pb",
+        )
+        .await;
+        let Ok((bytes, digest, _)) = read else {
+            panic!("a body that keeps arriving is read");
+        };
+        assert_eq!(&bytes[..], b"abababababab");
+        assert_eq!(digest, Sha256Digest::of(b"abababababab"));
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! Registries are untrusted (issue 14): a fetch connects only to destinations the operator's
 //! [`DestinationPolicy`] admits, checked on the resolved address of every hop; a body never
 //! costs more than [`MAX_MAX_BYTES`] and is reserved from the operator-wide [`MemoryBudget`]
-//! before it is read; one fetch never takes longer than [`MAX_FETCH_TIMEOUT`].
+//! before it is read; one fetch never takes longer than [`MAX_FETCH_TIMEOUT`], and a body that
+//! stops arriving ends it after [`DEFAULT_STALL_TIMEOUT`] without a byte.
 
 mod budget;
 mod client;
@@ -29,6 +30,6 @@ pub use error::{SourceError, TimeoutPhase, reasons};
 pub use fetcher::{FetchOutcome, FetchedBytes, Fetcher, FetcherOptions};
 pub use redact::redact_url;
 pub use request::{
-    BearerToken, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, FetchRequest,
-    MAX_FETCH_TIMEOUT, MAX_MAX_BYTES, RetryPolicy,
+    BearerToken, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_STALL_TIMEOUT,
+    DEFAULT_TIMEOUT, FetchRequest, MAX_FETCH_TIMEOUT, MAX_MAX_BYTES, RetryPolicy,
 };

@@ -23,6 +23,13 @@ pub const MAX_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time allowed for one attempt, from connecting until the last body byte.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a response body may go without a byte before the fetch ends with `BodyStalled`
+/// (issue 29): a registry that answers and then sends nothing would otherwise hold its fetch
+/// slots for the whole `timeout` (up to 2 m). 15 s is far longer than a working registry or CDN
+/// pauses between two reads, even while TCP resends a lost segment several times with doubling
+/// waits, and an eighth of the longest `timeout`. Not a spec field: no working registry needs
+/// more, and less would only trade a retry for a little less waiting.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A bearer token. Its `Debug` and `Display` print `<redacted>`, so it can sit in structs
 /// that are logged; only [`BearerToken::expose_secret`] reveals it.
@@ -137,6 +144,8 @@ pub struct FetchRequest<'a> {
     /// Limit for one attempt, from connecting until the last body byte; at most
     /// [`MAX_FETCH_TIMEOUT`], which also bounds the whole fetch.
     pub timeout: Duration,
+    /// Longest the body may go without a byte ([`DEFAULT_STALL_TIMEOUT`]).
+    pub stall_timeout: Duration,
     /// PEM CA certificates trusted in addition to the system's roots.
     pub ca_bundle_pem: Option<&'a [u8]>,
     /// Permits `http://` (the token then crosses the network unencrypted).
@@ -146,7 +155,7 @@ pub struct FetchRequest<'a> {
 
 impl<'a> FetchRequest<'a> {
     /// A request for `url` with the defaults: no token, 16 MiB, 5 s connect, 30 s per
-    /// attempt, HTTPS only, [`RetryPolicy::default`].
+    /// attempt, 15 s without a body byte, HTTPS only, [`RetryPolicy::default`].
     pub fn new(url: &'a str) -> Self {
         Self {
             url,
@@ -157,6 +166,7 @@ impl<'a> FetchRequest<'a> {
             max_bytes: DEFAULT_MAX_BYTES,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             timeout: DEFAULT_TIMEOUT,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
             ca_bundle_pem: None,
             allow_insecure_http: false,
             retry: RetryPolicy::default(),
@@ -188,6 +198,7 @@ impl fmt::Debug for FetchRequest<'_> {
             .field("max_bytes", &self.max_bytes)
             .field("connect_timeout", &self.connect_timeout)
             .field("timeout", &self.timeout)
+            .field("stall_timeout", &self.stall_timeout)
             .field("ca_bundle_pem_len", &self.ca_bundle_pem.map(<[u8]>::len))
             .field("allow_insecure_http", &self.allow_insecure_http)
             .field("retry", &self.retry)
@@ -259,6 +270,7 @@ mod tests {
         assert_eq!(request.max_bytes, 16 * 1024 * 1024);
         assert_eq!(request.connect_timeout, Duration::from_secs(5));
         assert_eq!(request.timeout, Duration::from_secs(30));
+        assert_eq!(request.stall_timeout, Duration::from_secs(15));
         assert!(!request.allow_insecure_http);
         assert!(request.retry.max_attempts > 1);
     }

@@ -7,6 +7,7 @@ mod crds;
 mod dag_oci;
 mod deploy;
 mod dev;
+mod fair_fetches;
 mod faults;
 mod gitops_health;
 mod graph_diff;

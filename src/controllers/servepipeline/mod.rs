@@ -41,6 +41,7 @@ use crate::source::Fetcher;
 use build::{AppliedGraph, reasons};
 use conditions::Problem;
 use fetches::FetchQueue;
+pub use fetches::FetchSlots;
 
 /// What one fetch ends in: a new valid graph, `None` when unchanged, or a problem (and whether
 /// it is transient).
@@ -121,6 +122,9 @@ pub struct Config {
     pub readiness: crate::admin::Readiness,
     /// Fetches the graphs; share one across instances (its memory budget is operator-wide).
     pub fetcher: Fetcher,
+    /// The fetch slots (per namespace, per registry host, operator-wide); share one across
+    /// instances so the bounds are operator-wide.
+    pub fetch_slots: FetchSlots,
     /// Where a RayService's Serve proxy is (`<name>-serve-svc`, port 8000), for the canary
     /// routers' counters; `None`: its DNS name in `cluster.local`.
     pub serve: Option<crate::ray::DashboardLocator>,
@@ -244,7 +248,7 @@ pub async fn run(
     let controller_config =
         kube::runtime::controller::Config::default().concurrency(config.concurrency);
 
-    let (fetches, fetched) = FetchQueue::new();
+    let (fetches, fetched) = FetchQueue::new(config.fetch_slots.clone());
     let ctx = Arc::new(Context {
         client: client.clone(),
         fetcher: config.fetcher.clone(),

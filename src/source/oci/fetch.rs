@@ -23,7 +23,8 @@ use crate::source::error::SourceError;
 use crate::source::fetcher::{FetchedBytes, Fetcher, millis, read_capped_body, with_retries};
 use crate::source::redact::redact_url;
 use crate::source::request::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, MAX_MAX_BYTES, RetryPolicy,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_STALL_TIMEOUT, DEFAULT_TIMEOUT,
+    MAX_MAX_BYTES, RetryPolicy,
 };
 
 use super::auth::{RegistryCredentials, Session};
@@ -49,6 +50,8 @@ pub struct OciRequest<'a> {
     pub connect_timeout: Duration,
     /// Limit for one request; the whole pull is bounded by the fetcher's ceiling.
     pub timeout: Duration,
+    /// Longest any body of the pull (manifest, blob, token, signature) may go without a byte.
+    pub stall_timeout: Duration,
     pub ca_bundle_pem: Option<&'a [u8]>,
     /// Talk plain HTTP to the registry and its realm (credentials then cross unencrypted).
     pub allow_insecure_http: bool,
@@ -65,6 +68,7 @@ impl<'a> OciRequest<'a> {
             max_bytes: DEFAULT_MAX_BYTES,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             timeout: DEFAULT_TIMEOUT,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
             ca_bundle_pem: None,
             allow_insecure_http: false,
             retry: RetryPolicy::default(),
@@ -136,6 +140,7 @@ impl Fetcher {
                 allow_insecure_http: request.allow_insecure_http,
                 connect_timeout: request.connect_timeout,
                 timeout: request.timeout.min(limit),
+                stall_timeout: request.stall_timeout,
                 deadline,
             })?;
             let session = Session::new(
@@ -260,11 +265,12 @@ async fn finish(
         .await
         .map_err(|error| SourceError::memory_budget(shown_blob.clone(), error))?;
     let answered_by = response.url().clone();
-    let (bytes, digest, capacity) = read_capped_body(response, limit, limit, &shown_blob)
-        .await
-        .map_err(|error| {
-            error.map_transport(|error| transport.transport_error(&error, &answered_by))
-        })?;
+    let (bytes, digest, capacity) =
+        read_capped_body(response, limit, limit, transport.stall_timeout, &shown_blob)
+            .await
+            .map_err(|error| {
+                error.map_transport(|error| transport.transport_error(&error, &answered_by))
+            })?;
     reservation.shrink_to(capacity);
     if digest != graph_digest {
         return Err(SourceError::OciDigestMismatch {

@@ -137,6 +137,8 @@ impl Fetcher {
             allow_insecure_http: request.allow_insecure_http,
             connect_timeout: request.connect_timeout,
             timeout: request.timeout,
+            // The push reads only small answers (tokens, error documents).
+            stall_timeout: crate::source::DEFAULT_STALL_TIMEOUT,
             deadline: tokio::time::Instant::now() + request.timeout,
         })?;
         let session = Session::new(

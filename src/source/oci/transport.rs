@@ -27,6 +27,8 @@ pub struct Transport<'a> {
     pub connect_timeout: Duration,
     /// Longest one request may take, until its last body byte.
     pub timeout: Duration,
+    /// Longest a body may go without a byte.
+    pub stall_timeout: Duration,
     /// When the whole pull must be over.
     pub deadline: tokio::time::Instant,
 }
@@ -38,6 +40,7 @@ pub struct Connection<'a> {
     pub allow_insecure_http: bool,
     pub connect_timeout: Duration,
     pub timeout: Duration,
+    pub stall_timeout: Duration,
     pub deadline: tokio::time::Instant,
 }
 
@@ -56,6 +59,7 @@ impl crate::source::fetcher::Fetcher {
             budget: self.memory_budget(),
             connect_timeout: c.connect_timeout,
             timeout: c.timeout,
+            stall_timeout: c.stall_timeout,
             deadline: c.deadline,
         })
     }
@@ -162,8 +166,11 @@ pub async fn read_small_body(
         .reserve(limit, wait)
         .await
         .map_err(|error| SourceError::memory_budget(shown_url.to_owned(), error))?;
-    let (bytes, _, _) = read_capped_body(response, limit, limit, shown_url)
-        .await
-        .map_err(|error| error.map_transport(|error| transport.transport_error(&error, &url)))?;
+    let (bytes, _, _) =
+        read_capped_body(response, limit, limit, transport.stall_timeout, shown_url)
+            .await
+            .map_err(|error| {
+                error.map_transport(|error| transport.transport_error(&error, &url))
+            })?;
     Ok(bytes)
 }

@@ -4,7 +4,7 @@
 //! through tokio-rustls + hyper-util), here with an rcgen CA: it checks the bearer token,
 //! serves configurable routes and records every request it sees. Every address used is on
 //! 127.0.0.0/8. The certificates and helpers live here; the tests are in one sub-module per
-//! area (fetch, auth, limits, retries, urls, tls, logs, hardening, operator).
+//! area (fetch, auth, limits, retries, stalls, urls, tls, logs, hardening, operator).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ mod logs;
 pub(crate) mod oci;
 mod operator;
 mod retries;
+mod stalls;
 mod tls;
 mod urls;
 

@@ -1,13 +1,18 @@
 //! Graph fetches run outside the reconcile workers. A reconcile that needs a fetch starts one
 //! here and returns at once; the fetch waits for its turn, runs, and wakes the pipeline's
-//! reconcile with the outcome. So a registry that sends headers and then nothing holds one
-//! fetch slot of its own host and namespace, never a reconcile worker, and a healthy pipeline
-//! elsewhere is fetched at once.
+//! reconcile with the outcome. So a registry that sends headers and then nothing holds fetch
+//! slots, never a reconcile worker, and for at most the stall timeout of `source` (15 s
+//! without a byte), not the fetch's whole `timeout`.
 //!
-//! Fairness: a fetch needs a slot of its namespace, of its registry host (`host:port`), and of
-//! the operator as a whole, taken in that order (always the same order, so no two fetches wait
-//! on each other). Each pool is FIFO. Idle fetches cost a socket and a few KiB each; what they
-//! download is bounded by the source's memory budget, not by these slots.
+//! Slots: a fetch takes one of its namespace (FIFO), one of its registry host (`host:port`,
+//! shared fairly between namespaces, see [`fair`]), and one of the operator (FIFO), always in
+//! that order, so no two fetches wait on each other. The pools are operator-wide
+//! ([`FetchSlots`]: one for every controller instance, whatever `--namespaces` says), and the
+//! pools a tenant can fill are acquired first: a fetch waiting for its host holds only a slot
+//! of its own namespace. Idle fetches cost a socket and a few KiB each; what they download is
+//! bounded by the source's memory budget, not by these slots.
+
+mod fair;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,10 +28,13 @@ use crate::api::servepipeline::ServePipeline;
 
 /// Fetches in flight at once, operator-wide.
 pub const MAX_FETCHES: usize = 128;
-/// Fetches in flight at once against one registry host.
+/// Fetches in flight at once against one registry host, shared fairly between namespaces; a
+/// namespace holding none of them always gets one (see [`fair`]).
 pub const MAX_FETCHES_PER_HOST: usize = 4;
 /// Fetches in flight at once for the pipelines of one namespace.
 pub const MAX_FETCHES_PER_NAMESPACE: usize = 8;
+/// Idle namespace pools kept before the unused ones are dropped.
+const MAX_IDLE_NAMESPACE_POOLS: usize = 1024;
 
 /// What a reconcile learns from [`FetchQueue::poll`].
 pub enum Poll<T> {
@@ -51,59 +59,88 @@ enum Slot<T> {
 /// Per-key fetches with fair, bounded concurrency; `T` is a fetch's outcome.
 pub struct FetchQueue<T> {
     slots: Arc<Mutex<HashMap<ObjectRef<ServePipeline>, Slot<T>>>>,
-    pools: Arc<Pools>,
+    pools: FetchSlots,
     wake: mpsc::UnboundedSender<ObjectRef<ServePipeline>>,
     next_id: std::sync::atomic::AtomicU64,
 }
 
+/// The operator's fetch slots: per namespace, per registry host and operator-wide. Clones share
+/// them; give every ServePipeline controller instance the same one.
+#[derive(Clone)]
+pub struct FetchSlots(Arc<Pools>);
+
 struct Pools {
     all: Arc<Semaphore>,
-    per_host: Mutex<HashMap<String, Arc<Semaphore>>>,
+    per_host: Arc<fair::HostSlots>,
     per_namespace: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-impl Pools {
-    fn pool(
-        map: &Mutex<HashMap<String, Arc<Semaphore>>>,
-        key: &str,
-        size: usize,
-    ) -> Arc<Semaphore> {
-        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
-        // Drop pools nobody holds or waits on, so the map tracks live hosts only.
-        if map.len() > 1024 {
-            map.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < size);
+/// What a running fetch holds; dropping it frees all three. (The semaphores are never closed,
+/// so their permits are never `None`.)
+struct Permits {
+    _namespace: Option<OwnedSemaphorePermit>,
+    _host: fair::HostSlot,
+    _all: Option<OwnedSemaphorePermit>,
+}
+
+impl Default for FetchSlots {
+    fn default() -> Self {
+        Self(Arc::new(Pools {
+            all: Arc::new(Semaphore::new(MAX_FETCHES)),
+            per_host: Arc::new(fair::HostSlots::new(MAX_FETCHES_PER_HOST)),
+            per_namespace: Mutex::default(),
+        }))
+    }
+}
+
+impl std::fmt::Debug for FetchSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FetchSlots")
+            .field("free", &self.0.all.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FetchSlots {
+    fn namespace_pool(&self, namespace: &str) -> Arc<Semaphore> {
+        let mut map = self
+            .0
+            .per_namespace
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Drop pools nobody holds or waits on (a waiter holds a clone of the Arc), so the map
+        // tracks live namespaces only.
+        if map.len() > MAX_IDLE_NAMESPACE_POOLS {
+            map.retain(|_, s| {
+                Arc::strong_count(s) > 1 || s.available_permits() < MAX_FETCHES_PER_NAMESPACE
+            });
         }
-        map.entry(key.to_owned())
-            .or_insert_with(|| Arc::new(Semaphore::new(size)))
+        map.entry(namespace.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(MAX_FETCHES_PER_NAMESPACE)))
             .clone()
     }
 
-    async fn acquire(&self, namespace: &str, host: &str) -> [OwnedSemaphorePermit; 3] {
-        let namespace_pool = Self::pool(&self.per_namespace, namespace, MAX_FETCHES_PER_NAMESPACE);
-        let host_pool = Self::pool(&self.per_host, host, MAX_FETCHES_PER_HOST);
-        // The semaphores are never closed, so acquiring cannot fail.
-        let namespace = namespace_pool.acquire_owned().await;
-        let host = host_pool.acquire_owned().await;
-        let all = self.all.clone().acquire_owned().await;
-        match (namespace, host, all) {
-            (Ok(a), Ok(b), Ok(c)) => [a, b, c],
-            _ => unreachable!("fetch pools are never closed"),
+    /// Waits for a slot of `namespace`, of `host` and of the operator, in that order.
+    async fn acquire(&self, namespace: &str, host: &str) -> Permits {
+        let namespace_permit = self.namespace_pool(namespace).acquire_owned().await.ok();
+        let host_slot = self.0.per_host.acquire(host, namespace).await;
+        let all = self.0.all.clone().acquire_owned().await.ok();
+        Permits {
+            _namespace: namespace_permit,
+            _host: host_slot,
+            _all: all,
         }
     }
 }
 
 impl<T: Send + 'static> FetchQueue<T> {
-    /// A queue and the stream of pipelines to reconcile when their fetch finished (give it to
-    /// `Controller::reconcile_on`).
-    pub fn new() -> (Self, BoxStream<'static, ObjectRef<ServePipeline>>) {
+    /// A queue on `pools` and the stream of pipelines to reconcile when their fetch finished
+    /// (give it to `Controller::reconcile_on`).
+    pub fn new(pools: FetchSlots) -> (Self, BoxStream<'static, ObjectRef<ServePipeline>>) {
         let (wake, woken) = mpsc::unbounded_channel();
         let queue = FetchQueue {
             slots: Arc::default(),
-            pools: Arc::new(Pools {
-                all: Arc::new(Semaphore::new(MAX_FETCHES)),
-                per_host: Mutex::default(),
-                per_namespace: Mutex::default(),
-            }),
+            pools,
             wake,
             next_id: Default::default(),
         };
@@ -236,7 +273,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_finished_fetch_wakes_its_pipeline_and_is_handed_over_once() {
-        let (queue, mut woken) = FetchQueue::<u32>::new();
+        let (queue, mut woken) = FetchQueue::<u32>::new(FetchSlots::default());
         let k = key("team", "p");
         assert!(matches!(
             queue.poll(&k, "v1", "registry:443", || async { 7 }),
@@ -261,7 +298,7 @@ mod tests {
 
     #[tokio::test]
     async fn new_inputs_cancel_the_running_fetch() {
-        let (queue, mut woken) = FetchQueue::<&'static str>::new();
+        let (queue, mut woken) = FetchQueue::<&'static str>::new(FetchSlots::default());
         let k = key("team", "p");
         let _ = queue.poll(&k, "old", "h:1", || async {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -289,7 +326,7 @@ mod tests {
 
     #[tokio::test]
     async fn hanging_registries_hold_their_own_slots_only() {
-        let (queue, mut woken) = FetchQueue::<&'static str>::new();
+        let (queue, mut woken) = FetchQueue::<&'static str>::new(FetchSlots::default());
         // 50 pipelines of one tenant hang on one slow registry.
         for i in 0..50 {
             let _ = queue.poll(&key("slow", &format!("p{i}")), "v", "slow:443", || async {
@@ -323,30 +360,85 @@ mod tests {
         assert_eq!(queue.len(), 99);
     }
 
-    #[tokio::test]
-    async fn one_host_gets_at_most_its_share_at_once() {
-        let (queue, _woken) = FetchQueue::<()>::new();
-        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        for i in 0..20 {
+    /// Runs `count` fetches of 20 ms on `queues` (round-robin), the i-th in `namespace(i)`, all
+    /// against `host`; returns the most that ran at once.
+    async fn peak_concurrency(
+        queues: &[&FetchQueue<()>],
+        count: usize,
+        host: &str,
+        namespace: impl Fn(usize) -> String,
+    ) -> usize {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        for i in 0..count {
             let (running, peak) = (running.clone(), peak.clone());
-            let _ = queue.poll(
-                &key(&format!("ns{i}"), "p"),
+            let _ = queues[i % queues.len()].poll(
+                &key(&namespace(i), &format!("p{i}")),
                 "v",
-                "one:443",
+                host,
                 move || async move {
-                    let now = running.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                    peak.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                    let now = running.fetch_add(1, SeqCst) + 1;
+                    peak.fetch_max(now, SeqCst);
                     tokio::time::sleep(Duration::from_millis(20)).await;
-                    running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    running.fetch_sub(1, SeqCst);
                 },
             );
         }
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(
-            peak.load(std::sync::atomic::Ordering::SeqCst),
-            MAX_FETCHES_PER_HOST
-        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(running.load(SeqCst), 0, "every fetch ran");
+        peak.load(SeqCst)
+    }
+
+    #[tokio::test]
+    async fn one_namespace_gets_at_most_the_hosts_slots_at_once() {
+        let (queue, _woken) = FetchQueue::<()>::new(FetchSlots::default());
+        let peak = peak_concurrency(&[&queue], 20, "one:443", |_| "team".to_owned()).await;
+        assert_eq!(peak, MAX_FETCHES_PER_HOST);
+    }
+
+    /// Each namespace's first fetch to a host starts at once, whatever the others hold.
+    #[tokio::test]
+    async fn every_namespace_gets_a_slot_of_a_shared_host_at_once() {
+        let (queue, _woken) = FetchQueue::<()>::new(FetchSlots::default());
+        let peak = peak_concurrency(&[&queue], 20, "one:443", |i| format!("ns{i}")).await;
+        assert_eq!(peak, 20);
+    }
+
+    /// Controller instances (one per watched namespace) share one set of pools: the bounds are
+    /// operator-wide, not per instance.
+    #[tokio::test]
+    async fn queues_on_one_set_of_slots_share_its_bounds() {
+        let slots = FetchSlots::default();
+        let (first, _a) = FetchQueue::<()>::new(slots.clone());
+        let (second, _b) = FetchQueue::<()>::new(slots);
+        let peak = peak_concurrency(&[&first, &second], 20, "one:443", |_| "team".into()).await;
+        assert_eq!(peak, MAX_FETCHES_PER_HOST);
+    }
+
+    /// Issue 29: four fetches of one namespace hang on a host with every slot (and 46 more wait);
+    /// a fetch of another namespace from the same host finishes at once.
+    #[tokio::test]
+    async fn a_namespace_hanging_on_a_shared_host_does_not_delay_another() {
+        let (queue, mut woken) = FetchQueue::<&'static str>::new(FetchSlots::default());
+        for i in 0..50 {
+            let _ = queue.poll(
+                &key("greedy", &format!("p{i}")),
+                "v",
+                "harbor:443",
+                || async {
+                    futures::future::pending::<()>().await;
+                    "never"
+                },
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let healthy = key("team", "healthy");
+        let _ = queue.poll(&healthy, "v", "harbor:443", || async { "graph" });
+        let first = tokio::time::timeout(Duration::from_secs(5), woken.next())
+            .await
+            .expect("the healthy fetch is not queued behind another namespace's");
+        assert_eq!(first, Some(healthy));
     }
 
     #[test]
