@@ -326,7 +326,7 @@ fn quantile(values: &[Duration], q: f64) -> Duration {
 /// RayCluster controller; N RayClusters created 16 at a time until all are ready. Each
 /// cluster's ready time is taken from a watch; prints the median, the 90th percentile and all,
 /// the operator's CPU and peak memory, and the API requests per cluster.
-async fn raypipe_phase(clusters: usize) -> Duration {
+async fn raypipe_phase(clusters: usize, flags: &[String]) -> Duration {
     let binary = release_binary();
     let plane = fresh_control_plane();
     let client = plane.client().await.expect("a client for the phase");
@@ -344,6 +344,7 @@ async fn raypipe_phase(clusters: usize) -> Duration {
         .arg(format!("--namespaces={ns}"))
         .arg("--admin-address=127.0.0.1:0")
         .arg("--log-level=warn")
+        .args(flags)
         .env("KUBECONFIG", &plane.kubeconfig)
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
@@ -517,7 +518,14 @@ async fn scale_benchmark() {
     // `RAYPIPE_RAYCLUSTER_BENCH_CEILINGS=false`: raypipe's phase only (e.g. to compare two
     // builds of the controller).
     let ceilings = std::env::var("RAYPIPE_RAYCLUSTER_BENCH_CEILINGS").as_deref() != Ok("false");
-    let all_ready = raypipe_phase(clusters).await;
+    let all_ready = raypipe_phase(clusters, &[]).await;
+    // `RAYPIPE_BENCH_COMPARE_FLAGS="--qps=400 --burst=800"`: raypipe once more with these flags,
+    // in the same run (does the client's rate limit still set the pace?).
+    if let Ok(flags) = std::env::var("RAYPIPE_BENCH_COMPARE_FLAGS") {
+        let flags: Vec<String> = flags.split_whitespace().map(str::to_owned).collect();
+        let compared = raypipe_phase(clusters, &flags).await;
+        println!("with {flags:?}: all ready after {compared:?} (defaults: {all_ready:?})");
+    }
     if ceilings {
         // The like-for-like bound: the same Pods and each cluster's headless head Service, as
         // every Ray operator makes them.
