@@ -436,7 +436,7 @@ async fn raypipe_phase(clusters: usize, flags: &[String]) -> Duration {
     let requests_after = api_requests(&client).await;
     let pods = clusters * 4;
     println!(
-        "operator: {} (default flags, RayCluster controller only)",
+        "operator: {} (RayCluster controller only; flags beyond the defaults: {flags:?})",
         binary.display()
     );
     println!("clusters: {clusters}, pods: {pods}");
