@@ -25,6 +25,21 @@ class Gate:
         self._open.set()
 
 
+def new_gate(timeout: float = 30.0):
+    """A shut gate under the one name GatedPreprocess looks up. A previous test's gate dies when
+    its handle is dropped, but Ray frees the name a moment later: wait for it."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return Gate.options(name=GATE_NAME, namespace=GATE_NAMESPACE).remote()
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 class GatedPreprocess(Preprocess):
     async def __call__(self, payload) -> dict:
         gate = ray.get_actor(GATE_NAME, namespace=GATE_NAMESPACE)

@@ -114,7 +114,7 @@ def wait_running(name, timeout=240):
 
 
 def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
-    from overload_models import GATE_NAME, GATE_NAMESPACE, Gate
+    from overload_models import new_gate
 
     config = rendered("sequence")
     (app,) = config["applications"]
@@ -133,7 +133,7 @@ def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
     config["http_options"] = {"host": LOOPBACK, "port": head.ports["serve_http"]}
     config["proxy_location"] = "HeadOnly"
 
-    gate = Gate.options(name=GATE_NAME, namespace=GATE_NAMESPACE).remote()
+    gate = new_gate()
     put_config(head, config)
     wait_running("overload")
     url = head.serve_url + "/overload"
@@ -176,6 +176,67 @@ def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
     assert 1 <= len(served) <= clients - len(turned_away), [a[0] for a in answers]
     assert all(body["label"] == "stable" for _, body, _ in served), served
     serve.delete("overload")
+    ray.kill(gate)
+
+
+def test_an_overloaded_fused_pipeline_is_turned_away_at_its_executor(head):
+    """A fused node runs inside the executor, so the executor's queue is the pipeline's queue:
+    raypipe bounds it by default like a model node's (4 x max_ongoing_requests), and Serve's
+    proxy turns away what neither an executor replica nor that queue can take, at once."""
+    from overload_models import new_gate
+
+    config = rendered("sequence")
+    (app,) = config["applications"]
+    executor = next(d for d in app["deployments"] if d["name"] == "raypipe-executor")
+    # raypipe's default: the runtime's executor concurrency written out, 4 x that queued.
+    assert (executor["max_ongoing_requests"], executor["max_queued_requests"]) == (100, 400)
+    # As raypipe renders a graph whose executor takes 5 at once (`executor:
+    # {max_ongoing_requests: 5}`): the same rule gives 20 queued, and a test needs fewer clients.
+    executor["max_ongoing_requests"], executor["max_queued_requests"] = 5, 20
+    admitted_at_most = 5 + executor["max_queued_requests"]
+    turned_away_at_least = 15
+
+    app["name"], app["route_prefix"] = "fused-overload", "/fused-overload"
+    graph = app["args"]["graph"]
+    graph["deadline_ms"] = 240_000
+    preprocess = next(n for n in graph["nodes"] if n["name"] == "preprocess")
+    preprocess["model"]["import_path"] = "overload_models:GatedPreprocess"
+    del preprocess["timeout_ms"]
+    # As raypipe renders a node without deployment options of its own: fused, no deployment.
+    app["args"]["fused_nodes"] = ["preprocess"]
+    app["deployments"] = [d for d in app["deployments"] if d["name"] != "preprocess"]
+    config["http_options"] = {"host": LOOPBACK, "port": head.ports["serve_http"]}
+    config["proxy_location"] = "HeadOnly"
+
+    gate = new_gate()
+    put_config(head, config)
+    wait_running("fused-overload")
+    url = head.serve_url + "/fused-overload"
+    clients = admitted_at_most + turned_away_at_least
+    with ThreadPoolExecutor(clients) as pool:
+        try:
+            pending = [pool.submit(post, url, {"text": f"a good day {i}"}, None, 240) for i in range(clients)]
+            # While the gate is shut nothing the executor admitted can answer: whatever answers
+            # now was turned away by the bounded queue.
+            turned_away = []
+            try:
+                for future in as_completed(pending, timeout=120):
+                    turned_away.append(future.result())
+                    if len(turned_away) == turned_away_at_least:
+                        break
+            except FuturesTimeout:
+                pass
+            assert turned_away, ("no request was turned away while the fused executor was saturated; "
+                                 "Serve logged:\n" + head.serve_log_lines(r"backpressure|max_queued|queue"))
+        finally:
+            ray.get(gate.open.remote())
+        answers = [future.result() for future in pending]
+    for status, body, _ in turned_away:
+        assert status == 503, (status, body)
+    served = [a for a in answers if a[0] == 200]
+    assert 1 <= len(served) <= clients - len(turned_away), [a[0] for a in answers]
+    serve.delete("fused-overload")
+    ray.kill(gate)
 
 
 def test_fused_nodes_run_inside_the_executor(head):

@@ -22,7 +22,7 @@ pub use config::{
 };
 pub use render::{
     DEFAULT_APPLICATION_NAME, DEFAULT_EXECUTOR_DEPLOYMENT, DEFAULT_RUNTIME_IMPORT_PATH,
-    NodeOverride, RUNTIME_ARGS_API_VERSION, RenderOptions, render,
+    EXECUTOR_MAX_ONGOING_REQUESTS, NodeOverride, RUNTIME_ARGS_API_VERSION, RenderOptions, render,
 };
 
 /// Environment raypipe gives every Ray process that serves a pipeline (each Ray container of

@@ -197,8 +197,27 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
     })
 }
 
+/// The executor's concurrency when the graph sets none: the graph runtime's own default
+/// (`EXECUTOR_MAX_ONGOING_REQUESTS` in `runtime/raypipe_runtime/app.py`; a unit test keeps the
+/// two equal). The executor mostly waits on its nodes, so it takes many requests at once.
+pub const EXECUTOR_MAX_ONGOING_REQUESTS: u32 = 100;
+
+/// The executor (the application's ingress, which also runs the fused nodes) gets the same
+/// bounded queue by default as a model node: requests the proxy cannot hand to a replica are
+/// turned away with Serve's 503 instead of queueing without limit at the proxy, which is what
+/// overload of a fused pipeline did. Its concurrency is written out, so the queue's size
+/// follows from what the config says. `graph.executor.max_queued_requests` wins (-1: unbounded).
 fn executor_deployment(opts: &RenderOptions, graph: &proto::PipelineGraph) -> Deployment {
-    deployment_from_options(opts.executor_deployment.clone(), graph.executor.as_ref())
+    let mut deployment =
+        deployment_from_options(opts.executor_deployment.clone(), graph.executor.as_ref());
+    deployment
+        .max_ongoing_requests
+        .get_or_insert(EXECUTOR_MAX_ONGOING_REQUESTS);
+    if deployment.max_queued_requests.is_none() {
+        deployment.max_queued_requests =
+            Some(default_max_queued_requests(deployment.max_ongoing_requests));
+    }
+    deployment
 }
 
 /// Names Serve and Kubernetes status both handle well: 1 to 63 of [A-Za-z0-9_.-], no '#'.

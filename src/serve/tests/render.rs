@@ -122,8 +122,8 @@ fn model_nodes_get_a_bounded_queue_by_default() {
     assert_eq!(queued(&config, "classify"), Some(64));
     assert_eq!(
         queued(&config, DEFAULT_EXECUTOR_DEPLOYMENT),
-        None,
-        "the executor is not a model node"
+        Some(400),
+        "the executor (which runs fused nodes) is bounded too: 4 × its concurrency of 100"
     );
 
     // An operator's max_ongoing_requests override moves the default with it.
@@ -606,9 +606,58 @@ fn default_application_name_and_route() {
         executor,
         &Deployment {
             name: DEFAULT_EXECUTOR_DEPLOYMENT.into(),
+            // The runtime's executor concurrency, written out, and a queue bounded like a
+            // model node's: 4 × that.
+            max_ongoing_requests: Some(EXECUTOR_MAX_ONGOING_REQUESTS),
+            max_queued_requests: Some(400),
             ..Default::default()
         }
     );
+}
+
+/// The executor concurrency raypipe renders is the runtime's own default.
+#[test]
+fn the_rendered_executor_concurrency_is_the_runtimes_default() {
+    let app_py = include_str!("../../../runtime/raypipe_runtime/app.py");
+    assert!(
+        app_py.contains(&format!(
+            "\nEXECUTOR_MAX_ONGOING_REQUESTS = {EXECUTOR_MAX_ONGOING_REQUESTS}\n"
+        )),
+        "runtime/raypipe_runtime/app.py's EXECUTOR_MAX_ONGOING_REQUESTS differs"
+    );
+}
+
+/// Every deployment a graph renders has a bounded queue unless the graph says otherwise, the
+/// executor (which runs fused nodes) included; the graph's own setting wins, -1 included.
+#[test]
+fn every_rendered_deployment_has_a_bounded_queue_unless_the_graph_says_otherwise() {
+    let graph = |executor: &str| {
+        format!(
+            "ingress: r\nnodes: [{{name: r, input: {{}}}}, {{name: m, model: {{import_path: a.b:C}}}}, {{name: o, output: {{}}}}]\nedges: [{{source: r, target: m}}, {{source: m, target: o}}]\n{executor}"
+        )
+    };
+    for sample_name in ["sequence.yaml", "ensemble.yaml"] {
+        let config = render(&sample(sample_name), &RenderOptions::default()).unwrap();
+        for deployment in &app(&config).deployments {
+            assert!(
+                deployment.max_queued_requests.is_some_and(|q| q > 0),
+                "{sample_name}: {} has no bounded queue",
+                deployment.name
+            );
+        }
+    }
+    let queued = |executor: &str| {
+        let config = render(
+            &validate(from_yaml(&graph(executor)).unwrap()).unwrap(),
+            &RenderOptions::default(),
+        )
+        .unwrap();
+        deployment(&config, DEFAULT_EXECUTOR_DEPLOYMENT).max_queued_requests
+    };
+    assert_eq!(queued(""), Some(400));
+    assert_eq!(queued("executor: {max_ongoing_requests: 50}"), Some(200));
+    assert_eq!(queued("executor: {max_queued_requests: 7}"), Some(7));
+    assert_eq!(queued("executor: {max_queued_requests: -1}"), Some(-1));
 }
 
 #[test]
