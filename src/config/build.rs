@@ -77,6 +77,8 @@ impl ControllerSettings {
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
             fetcher: self.fetcher.clone(),
+            code_store: self.code_store.clone(),
+            code_base_url: self.code_base_url.clone(),
             serve: Some(self.serve_locator()?),
             rollout_poll: None,
         })

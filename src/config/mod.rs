@@ -83,6 +83,11 @@ pub struct ControllerSettings {
     /// Fetches graphs for every ServePipeline controller instance: its destination policy and
     /// its memory budget are operator-wide.
     pub fetcher: crate::source::Fetcher,
+    /// The code layers served to Ray (operator-wide; the package server shares it), and where
+    /// Ray nodes reach the package server (`--runtime-base-url`): without it, graph artifacts
+    /// with a code layer are refused (CodeNotServable).
+    pub code_store: crate::pypackage::CodeStore,
+    pub code_base_url: Option<String>,
 }
 
 impl ControllerSettings {
@@ -105,6 +110,8 @@ impl ControllerSettings {
             kuberay: KubeRayArgs::default(),
             // Public registries only; `raypipe dev` and tests allow the loopback explicitly.
             fetcher: crate::source::Fetcher::default(),
+            code_store: crate::pypackage::CodeStore::default(),
+            code_base_url: None,
         }
     }
 
@@ -124,11 +131,13 @@ impl ControllerSettings {
             runtime_env_mirrors,
             feature_gates,
         } = args.tuning.clone();
-        if let Some(base) = runtime_base_url.as_deref().filter(|b| !b.trim().is_empty()) {
-            runtime_py_modules.push(crate::pypackage::uri(
-                base.trim(),
-                &crate::pypackage::runtime(),
-            ));
+        let code_base_url = runtime_base_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(str::to_owned);
+        if let Some(base) = &code_base_url {
+            runtime_py_modules.push(crate::pypackage::uri(base, &crate::pypackage::runtime()));
         }
         ControllerSettings {
             controllers: controllers.to_vec(),
@@ -146,6 +155,8 @@ impl ControllerSettings {
             configuration: args.configuration.clone().unwrap_or_default(),
             kuberay: args.kuberay.clone(),
             fetcher: args.source.fetcher(),
+            code_store: crate::pypackage::CodeStore::new(args.source.code_memory_budget),
+            code_base_url,
         }
     }
 }

@@ -364,7 +364,8 @@ async fn the_release_image_is_reproducible_and_runs_under_runc_with_the_charts_s
         let loader = |args: &[&str]| {
             let mut command = if arch == "amd64" {
                 let mut c = Command::new(root.join("lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"));
-                c.arg("--library-path").arg(root.join("lib/x86_64-linux-gnu"));
+                c.arg("--library-path")
+                    .arg(root.join("lib/x86_64-linux-gnu"));
                 c.arg(&binary);
                 c
             } else {

@@ -168,8 +168,8 @@ fn debian_binary(package: &str, path: &str) -> PathBuf {
         .find(|p| p.extension().is_some_and(|e| e == "deb"))
         .unwrap_or_else(|| panic!("apt-get downloaded {package}'s .deb"));
     // Only the one file: Debian's qemu-user-static unpacks to ~380 MB otherwise.
-    let unpacked = tempfile::tempdir_in(raypipe::devenv::binaries::cache_root())
-        .expect("a staging directory");
+    let unpacked =
+        tempfile::tempdir_in(raypipe::devenv::binaries::cache_root()).expect("a staging directory");
     let status = Command::new("sh")
         .arg("-c")
         .arg("dpkg-deb --fsys-tarfile \"$1\" | tar -x -C \"$2\" \"./$3\"")
