@@ -618,3 +618,329 @@ async fn the_operator_serves_code_by_digest_refuses_bad_code_and_pulls_it_again_
     operator.kill().await;
     server.abort();
 }
+
+/// Trains the digits sample into `out` with `seed` (train.py, scikit-learn's bundled data);
+/// returns the held-out set (pixels, labels).
+fn train_digits(out: &Path, seed: u32) -> (Vec<serde_json::Value>, Vec<i64>) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/digits/train.py");
+    let printed = crate::support::tools::run(
+        std::process::Command::new(crate::support::tools::sklearn_python())
+            .arg(script)
+            .arg("--out")
+            .arg(out)
+            .arg("--seed")
+            .arg(seed.to_string()),
+    );
+    eprintln!("digits trained (seed {seed}): {}", printed.trim());
+    let holdout: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("holdout.json")).expect("holdout"))
+            .expect("JSON");
+    let pixels = holdout["pixels"].as_array().expect("pixels").clone();
+    let labels = holdout["labels"]
+        .as_array()
+        .expect("labels")
+        .iter()
+        .map(|l| l.as_i64().expect("a label"))
+        .collect();
+    (pixels, labels)
+}
+
+/// Pushes the digits graph with the package trained into `trained` (its `digits_models`).
+async fn push_digits(
+    registry: &raypipe::devenv::distribution::DistributionRegistry,
+    repository_and_tag: &str,
+    trained: &Path,
+) -> (Sha256Digest, Sha256Digest, std::time::Instant) {
+    let graph =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/graphs/digits.pb"))
+            .expect("the digits graph");
+    let package =
+        raypipe::pypackage::code::pack(&trained.join("digits_models")).expect("the package packs");
+    let summary = raypipe::pypackage::code::check(&package.bytes).expect("valid");
+    let decoded = raypipe::graph::decode(&graph).expect("a graph");
+    let artifact = GraphArtifact::with_code(
+        graph,
+        &decoded.name,
+        &decoded.version,
+        Some(CodeLayer {
+            bytes: bytes::Bytes::from(package.bytes.as_ref().clone()),
+            title: package.file_name.clone(),
+            modules: summary.modules,
+        }),
+    )
+    .expect("an artifact");
+    let reference: OciReference = registry
+        .reference(repository_and_tag)
+        .parse()
+        .expect("reference");
+    let pushed_at = std::time::Instant::now();
+    let pushed = fetcher()
+        .push_oci(&PushRequest {
+            reference: &reference,
+            credentials: &RegistryCredentials::basic(USER, PASSWORD),
+            artifact: &artifact,
+            allow_insecure_http: true,
+            ca_bundle_pem: None,
+            connect_timeout: Duration::from_secs(5),
+            timeout: Duration::from_secs(60),
+        })
+        .await
+        .expect("pushed");
+    (
+        pushed.manifest_digest,
+        pushed.code_digest.expect("code"),
+        pushed_at,
+    )
+}
+
+/// Classifies `pixels` through Serve; the digit, or why not.
+async fn classify(
+    http: &reqwest::Client,
+    url: &str,
+    pixels: &serde_json::Value,
+) -> Result<i64, String> {
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(serde_json::json!({"pixels": pixels}).to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let bytes = response.bytes().await.map_err(|e| e.to_string())?;
+    let body: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{status}: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("{status}: {body}"));
+    }
+    body["digit"]
+        .as_i64()
+        .ok_or_else(|| format!("no digit in {body}"))
+}
+
+/// The real-model sample on real Ray 2.60: the digits graph and its trained code pushed as one
+/// artifact, served by the operator to Ray by digest (no bucket, nothing installed on the Ray
+/// node but Ray), answering the held-out images with the accuracy training measured; then a
+/// code-only change (retrained weights, same graph) rolls out as a canary under traffic and is
+/// served by its own digest, with no failed request.
+#[tokio::test]
+async fn the_digits_sample_answers_through_serve_and_a_code_only_change_rolls_out_as_a_canary() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let (v1_dir, v2_dir) = (work.path().join("v1"), work.path().join("v2"));
+    let (pixels, labels) = train_digits(&v1_dir, 0);
+    let head = crate::support::ray_head();
+    let _serve = crate::support::ray_serve_lock().await;
+    let registry = oci::basic_registry();
+    let unique = raypipe::devenv::random_token().expect("token");
+    let repository = format!("code/digits-{}", &unique[..8].to_lowercase());
+    let tag = format!("{repository}:live");
+    let (v1, code1, _) = push_digits(registry, &tag, &v1_dir).await;
+
+    let client = crate::support::client().await;
+    let ns = crate::support::namespace(&client, "digits").await;
+    let host = registry.reference("").trim_end_matches('/').to_owned();
+    let docker_config =
+        serde_json::json!({"auths": {host: {"username": USER, "password": PASSWORD}}});
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("registry".into()),
+            ..Default::default()
+        },
+        data: Some(
+            [(
+                ".dockerconfigjson".to_owned(),
+                ByteString(docker_config.to_string().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the credentials Secret");
+    let store = CodeStore::default();
+    let (uris, base) = raypipe::cli::dev::serve_packages_with_code(
+        raypipe::cli::dev::dev_packages(),
+        store.clone(),
+    )
+    .await
+    .expect("the package server");
+    let settings = ControllerSettings {
+        namespaces: vec![ns.clone()],
+        runtime_py_modules: uris,
+        code_store: store,
+        code_base_url: Some(base),
+        rayservice: Some(raypipe::cli::dev::local_rayservice_config(head).expect("config")),
+        ray_serve_url: Some(head.serve_url()),
+        fetcher: crate::support::loopback_fetcher(),
+        ..ControllerSettings::new(&[
+            ControllerKind::Servepipeline,
+            ControllerKind::Raycluster,
+            ControllerKind::Rayservice,
+        ])
+    };
+    let operator = crate::support::e2e::Operator::start(client.clone(), settings);
+    let route = "/digits-e2e";
+    let mut pipeline = crate::support::fixture::serving_pipeline(
+        "digits",
+        serde_json::json!({
+            "oci": registry.reference(&tag),
+            "credentialsSecretRef": {"name": "registry", "key": ".dockerconfigjson"},
+            "allowInsecureHttp": true,
+            "refreshInterval": "1s"
+        }),
+        route,
+        serde_json::json!({"name": "ray-head", "image": "rayproject/ray:2.60.0",
+            "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}),
+    );
+    pipeline.spec.rollout = Some(
+        serde_json::from_value(serde_json::json!({
+            "strategy": "Canary",
+            "steps": [{"weight": 50, "pause": "5s"}],
+            "gates": {"minRequests": 5}
+        }))
+        .expect("a rollout policy"),
+    );
+    let pipelines: Api<ServePipeline> = Api::namespaced(client.clone(), &ns);
+    let created = std::time::Instant::now();
+    pipelines
+        .create(&PostParams::default(), &pipeline)
+        .await
+        .expect("created");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    crate::support::eventually(
+        crate::support::e2e::WAIT,
+        "the digits pipeline Ready",
+        || {
+            let (pipelines, seen) = (pipelines.clone(), seen.clone());
+            async move {
+                let p = pipelines.get("digits").await.ok()?;
+                // What it waits on, each time it changes (a failing deploy says why here).
+                let now = serde_json::to_string(
+                    &p.status.as_ref().map(|s| (&s.conditions, &s.applications)),
+                )
+                .unwrap_or_default();
+                let mut last = seen.lock().unwrap();
+                if *last != now {
+                    eprintln!("digits: status {now}");
+                    *last = now;
+                }
+                crate::support::e2e::is_true(&p, "Ready").then_some(())
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "digits: Ready {:.1}s after creation (manifest {v1}, code {code1})",
+        created.elapsed().as_secs_f64()
+    );
+
+    // Real inputs, real predictions: the held-out images, never trained on.
+    let url = format!("{}{route}", head.serve_url());
+    let http = crate::support::fixture::loopback_http(Duration::from_secs(20));
+    let checked = 150.min(pixels.len());
+    let mut correct = 0;
+    for (image, label) in pixels.iter().zip(&labels).take(checked) {
+        let digit = classify(&http, &url, image).await.expect("an answer");
+        correct += usize::from(digit == *label);
+    }
+    let accuracy = correct as f64 / checked as f64;
+    eprintln!("digits: {correct} of {checked} held-out images right through Serve ({accuracy:.3})");
+    assert!(
+        accuracy >= 0.93,
+        "accuracy {accuracy} on {checked} held-out images"
+    );
+
+    // A code-only change under traffic: retrained weights, the same graph.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = {
+        let (http, url, stop) = (http.clone(), url.clone(), stop.clone());
+        let images: Vec<serde_json::Value> = pixels.iter().take(50).cloned().collect();
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                match classify(&http, &url, &images[i % images.len()]).await {
+                    Ok(_) => ok += 1,
+                    Err(e) => failed.push(e),
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (ok, failed)
+        })
+    };
+    train_digits(&v2_dir, 1);
+    let (v2, code2, pushed_at) = push_digits(registry, &tag, &v2_dir).await;
+    assert_ne!(code1, code2, "retrained weights are new code");
+    let rayservices: Api<RayService> = Api::namespaced(client.clone(), &ns);
+    let canary_serving = crate::support::eventually(
+        crate::support::e2e::WAIT,
+        "the code change taking canary traffic",
+        || {
+            let pipelines = pipelines.clone();
+            async move {
+                let rollout = pipelines.get("digits").await.ok()?.status?.rollout?;
+                let canary = rollout.canary?;
+                (canary.version.digest == v2.to_string() && canary.weight > 0).then_some(())
+            }
+        },
+    )
+    .await;
+    let to_canary = pushed_at.elapsed();
+    let _ = canary_serving;
+    let promoted = crate::support::eventually(
+        crate::support::e2e::WAIT,
+        "the code change promoted",
+        || {
+            let pipelines = pipelines.clone();
+            async move {
+                let rollout = pipelines.get("digits").await.ok()?.status?.rollout?;
+                let last = rollout.last?;
+                (rollout.stable?.digest == v2.to_string() && last.result == "Promoted")
+                    .then_some(last)
+            }
+        },
+    )
+    .await;
+    let to_promoted = pushed_at.elapsed();
+    eprintln!(
+        "digits: code-only change: canary serving {:.1}s after the push, promoted after {:.1}s ({})",
+        to_canary.as_secs_f64(),
+        to_promoted.as_secs_f64(),
+        promoted.message
+    );
+    // Served by its digest: the version application names the new code layer only, once the
+    // old version has left.
+    let config =
+        crate::support::eventually(crate::support::e2e::WAIT, "the old version retired", || {
+            let rayservices = rayservices.clone();
+            async move {
+                let config = rayservices.get("digits").await.ok()?.spec.serve_config_v2?;
+                (!config.contains(&code1.to_hex())).then_some(config)
+            }
+        })
+        .await;
+    assert!(
+        config.contains(&format!("/code-{}.zip", code2.to_hex())),
+        "{config}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (ok, failed) = traffic.await.expect("the client ran");
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {:?}",
+        failed.len(),
+        ok as usize + failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert!(ok > 10, "the canary was judged on traffic ({ok} answers)");
+    let digit = classify(&http, &url, &pixels[0]).await.expect("an answer");
+    assert_eq!(digit, labels[0]);
+    operator.kill().await;
+    // Leave the shared head without this pipeline's applications.
+    let _ = pipelines
+        .delete("digits", &kube::api::DeleteParams::default())
+        .await;
+}
