@@ -875,7 +875,7 @@ async fn the_digits_sample_answers_through_serve_and_a_code_only_change_rolls_ou
     let (v2, code2, pushed_at) = push_digits(registry, &tag, &v2_dir).await;
     assert_ne!(code1, code2, "retrained weights are new code");
     let rayservices: Api<RayService> = Api::namespaced(client.clone(), &ns);
-    let canary_serving = crate::support::eventually(
+    crate::support::eventually(
         crate::support::e2e::WAIT,
         "the code change taking canary traffic",
         || {
@@ -889,7 +889,6 @@ async fn the_digits_sample_answers_through_serve_and_a_code_only_change_rolls_ou
     )
     .await;
     let to_canary = pushed_at.elapsed();
-    let _ = canary_serving;
     let promoted = crate::support::eventually(
         crate::support::e2e::WAIT,
         "the code change promoted",
