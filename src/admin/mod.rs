@@ -191,6 +191,15 @@ struct AdminState {
 
 /// The admin routes.
 pub fn router(metrics: Metrics, readiness: Readiness) -> Router {
+    router_with_code(metrics, readiness, None)
+}
+
+/// The admin routes, with the code layers of `code` on the package server (issue 31).
+pub fn router_with_code(
+    metrics: Metrics,
+    readiness: Readiness,
+    code: Option<crate::pypackage::CodeStore>,
+) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(healthz))
@@ -198,10 +207,11 @@ pub fn router(metrics: Metrics, readiness: Readiness) -> Router {
         .route("/metrics", get(metrics_endpoint))
         .with_state(AdminState { metrics, readiness })
         // The graph runtime, for Ray nodes to fetch through `py_modules` (`--runtime-base-url`);
-        // zipped on the first request, not at start-up.
-        .merge(crate::pypackage::lazy_router(|| {
-            vec![crate::pypackage::runtime()]
-        }))
+        // zipped on the first request, not at start-up. Teams' code layers beside it, by digest.
+        .merge(crate::pypackage::lazy_router(
+            || vec![crate::pypackage::runtime()],
+            code,
+        ))
 }
 
 async fn healthz(State(state): State<AdminState>) -> Response {
@@ -255,7 +265,18 @@ pub async fn serve(
     readiness: Readiness,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AdminError> {
-    axum::serve(listener, router(metrics, readiness))
+    serve_with_code(listener, metrics, readiness, None, shutdown).await
+}
+
+/// [`serve`], with the code layers of `code` on the package server.
+pub async fn serve_with_code(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    readiness: Readiness,
+    code: Option<crate::pypackage::CodeStore>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AdminError> {
+    axum::serve(listener, router_with_code(metrics, readiness, code))
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(AdminError::Serve)

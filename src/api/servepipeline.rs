@@ -190,6 +190,12 @@ pub struct GraphSource {
     /// Allows a plain `http://` URL (the token then travels unencrypted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_insecure_http: Option<bool>,
+    /// Largest code layer accepted from an `oci` artifact (`raypipe dag push --code`), in bytes
+    /// (default 64 MiB, at most 1 GiB); checked against the manifest before it is downloaded.
+    /// The operator's `--code-memory-budget` bounds what all served layers hold together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1073741824))]
+    pub max_code_bytes: Option<i64>,
 }
 
 /// How the signature of an OCI graph is verified. Exactly one way: today a public key; a
@@ -282,7 +288,8 @@ pub struct ServePipelineStatus {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceStatus {
-    /// `sha256:<hex>` of the bytes applied.
+    /// `sha256:<hex>` of the graph applied; for an OCI artifact with a code layer, of its
+    /// manifest (which pins graph and code, and names the version in a rollout).
     pub digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
@@ -303,8 +310,12 @@ pub struct OciSourceStatus {
     pub tag: Option<String>,
     /// `sha256:<hex>` of the manifest applied; a new digest behind the tag is a new version.
     pub manifest_digest: String,
-    /// `sha256:<hex>` of the graph layer (equal to `digest`).
+    /// `sha256:<hex>` of the graph layer (equal to `digest` unless the artifact has code).
     pub graph_digest: String,
+    /// `sha256:<hex>` of the code layer (`raypipe dag push --code`), served to Ray by this
+    /// digest. With code, `digest` is the manifest digest: the one digest that pins both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_digest: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]

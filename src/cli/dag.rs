@@ -132,6 +132,13 @@ pub struct DiffArgs {
     /// How to print the plan.
     #[arg(long, value_enum, default_value_t = DiffOutput::Text)]
     pub output: DiffOutput,
+    /// The code that runs with OLD (a package directory or a wheel, as `dag push --code` takes
+    /// it); with --new-code, the plan says what the code change restarts.
+    #[arg(long, value_name = "DIR|WHEEL")]
+    pub old_code: Option<PathBuf>,
+    /// The code to go to with NEW.
+    #[arg(long, value_name = "DIR|WHEEL")]
+    pub new_code: Option<PathBuf>,
 }
 
 /// Output forms of `dag diff`.
@@ -196,6 +203,8 @@ pub enum DagError {
     BothStandardInput,
     #[error(transparent)]
     Oci(#[from] super::oci::OciCommandError),
+    #[error(transparent)]
+    Code(#[from] crate::pypackage::code::CodeError),
 }
 
 /// Runs a `raypipe dag` command on the process's standard output and error.
@@ -345,6 +354,7 @@ fn reason_of(error: &DagError) -> &'static str {
         DagError::Render(e) => e.reason(),
         DagError::BothStandardInput => "UsageError",
         DagError::Oci(_) => "RegistryError",
+        DagError::Code(_) => "CodeError",
     }
 }
 
@@ -379,6 +389,7 @@ pub fn render_options(args: &RenderArgs) -> RenderOptions {
         route_prefix: args.route_prefix.clone(),
         runtime_import_path: args.runtime_import_path.clone(),
         runtime_py_modules: args.runtime_py_modules.clone(),
+        code_py_modules: Vec::new(),
         executor_deployment: args.executor_deployment.clone(),
         request_timeout_s: args.request_timeout_s,
         keep_alive_timeout_s: args.keep_alive_timeout_s,
@@ -477,7 +488,11 @@ fn diff(args: &DiffArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8,
     let [old, new] = graphs.as_slice() else {
         return Ok(EXIT_INVALID);
     };
-    let plan = graph::diff::diff(old.graph(), new.graph());
+    let mut plan = graph::diff::diff(old.graph(), new.graph());
+    if args.old_code.is_some() || args.new_code.is_some() {
+        let (old_code, new_code) = (code_files(&args.old_code)?, code_files(&args.new_code)?);
+        plan = plan.with_code(&old_code, &new_code, new.graph());
+    }
     let text = match args.output {
         DiffOutput::Text => plan.to_string(),
         DiffOutput::Json => {
@@ -488,6 +503,28 @@ fn diff(args: &DiffArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8,
     };
     write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
+}
+
+/// One side's code for `dag diff`: the layer `dag push --code` would push, its files hashed.
+fn code_files(path: &Option<PathBuf>) -> Result<graph::diff::CodeFiles, DagError> {
+    use sha2::Digest as _;
+    let Some(path) = path else {
+        return Ok(graph::diff::CodeFiles::default());
+    };
+    let package = crate::pypackage::code::pack(path)?;
+    let summary = crate::pypackage::code::check(&package.bytes)?;
+    let files = summary
+        .files(&package.bytes)
+        .into_iter()
+        .map(|(name, bytes)| (name, hex::encode(sha2::Sha256::digest(bytes))))
+        .collect();
+    Ok(graph::diff::CodeFiles {
+        digest: Some(format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(package.bytes.as_slice()))
+        )),
+        files,
+    })
 }
 
 fn encode(args: &EncodeArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8, DagError> {

@@ -68,6 +68,19 @@ pub fn dev_packages() -> Vec<crate::pypackage::PythonPackage> {
 pub async fn serve_packages(
     packages: Vec<crate::pypackage::PythonPackage>,
 ) -> anyhow::Result<Vec<String>> {
+    Ok(
+        serve_packages_with_code(packages, crate::pypackage::CodeStore::default())
+            .await?
+            .0,
+    )
+}
+
+/// [`serve_packages`], and the code layers of `code` beside them (as the operator's admin
+/// port serves them); returns the packages' URIs and the base URL (`--runtime-base-url`).
+pub async fn serve_packages_with_code(
+    packages: Vec<crate::pypackage::PythonPackage>,
+    code: crate::pypackage::CodeStore,
+) -> anyhow::Result<(Vec<String>, String)> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     let base = format!("http://{}/packages", listener.local_addr()?);
     let uris = packages
@@ -75,9 +88,9 @@ pub async fn serve_packages(
         .map(|p| crate::pypackage::uri(&base, p))
         .collect();
     tokio::spawn(async move {
-        let _ = axum::serve(listener, crate::pypackage::router(packages)).await;
+        let _ = axum::serve(listener, crate::pypackage::router_with_code(packages, code)).await;
     });
-    Ok(uris)
+    Ok((uris, base))
 }
 
 /// The RayService controller's settings for RayClusters whose dashboard is one Ray head on
@@ -376,7 +389,12 @@ async fn serve(
             ..Default::default()
         })
         .await?;
-        settings.runtime_py_modules = serve_packages(dev_packages()).await?;
+        // The runtime, the sample models and teams' code layers (`dag push --code`), as the
+        // operator's admin port serves them on a cluster.
+        let (uris, base) =
+            serve_packages_with_code(dev_packages(), settings.code_store.clone()).await?;
+        settings.runtime_py_modules = uris;
+        settings.code_base_url = Some(base);
         settings.rayservice = Some(local_rayservice_config(&head)?);
         // RayJobs of every cluster run on the same local head.
         settings.ray_dashboard_url = Some(head.dashboard_url().as_str().to_owned());

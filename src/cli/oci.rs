@@ -24,7 +24,7 @@ use super::credential_helper;
 use super::dag::{self, DagError, EXIT_INVALID, EXIT_OK, InputArgs};
 use crate::graph::{self, Format};
 use crate::source::oci::docker_config::Lookup;
-use crate::source::oci::push::{GraphArtifact, PushError, PushRequest};
+use crate::source::oci::push::{CodeLayer, GraphArtifact, PushError, PushRequest};
 use crate::source::oci::{DockerConfig, OciOutcome, OciReference, OciRequest, RegistryCredentials};
 use crate::source::{AllowedDestination, DestinationPolicy, IpNetwork};
 use crate::source::{Fetcher, FetcherOptions, SourceError};
@@ -71,6 +71,12 @@ pub struct PushArgs {
     pub input: InputArgs,
     /// Where to push: REGISTRY/REPOSITORY:TAG (e.g. 127.0.0.1:8788/samples/fraud:v2).
     pub reference: String,
+    /// The graph's own Python code, added as a code layer: a package directory (with
+    /// __init__.py; its name is the import name) or a wheel (.whl). The same files always give
+    /// the same layer, and the manifest digest (and a signature over it) pins graph and code.
+    /// The operator serves it to Ray by digest.
+    #[arg(long, value_name = "DIR|WHEEL")]
+    pub code: Option<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -85,6 +91,10 @@ pub struct PullArgs {
     /// Format to write: protobuf (as stored), yaml or json.
     #[arg(long, value_enum, default_value_t = dag::InputFormat::Protobuf)]
     pub format: dag::InputFormat,
+    /// Extract the artifact's code layer here (a new or empty directory), as Ray sees it: the
+    /// package directories at its top.
+    #[arg(long, value_name = "DIR")]
+    pub code_dir: Option<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -117,6 +127,10 @@ pub enum OciCommandError {
     },
     #[error("{reference} holds a graph that does not decode: {problem}")]
     NotAGraph { reference: String, problem: String },
+    #[error(transparent)]
+    Code(#[from] crate::pypackage::code::CodeError),
+    #[error("{reference} has no code layer to extract (push it with --code)")]
+    NoCode { reference: String },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
 }
@@ -246,7 +260,22 @@ pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             source,
         })
     };
-    let artifact = GraphArtifact::new(bytes, valid.name(), valid.version()).map_err(push_error)?;
+    let code = match &args.code {
+        Some(path) => {
+            let package = crate::pypackage::code::pack(path).map_err(OciCommandError::Code)?;
+            // The layer as the operator will judge it (a layer it refuses is not pushed).
+            let summary =
+                crate::pypackage::code::check(&package.bytes).map_err(OciCommandError::Code)?;
+            Some(CodeLayer {
+                bytes: bytes::Bytes::from(package.bytes.as_ref().clone()),
+                title: package.file_name.clone(),
+                modules: summary.modules,
+            })
+        }
+        None => None,
+    };
+    let artifact =
+        GraphArtifact::with_code(bytes, valid.name(), valid.version(), code).map_err(push_error)?;
     let credentials = credentials(&args.registry, reference.registry(), err)?;
     let pushed = block_on(async {
         fetcher()
@@ -262,14 +291,19 @@ pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             .await
     })?
     .map_err(push_error)?;
+    let code_note = match (&pushed.code_digest, &artifact.code) {
+        (Some(digest), Some((bytes, _))) => format!(", code {digest} ({} bytes)", bytes.len()),
+        _ => String::new(),
+    };
     let _ = writeln!(
         err,
-        "pushed graph {:?} version {:?} to {reference}: manifest {}, graph {} ({} of 2 blobs already there)",
+        "pushed graph {:?} version {:?} to {reference}: manifest {}, graph {}{code_note} ({} of {} blobs already there)",
         valid.name(),
         valid.version(),
         pushed.manifest_digest,
         pushed.graph_digest,
         pushed.blobs_skipped,
+        pushed.blobs,
     );
     dag::write_stdout(out, format!("{}\n", pushed.manifest_digest).as_bytes())?;
     Ok(EXIT_OK)
@@ -286,6 +320,8 @@ pub fn pull(args: &PullArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         fetcher()
             .pull_oci(&OciRequest {
                 allow_insecure_http: args.registry.plain_http,
+                // The command line takes any code layer raypipe could have pushed.
+                max_code_bytes: crate::source::MAX_MAX_CODE_BYTES,
                 ..OciRequest::new(&reference, &credentials)
             })
             .await
@@ -300,6 +336,7 @@ pub fn pull(args: &PullArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         bytes,
         manifest_digest,
         graph_digest,
+        code,
         ..
     } = outcome
     else {
@@ -330,10 +367,37 @@ pub fn pull(args: &PullArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         })?,
         None => dag::write_stdout(out, &written)?,
     }
+    let code_note = match &code {
+        Some(code) => format!(", code {} ({} bytes)", code.digest, code.size),
+        None => String::new(),
+    };
     let _ = writeln!(
         err,
-        "pulled {reference}: manifest {manifest_digest}, graph {graph_digest} ({} bytes)",
+        "pulled {reference}: manifest {manifest_digest}, graph {graph_digest} ({} bytes){code_note}",
         bytes.bytes().len()
     );
+    match (&args.code_dir, &code) {
+        (Some(dir), Some(code)) => {
+            let files = crate::pypackage::code::extract(code.bytes.bytes(), dir)
+                .map_err(OciCommandError::Code)?;
+            let _ = writeln!(
+                err,
+                "extracted {files} files of the code layer into {}",
+                dir.display()
+            );
+        }
+        (Some(_), None) => {
+            return Err(DagError::Oci(OciCommandError::NoCode {
+                reference: reference.to_string(),
+            }));
+        }
+        (None, Some(_)) => {
+            let _ = writeln!(
+                err,
+                "note: the artifact has a code layer; --code-dir DIR extracts it"
+            );
+        }
+        (None, None) => {}
+    }
     Ok(EXIT_OK)
 }

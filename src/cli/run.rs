@@ -101,10 +101,13 @@ pub async fn run_with_metrics(
 
     let admin_listener = admin::bind(operator.admin.admin_address).await?;
     tracing::info!(address = %operator.admin.admin_address, "admin server listening (/healthz, /readyz, /metrics)");
-    let admin_task = tokio::spawn(admin::serve(
+    // The code layers the ServePipeline controller verifies are served from the admin port.
+    let code_store = crate::pypackage::CodeStore::new(operator.source.code_memory_budget);
+    let admin_task = tokio::spawn(admin::serve_with_code(
         admin_listener,
         metrics.clone(),
         readiness.clone(),
+        Some(code_store.clone()),
         stopped(),
     ));
 
@@ -134,12 +137,15 @@ pub async fn run_with_metrics(
     .await?;
     readiness.set_crds_present();
 
-    let settings = ControllerSettings::from_args(
-        &args.controllers,
-        operator,
-        metrics.clone(),
-        readiness.clone(),
-    );
+    let settings = ControllerSettings {
+        code_store,
+        ..ControllerSettings::from_args(
+            &args.controllers,
+            operator,
+            metrics.clone(),
+            readiness.clone(),
+        )
+    };
     // A bad dashboard template fails the controllers' start, below, as it always did (the
     // servers are then stopped in order).
     let plan = settings.plan();

@@ -78,6 +78,8 @@ impl ControllerSettings {
             readiness: self.readiness.clone(),
             fetcher: self.fetcher.clone(),
             fetch_slots: self.fetch_slots.clone(),
+            code_store: self.code_store.clone(),
+            code_base_url: self.code_base_url.clone(),
             serve: Some(self.serve_locator()?),
             rollout_poll: None,
         })

@@ -87,6 +87,18 @@ pub struct SourceArgs {
         value_parser = byte_quantity
     )]
     pub graph_memory_budget: u64,
+    /// Memory the code layers of graph artifacts (`raypipe dag push --code`) that the operator
+    /// serves to Ray may occupy together, as a byte quantity. Past it the least recently used
+    /// layers' bytes are dropped (and pulled again by digest when a Ray node asks); a layer
+    /// larger than this is refused (CodeTooLarge). Graph and code budgets together stay well
+    /// below the operator's memory limit.
+    #[arg(
+        long,
+        env = "RAYPIPE_CODE_MEMORY_BUDGET",
+        default_value = "128Mi",
+        value_parser = byte_quantity
+    )]
+    pub code_memory_budget: u64,
 }
 
 impl SourceArgs {

@@ -86,6 +86,11 @@ pub struct ControllerSettings {
     /// The fetch slots every ServePipeline controller instance shares, so one namespace per
     /// instance (`--namespaces`) still means one operator-wide bound and one fair share per host.
     pub fetch_slots: crate::controllers::servepipeline::FetchSlots,
+    /// The code layers served to Ray (operator-wide; the package server shares it), and where
+    /// Ray nodes reach the package server (`--runtime-base-url`): without it, graph artifacts
+    /// with a code layer are refused (CodeNotServable).
+    pub code_store: crate::pypackage::CodeStore,
+    pub code_base_url: Option<String>,
 }
 
 impl ControllerSettings {
@@ -109,6 +114,8 @@ impl ControllerSettings {
             // Public registries only; `raypipe dev` and tests allow the loopback explicitly.
             fetcher: crate::source::Fetcher::default(),
             fetch_slots: Default::default(),
+            code_store: crate::pypackage::CodeStore::default(),
+            code_base_url: None,
         }
     }
 
@@ -128,11 +135,13 @@ impl ControllerSettings {
             runtime_env_mirrors,
             feature_gates,
         } = args.tuning.clone();
-        if let Some(base) = runtime_base_url.as_deref().filter(|b| !b.trim().is_empty()) {
-            runtime_py_modules.push(crate::pypackage::uri(
-                base.trim(),
-                &crate::pypackage::runtime(),
-            ));
+        let code_base_url = runtime_base_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(str::to_owned);
+        if let Some(base) = &code_base_url {
+            runtime_py_modules.push(crate::pypackage::uri(base, &crate::pypackage::runtime()));
         }
         ControllerSettings {
             controllers: controllers.to_vec(),
@@ -151,6 +160,8 @@ impl ControllerSettings {
             kuberay: args.kuberay.clone(),
             fetcher: args.source.fetcher(),
             fetch_slots: Default::default(),
+            code_store: crate::pypackage::CodeStore::new(args.source.code_memory_budget),
+            code_base_url,
         }
     }
 }

@@ -173,6 +173,9 @@ impl OciStore {
             Bytes::from_static(crate::source::oci::manifest::EMPTY_CONFIG),
         );
         self.store_blob(artifact.graph_digest.to_string(), artifact.graph.clone());
+        if let Some((bytes, digest)) = &artifact.code {
+            self.store_blob(digest.to_string(), bytes.clone());
+        }
         let digest = artifact.manifest_digest.to_string();
         self.stored_bytes = self.stored_bytes.saturating_add(artifact.manifest.len());
         self.manifests.insert(

@@ -131,12 +131,127 @@ pub struct GraphDiff {
     /// version, so every replica of the application restarts, `unchanged` and `inPlace` nodes
     /// included.
     pub restarts_all_replicas: bool,
+    /// The code layer changed (`raypipe dag diff --old-code/--new-code`); absent when no code
+    /// was compared or it did not change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<CodeDiff>,
+}
+
+/// Most changed code files listed.
+pub const MAX_CODE_FILES: usize = 50;
+
+/// A change of the graph's code layer. A new code layer is a new `runtime_env`, so Serve
+/// restarts every replica of the application; `nodes` names the model nodes whose own module
+/// changed (their imports are not followed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CodeDiff {
+    /// `sha256:<hex>` of each side's code layer; absent on a side without code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_digest: Option<String>,
+    /// Files added (`+`), removed (`-`) or changed (`~`), by path below the layer's top
+    /// directory, sorted; at most [`MAX_CODE_FILES`].
+    pub files: Vec<String>,
+    /// Changed files not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_files: usize,
+    /// Model nodes whose own module is among the changed files.
+    pub nodes: Vec<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// One side's code: its layer digest and each file's content hash, by path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CodeFiles {
+    pub digest: Option<String>,
+    pub files: BTreeMap<String, String>,
 }
 
 impl GraphDiff {
+    /// Adds the change of the code layer from `old` to `new` (nothing when equal). `graph` is
+    /// the new graph, whose model nodes' import paths say which modules they are.
+    pub fn with_code(mut self, old: &CodeFiles, new: &CodeFiles, graph: &PipelineGraph) -> Self {
+        if old.digest == new.digest && old.files == new.files {
+            return self;
+        }
+        let names: BTreeSet<&String> = old.files.keys().chain(new.files.keys()).collect();
+        let changed: Vec<(char, &String)> = names
+            .into_iter()
+            .filter_map(|name| match (old.files.get(name), new.files.get(name)) {
+                (None, Some(_)) => Some(('+', name)),
+                (Some(_), None) => Some(('-', name)),
+                (Some(a), Some(b)) if a != b => Some(('~', name)),
+                _ => None,
+            })
+            .collect();
+        let touched: BTreeSet<&str> = changed.iter().map(|(_, name)| name.as_str()).collect();
+        let mut nodes = Vec::new();
+        for node in &graph.nodes {
+            let Some(node::Kind::Model(model)) = &node.kind else {
+                continue;
+            };
+            if module_files(&model.import_path)
+                .iter()
+                .any(|file| touched.contains(file.as_str()))
+            {
+                nodes.push(node.name.clone());
+            }
+        }
+        nodes.sort();
+        for line in &mut self.nodes {
+            if nodes.contains(&line.node)
+                && matches!(
+                    line.change,
+                    Change::Unchanged | Change::InPlace | Change::Restarted
+                )
+            {
+                line.change = Change::Restarted;
+                line.fields.push("code".to_owned());
+                line.fields.sort();
+                line.fields.dedup();
+            }
+        }
+        self.restarts_all_replicas = true;
+        self.code = Some(CodeDiff {
+            old_digest: old.digest.clone(),
+            new_digest: new.digest.clone(),
+            more_files: changed.len().saturating_sub(MAX_CODE_FILES),
+            files: changed
+                .iter()
+                .take(MAX_CODE_FILES)
+                .map(|(mark, name)| format!("{mark}{}", capped(name, 256)))
+                .collect(),
+            nodes,
+        });
+        self
+    }
+
+    /// One line on the code change, when there is one.
+    fn code_line(&self) -> Option<String> {
+        let code = self.code.as_ref()?;
+        let side = |d: &Option<String>| d.clone().unwrap_or_else(|| "no code".to_owned());
+        let more = if code.more_files > 0 {
+            format!(" and {} more", code.more_files)
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "code: {} → {} ({} files changed: {}{more})",
+            side(&code.old_digest),
+            side(&code.new_digest),
+            code.files.len() + code.more_files,
+            code.files.join(" "),
+        ))
+    }
     /// True when the graphs differ in nothing the plan describes.
     pub fn is_empty(&self) -> bool {
-        self.routing.is_empty()
+        self.code.is_none()
+            && self.routing.is_empty()
             && self.graph.is_empty()
             && self.nodes.iter().all(|n| n.change == Change::Unchanged)
     }
@@ -160,6 +275,7 @@ impl GraphDiff {
         );
         all.extend(self.routing.iter().cloned());
         all.extend(self.graph.iter().cloned());
+        all.extend(self.code_line());
         if all.len() > max {
             let hidden = all.len() - max.saturating_sub(1);
             all.truncate(max.saturating_sub(1));
@@ -249,6 +365,18 @@ impl fmt::Display for GraphDiff {
                 }
             }
         }
+        if let Some(line) = self.code_line() {
+            writeln!(f, "\n{line}")?;
+            if let Some(code) = &self.code
+                && !code.nodes.is_empty()
+            {
+                writeln!(
+                    f,
+                    "  nodes whose own module changed: {}",
+                    code.nodes.join(", ")
+                )?;
+            }
+        }
         if self.restarts_all_replicas {
             writeln!(
                 f,
@@ -272,7 +400,31 @@ pub fn diff(old: &PipelineGraph, new: &PipelineGraph) -> GraphDiff {
         restarts_all_replicas: !same_wiring(old, new)
             || old.runtime_env != new.runtime_env
             || !options::fusable_nodes(old).eq(options::fusable_nodes(new)),
+        code: None,
     }
+}
+
+/// The files that define the module of `import_path` (`team.models:Classifier`): its own
+/// `team/models.py` or `team/models/__init__.py`, and each enclosing package's
+/// `__init__.py` (imported first).
+fn module_files(import_path: &str) -> Vec<String> {
+    let module = match import_path.split_once(':') {
+        Some((module, _)) => module,
+        None => import_path
+            .rsplit_once('.')
+            .map_or("", |(module, _)| module),
+    };
+    let parts: Vec<&str> = module.split('.').filter(|p| !p.is_empty()).collect();
+    let mut files = Vec::new();
+    for depth in 1..parts.len() {
+        files.push(format!("{}/__init__.py", parts[..depth].join("/")));
+    }
+    if !parts.is_empty() {
+        let path = parts.join("/");
+        files.push(format!("{path}.py"));
+        files.push(format!("{path}/__init__.py"));
+    }
+    files
 }
 
 /// Longest routing or graph line (bytes). The lines quote text from the graphs (predicate

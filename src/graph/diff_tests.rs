@@ -624,3 +624,63 @@ fn every_edge_field_of_the_proto_is_described() {
         );
     }
 }
+
+#[test]
+fn a_code_change_restarts_every_replica_and_names_the_nodes_whose_module_changed() {
+    let graph = sample();
+    let files = |pairs: &[(&str, &str)]| CodeFiles {
+        digest: Some(format!("sha256:{}", pairs.len())),
+        files: pairs
+            .iter()
+            .map(|(n, h)| ((*n).to_owned(), (*h).to_owned()))
+            .collect(),
+    };
+    let old = files(&[("samples/__init__.py", "a"), ("samples/models.py", "b")]);
+    let same = diff(&graph, &graph).with_code(&old, &old, &graph);
+    assert!(same.code.is_none() && same.is_empty(), "no change: {same}");
+    let new = CodeFiles {
+        digest: Some("sha256:other".into()),
+        ..files(&[
+            ("samples/__init__.py", "a"),
+            ("samples/models.py", "changed"),
+            ("samples/extra.py", "new"),
+        ])
+    };
+    let d = diff(&graph, &graph).with_code(&old, &new, &graph);
+    assert!(d.restarts_all_replicas);
+    let code = d.code.clone().expect("a code change");
+    assert_eq!(code.files, vec!["+samples/extra.py", "~samples/models.py"]);
+    // Every model node of the sample imports samples.models.
+    let models: Vec<&NodeDiff> = d
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Model)
+        .collect();
+    assert!(!models.is_empty());
+    for node in models {
+        assert_eq!(node.change, Change::Restarted, "{node:?}");
+        assert!(node.fields.contains(&"code".to_owned()), "{node:?}");
+        assert!(code.nodes.contains(&node.node));
+    }
+    let text = d.to_string();
+    assert!(
+        text.contains("code: sha256:2 → sha256:other (2 files changed"),
+        "{text}"
+    );
+    assert!(d.lines(20).iter().any(|l| l.starts_with("code: ")));
+    // A file no node imports restarts the replicas all the same, naming no node.
+    let unrelated = CodeFiles {
+        digest: Some("sha256:third".into()),
+        ..files(&[
+            ("samples/__init__.py", "a"),
+            ("samples/models.py", "b"),
+            ("samples/extra.py", "x"),
+        ])
+    };
+    let d = diff(&graph, &graph).with_code(&old, &unrelated, &graph);
+    assert!(d.restarts_all_replicas && d.code.as_ref().unwrap().nodes.is_empty());
+    assert_eq!(
+        module_files("a.b:C"),
+        ["a/__init__.py", "a/b.py", "a/b/__init__.py"]
+    );
+}

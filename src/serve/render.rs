@@ -43,6 +43,10 @@ pub struct RenderOptions {
     pub runtime_import_path: String,
     /// URIs of the runtime's package(s), appended to the application's `py_modules`.
     pub runtime_py_modules: Vec<String>,
+    /// URIs of the graph version's own code (the code layer of its artifact, served by the
+    /// operator), added to the graph application's `py_modules` before the runtime's. Not
+    /// given to a canary's router, whose `runtime_env` must never change.
+    pub code_py_modules: Vec<String>,
     /// Deployment name of the executor (must not be a model node's name).
     pub executor_deployment: String,
     /// `http_options.request_timeout_s`; must be at least the graph's deadline.
@@ -66,6 +70,7 @@ impl Default for RenderOptions {
             route_prefix: None,
             runtime_import_path: DEFAULT_RUNTIME_IMPORT_PATH.to_string(),
             runtime_py_modules: Vec::new(),
+            code_py_modules: Vec::new(),
             executor_deployment: DEFAULT_EXECUTOR_DEPLOYMENT.to_string(),
             request_timeout_s: None,
             keep_alive_timeout_s: None,
@@ -119,6 +124,7 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
     if let Some(uri) = opts
         .runtime_py_modules
         .iter()
+        .chain(&opts.code_py_modules)
         .find(|uri| !is_remote_uri(uri))
     {
         return Err(RenderError::InvalidRuntimeModule { uri: uri.clone() });
@@ -180,7 +186,7 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
         import_path: opts.runtime_import_path.clone(),
         runtime_env: application_runtime_env(
             pipeline.runtime_env.as_ref(),
-            &opts.runtime_py_modules,
+            opts.code_py_modules.iter().chain(&opts.runtime_py_modules),
         ),
         args: RuntimeArgs {
             api_version: RUNTIME_ARGS_API_VERSION.to_string(),
@@ -456,10 +462,11 @@ fn runtime_env(env: &proto::RuntimeEnv) -> RuntimeEnvConfig {
     }
 }
 
-/// The graph's environment plus the runtime's package(s), without duplicates, graph's first.
-fn application_runtime_env(
+/// The graph's environment plus its code and the runtime's package(s), without duplicates,
+/// graph's first.
+fn application_runtime_env<'a>(
     env: Option<&proto::RuntimeEnv>,
-    runtime_modules: &[String],
+    runtime_modules: impl IntoIterator<Item = &'a String>,
 ) -> Option<RuntimeEnvConfig> {
     let mut merged = env.map(runtime_env).unwrap_or_default();
     for module in runtime_modules {

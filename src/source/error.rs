@@ -52,6 +52,9 @@ pub mod reasons {
     pub const INVALID_PUBLIC_KEY: &str = "InvalidPublicKey";
     pub const SIGNATURE_MISSING: &str = "SignatureMissing";
     pub const SIGNATURE_INVALID: &str = "SignatureInvalid";
+    pub const CODE_LAYER_MISSING: &str = "CodeLayerMissing";
+    pub const CODE_DIGEST_MISMATCH: &str = "CodeDigestMismatch";
+    pub const CODE_TOO_LARGE: &str = "CodeTooLarge";
 }
 
 /// Which limit a [`SourceError::Timeout`] hit.
@@ -326,6 +329,31 @@ pub enum SourceError {
         digest: String,
         problem: String,
     },
+
+    #[error(
+        "the manifest of {reference} names the code layer {digest}, which the registry does not \
+         have (HTTP 404): push the artifact again with `raypipe dag push --code`"
+    )]
+    CodeLayerMissing { reference: String, digest: String },
+
+    #[error(
+        "the code layer of {reference} has digest {actual} but the manifest names {expected}: \
+         refusing it (the registry's storage or something on the way changed the code)"
+    )]
+    CodeDigestMismatch {
+        reference: String,
+        expected: String,
+        actual: String,
+    },
+
+    #[error(
+        "the code layer of {reference} is {size} bytes, more than {limit} (source.maxCodeBytes)"
+    )]
+    CodeTooLarge {
+        reference: String,
+        size: u64,
+        limit: u64,
+    },
 }
 
 fn attempts_note(attempts: u32) -> String {
@@ -419,6 +447,9 @@ impl SourceError {
             SourceError::InvalidPublicKey { .. } => reasons::INVALID_PUBLIC_KEY,
             SourceError::SignatureMissing { .. } => reasons::SIGNATURE_MISSING,
             SourceError::SignatureInvalid { .. } => reasons::SIGNATURE_INVALID,
+            SourceError::CodeLayerMissing { .. } => reasons::CODE_LAYER_MISSING,
+            SourceError::CodeDigestMismatch { .. } => reasons::CODE_DIGEST_MISMATCH,
+            SourceError::CodeTooLarge { .. } => reasons::CODE_TOO_LARGE,
         }
     }
 

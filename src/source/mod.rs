@@ -30,6 +30,7 @@ pub use error::{SourceError, TimeoutPhase, reasons};
 pub use fetcher::{FetchOutcome, FetchedBytes, Fetcher, FetcherOptions};
 pub use redact::redact_url;
 pub use request::{
-    BearerToken, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_STALL_TIMEOUT,
-    DEFAULT_TIMEOUT, FetchRequest, MAX_FETCH_TIMEOUT, MAX_MAX_BYTES, RetryPolicy,
+    BearerToken, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_MAX_CODE_BYTES,
+    DEFAULT_STALL_TIMEOUT, DEFAULT_TIMEOUT, FetchRequest, MAX_FETCH_TIMEOUT, MAX_MAX_BYTES,
+    MAX_MAX_CODE_BYTES, RetryPolicy,
 };

@@ -15,6 +15,10 @@ pub const DEFAULT_MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// Largest graph accepted whatever the request says (`maxBytes` is clamped to it): 64 MiB.
 /// For the CRD's and the webhook's bound on `maxBytes`.
 pub const MAX_MAX_BYTES: u64 = crate::graph::MAX_GRAPH_BYTES as u64;
+/// Default largest code layer of a graph artifact (`source.maxCodeBytes`).
+pub const DEFAULT_MAX_CODE_BYTES: u64 = 64 * 1024 * 1024;
+/// The most `source.maxCodeBytes` may say (the push side's ceiling too).
+pub const MAX_MAX_CODE_BYTES: u64 = 1024 * 1024 * 1024;
 /// Longest one fetch may take whatever the request says, every attempt, backoff and wait for
 /// the memory budget included: `timeout` is clamped to it, and so is the whole fetch. For the
 /// CRD's and the webhook's bound on `timeout`.

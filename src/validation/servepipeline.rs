@@ -121,6 +121,15 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Vec<Problem> {
             format!("source.maxBytes: {max_bytes} is outside 1 to {MAX_GRAPH_BYTES} (64 MiB)"),
         );
     }
+    let max_code = crate::source::MAX_MAX_CODE_BYTES as i64;
+    if let Some(max_code_bytes) = source.max_code_bytes
+        && !(1..=max_code).contains(&max_code_bytes)
+    {
+        refuse(
+            "spec.source.maxCodeBytes",
+            format!("source.maxCodeBytes: {max_code_bytes} is outside 1 to {max_code} (1 GiB)"),
+        );
+    }
     problems
 }
 

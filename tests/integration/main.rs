@@ -3,6 +3,7 @@
 
 mod admin;
 mod alerts;
+mod code;
 mod crds;
 mod dag_oci;
 mod deploy;

@@ -33,7 +33,7 @@ pub(super) async fn apply(
     g: &GoodGraph,
 ) -> Result<Applied, Error> {
     let render_started = std::time::Instant::now();
-    let yaml = match build::render(pipeline, &ctx.config, &g.graph) {
+    let yaml = match build::render(pipeline, &ctx.config, &g.graph, &g.applied) {
         Ok(yaml) => yaml,
         Err(message) => return Ok(render_failed(message)),
     };

@@ -44,6 +44,10 @@ pub mod reasons {
     pub const RAYSERVICE_CONFLICT: &str = "RayServiceConflict";
     pub const ROLLOUT_IN_PROGRESS: &str = "RolloutInProgress";
     pub const ROLLED_BACK: &str = "RolledBack";
+    /// The code layer is not a usable archive (`pypackage::code::check`).
+    pub const INVALID_CODE_LAYER: &str = "InvalidCodeLayer";
+    /// The artifact has code, and the operator has no package server URL to serve it from.
+    pub const CODE_NOT_SERVABLE: &str = "CodeNotServable";
 }
 
 /// The name of the RayService a pipeline owns: the pipeline's own name.
@@ -169,16 +173,41 @@ pub fn applied_from_status(status: &ServePipelineStatus) -> Option<AppliedGraph>
     })
 }
 
-/// Renders the Serve config YAML for a pipeline's graph.
+/// Renders the Serve config YAML for a pipeline's graph (and its code, served by the
+/// operator, when the artifact had any).
 pub fn render(
     pipeline: &ServePipeline,
     config: &super::Config,
     graph: &crate::graph::ValidatedGraph,
+    applied: &AppliedGraph,
 ) -> Result<String, String> {
-    let options = render_options(pipeline, config);
+    let options = version_render_options(pipeline, config, applied);
     crate::serve::render(graph, &options)
         .map(|c| c.to_yaml())
         .map_err(|e| e.to_string())
+}
+
+/// The render options of one graph version: the pipeline's, plus the URI its code layer is
+/// served under.
+pub(super) fn version_render_options(
+    pipeline: &ServePipeline,
+    config: &super::Config,
+    applied: &AppliedGraph,
+) -> crate::serve::RenderOptions {
+    let mut options = render_options(pipeline, config);
+    options.code_py_modules = code_uri(config, applied).into_iter().collect();
+    options
+}
+
+/// Where Ray fetches the code layer of `applied` (`<base>/code-<hex>.zip`), when it has one
+/// and the operator serves code.
+pub fn code_uri(config: &super::Config, applied: &AppliedGraph) -> Option<String> {
+    let digest = applied.oci.as_ref()?.code_digest.as_deref()?;
+    let hex = digest.strip_prefix("sha256:")?;
+    Some(crate::pypackage::store::uri(
+        config.code_base_url.as_deref()?,
+        hex,
+    ))
 }
 
 pub(super) fn render_options(

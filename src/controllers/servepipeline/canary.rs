@@ -74,7 +74,10 @@ pub(super) async fn apply(
     let mut top_level = options_of(&existing_yaml);
     let newest = match newest_graph {
         None => None,
-        Some(g) => match crate::serve::render(&g.graph, &options) {
+        Some(g) => match crate::serve::render(
+            &g.graph,
+            &build::version_render_options(pipeline, &ctx.config, &g.applied),
+        ) {
             Err(e) => return Ok(refused(e.to_string(), previous)),
             Ok(rendered) => {
                 let name = version_application_name(&base, &g.applied.digest);
@@ -108,7 +111,11 @@ pub(super) async fn apply(
         .filter(|g| Some(g.applied.digest.as_str()) == stable_digest)
         .filter(|g| newest.as_ref().is_none_or(|n| n.digest != g.applied.digest))
         .and_then(|g| {
-            let rendered = crate::serve::render(&g.graph, &options).ok()?;
+            let rendered = crate::serve::render(
+                &g.graph,
+                &build::version_render_options(pipeline, &ctx.config, &g.applied),
+            )
+            .ok()?;
             let name = version_application_name(&base, &g.applied.digest);
             Some(Newest {
                 digest: g.applied.digest.clone(),
@@ -226,8 +233,18 @@ pub(super) async fn apply(
 fn plan(stable: Option<&GoodGraph>, newest: &GoodGraph) -> Vec<String> {
     match stable {
         Some(old) if old.applied.digest != newest.applied.digest => {
+            let code = |g: &GoodGraph| g.applied.oci.as_ref().and_then(|o| o.code_digest.clone());
+            let (old_code, new_code) = (code(old), code(newest));
             let mut lines = crate::graph::diff::diff(old.graph.graph(), newest.graph.graph())
-                .lines(MAX_PLAN_LINES - 1);
+                .lines(MAX_PLAN_LINES - 2);
+            if old_code != new_code {
+                let name = |digest: Option<String>| digest.unwrap_or_else(|| "none".to_owned());
+                lines.push(format!(
+                    "code layer: {} → {}",
+                    name(old_code),
+                    name(new_code)
+                ));
+            }
             // Serve shares no deployment between applications: per-node "in place" or
             // "unchanged" describes the graph change, not what the canary deploys.
             lines.push(

@@ -130,6 +130,10 @@ pub struct Config {
     pub serve: Option<crate::ray::DashboardLocator>,
     /// How often a rollout in progress is looked at (default 2 s).
     pub rollout_poll: Option<Duration>,
+    /// The code layers served to Ray (shared with the package server), and the package
+    /// server's base URL as Ray nodes reach it; `None`: code layers are refused.
+    pub code_store: crate::pypackage::CodeStore,
+    pub code_base_url: Option<String>,
 }
 
 impl Config {

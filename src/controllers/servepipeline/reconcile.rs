@@ -122,6 +122,12 @@ pub(super) async fn reconcile(
         }));
     }
 
+    // The code layers the RayService names must be pullable again by the package server
+    // (after a restart the store is empty while Ray may still start replicas that need them).
+    if rayservice.is_some() {
+        source::register_code_in_use(&pipeline, &ctx, rayservice.as_ref());
+    }
+
     let mut newly_applied = false;
     let canary_strategy = is_canary(&pipeline);
     let mut rollout = canary_strategy

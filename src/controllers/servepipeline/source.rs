@@ -17,7 +17,7 @@ use super::conditions::Problem;
 use super::{Context, FetchResult, GoodGraph, MAX_LOGGED_MESSAGE, now};
 use crate::api::servepipeline::{OciSourceStatus, ServePipeline, condition_types};
 use crate::source::oci::{
-    OciOutcome, OciReference, OciRequest, RegistryCredentials, VerificationKey,
+    FetchedCode, OciOutcome, OciReference, OciRequest, RegistryCredentials, VerificationKey,
 };
 use crate::source::{BearerToken, FetchOutcome, FetchRequest, FetchedBytes, SourceError};
 
@@ -126,6 +126,15 @@ struct Downloaded {
     oci: Option<OciSourceStatus>,
 }
 
+/// What `source.oci` needs to pull: the reference, credentials, signature key and CA bundle,
+/// from the spec and its Secrets.
+struct OciInputs {
+    reference: OciReference,
+    credentials: RegistryCredentials,
+    key: Option<VerificationKey>,
+    ca: Option<Vec<u8>>,
+}
+
 type DownloadResult = Result<Option<Downloaded>, (Problem, bool)>;
 
 /// Fetches `source.url`; `Ok(None)` when unchanged.
@@ -180,13 +189,11 @@ async fn download_url(
     }
 }
 
-/// Pulls `source.oci`; `Ok(None)` when the tag (or digest) still names the applied manifest.
-async fn download_oci(
+async fn oci_inputs(
     pipeline: &ServePipeline,
     ctx: &Context,
-    current: Option<&GoodGraph>,
     reference: &str,
-) -> DownloadResult {
+) -> Result<OciInputs, (Problem, bool)> {
     let namespace = pipeline.namespace().unwrap_or_default();
     let source = &pipeline.spec.source;
     let permanent = |e: SourceError| (source_problem(&e), false);
@@ -216,6 +223,40 @@ async fn download_oci(
         None => None,
     };
     let ca = optional_secret(ctx, &namespace, source.ca_bundle_secret_ref.as_ref()).await?;
+    Ok(OciInputs {
+        reference,
+        credentials,
+        key,
+        ca,
+    })
+}
+
+fn oci_request<'a>(
+    source: &crate::api::servepipeline::GraphSource,
+    inputs: &'a OciInputs,
+    reference: &'a OciReference,
+) -> OciRequest<'a> {
+    OciRequest {
+        verify: inputs.key.as_ref(),
+        max_bytes: max_bytes(source),
+        max_code_bytes: max_code_bytes(source),
+        timeout: crate::validation::servepipeline::source_timing(source).timeout,
+        ca_bundle_pem: inputs.ca.as_deref(),
+        allow_insecure_http: source.allow_insecure_http.unwrap_or(false),
+        ..OciRequest::new(reference, &inputs.credentials)
+    }
+}
+
+/// Pulls `source.oci`; `Ok(None)` when the tag (or digest) still names the applied manifest.
+/// A code layer is checked, put in the operator's code store and registered for pulling
+/// again (see [`CodeLoader`](crate::pypackage::store::CodeLoader)).
+async fn download_oci(
+    pipeline: &Arc<ServePipeline>,
+    ctx: &Arc<Context>,
+    current: Option<&GoodGraph>,
+    reference: &str,
+) -> DownloadResult {
+    let inputs = oci_inputs(pipeline, ctx, reference).await?;
     // The applied manifest digest is the change signal (content-addressed, so the same
     // digest is the same graph whatever reference it came from; the pull checks the
     // signature of an unchanged manifest again when source.verify asks for one).
@@ -224,12 +265,7 @@ async fn download_oci(
         .and_then(|oci| oci.manifest_digest.parse().ok());
     let request = OciRequest {
         previous_manifest_digest,
-        verify: key.as_ref(),
-        max_bytes: max_bytes(source),
-        timeout: crate::validation::servepipeline::source_timing(source).timeout,
-        ca_bundle_pem: ca.as_deref(),
-        allow_insecure_http: source.allow_insecure_http.unwrap_or(false),
-        ..OciRequest::new(&reference, &credentials)
+        ..oci_request(&pipeline.spec.source, &inputs, &inputs.reference)
     };
     let started = Instant::now();
     let outcome = ctx.fetcher.pull_oci(&request).await;
@@ -241,18 +277,214 @@ async fn download_oci(
             manifest_digest,
             graph_digest,
             size,
-        } => Ok(Some(Downloaded {
-            bytes,
-            digest: graph_digest.to_string(),
-            etag: None,
-            size,
-            oci: Some(OciSourceStatus {
-                tag: reference.tag().map(str::to_owned),
-                manifest_digest: manifest_digest.to_string(),
-                graph_digest: graph_digest.to_string(),
-            }),
-        })),
+            code,
+        } => {
+            let code_digest = match code {
+                Some(code) => {
+                    let digest = code.digest.to_string();
+                    accept_code(pipeline, ctx, manifest_digest, *code)?;
+                    Some(digest)
+                }
+                None => None,
+            };
+            Ok(Some(Downloaded {
+                bytes,
+                // One digest names a version: with code, the manifest's, which pins both.
+                digest: match code_digest {
+                    Some(_) => manifest_digest.to_string(),
+                    None => graph_digest.to_string(),
+                },
+                etag: None,
+                size,
+                oci: Some(OciSourceStatus {
+                    tag: inputs.reference.tag().map(str::to_owned),
+                    manifest_digest: manifest_digest.to_string(),
+                    graph_digest: graph_digest.to_string(),
+                    code_digest,
+                }),
+            }))
+        }
     }
+}
+
+fn code_problem(reason: &str, message: String) -> (Problem, bool) {
+    (
+        Problem {
+            condition: condition_types::SOURCE_READY,
+            reason: reason.to_owned(),
+            message: crate::k8s::truncate(&message, MAX_LOGGED_MESSAGE),
+        },
+        false,
+    )
+}
+
+/// Checks a pulled code layer as an archive and against the operator's budget, puts it in the
+/// code store and registers how to pull it again by this manifest digest.
+fn accept_code(
+    pipeline: &Arc<ServePipeline>,
+    ctx: &Arc<Context>,
+    manifest_digest: crate::source::Sha256Digest,
+    code: FetchedCode,
+) -> Result<(), (Problem, bool)> {
+    let reference = pipeline.spec.source.oci.clone().unwrap_or_default();
+    if ctx.config.code_base_url.is_none() {
+        return Err(code_problem(
+            reasons::CODE_NOT_SERVABLE,
+            format!(
+                "{} carries a code layer ({}), and this operator serves none: start it with \
+                 --runtime-base-url (Helm: runtime.serveFromOperator)",
+                crate::k8s::truncate(&reference, 256),
+                code.digest
+            ),
+        ));
+    }
+    if let Err(e) = crate::pypackage::code::check(code.bytes.bytes()) {
+        return Err(code_problem(
+            reasons::INVALID_CODE_LAYER,
+            format!(
+                "the code layer {} of {}: {e}",
+                code.digest,
+                crate::k8s::truncate(&reference, 256)
+            ),
+        ));
+    }
+    let store = &ctx.config.code_store;
+    let hex = code.digest.to_hex();
+    store
+        .insert(&hex, code.bytes.bytes().clone())
+        .map_err(|e| code_problem(crate::source::reasons::CODE_TOO_LARGE, e.to_string()))?;
+    store.register(
+        &hex,
+        Arc::new(PullAgain {
+            pipeline: pipeline.clone(),
+            ctx: Arc::downgrade(ctx),
+            manifests: vec![manifest_digest],
+            code: code.digest,
+        }),
+    );
+    Ok(())
+}
+
+/// Pulls a code layer again by the manifest digests that may hold it (pinned, so immutable),
+/// with the pipeline's credentials and signature key as they are now.
+struct PullAgain {
+    pipeline: Arc<ServePipeline>,
+    ctx: std::sync::Weak<Context>,
+    manifests: Vec<crate::source::Sha256Digest>,
+    code: crate::source::Sha256Digest,
+}
+
+impl crate::pypackage::store::CodeLoader for PullAgain {
+    fn load(&self) -> futures::future::BoxFuture<'static, Result<bytes::Bytes, String>> {
+        let pipeline = self.pipeline.clone();
+        let ctx = self.ctx.clone();
+        let manifests = self.manifests.clone();
+        let expected = self.code;
+        Box::pin(async move {
+            let ctx = ctx
+                .upgrade()
+                .ok_or_else(|| "the controller has stopped".to_owned())?;
+            let reference = pipeline.spec.source.oci.clone().unwrap_or_default();
+            let inputs = oci_inputs(&pipeline, &ctx, &reference)
+                .await
+                .map_err(|(p, _)| p.message)?;
+            let mut last = format!("no manifest to pull code layer {expected} from");
+            for manifest in manifests {
+                let pinned = inputs.reference.with_digest(manifest);
+                let request = oci_request(&pipeline.spec.source, &inputs, &pinned);
+                match ctx.fetcher.pull_oci(&request).await {
+                    Ok(OciOutcome::Fetched {
+                        code: Some(code), ..
+                    }) if code.digest == expected => {
+                        tracing::info!(layer = %expected, manifest = %manifest, "code layer pulled again");
+                        return Ok(code.bytes.bytes().clone());
+                    }
+                    Ok(_) => {
+                        last = format!("manifest {manifest} does not hold code layer {expected}")
+                    }
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            Err(last)
+        })
+    }
+}
+
+/// After a restart (or for versions carried over from the Serve config): the code layers the
+/// pipeline's RayService names that the store does not know are registered for pulling again
+/// by the manifest digests its status names, and pulled in the background, so a Ray replica
+/// that starts later finds them. No network wait here.
+pub(super) fn register_code_in_use(
+    pipeline: &Arc<ServePipeline>,
+    ctx: &Arc<Context>,
+    rayservice: Option<&crate::api::rayservice::RayService>,
+) {
+    let Some(config) = rayservice.and_then(|rs| rs.spec.serve_config_v2.as_deref()) else {
+        return;
+    };
+    if !config.contains("/code-") {
+        return;
+    }
+    let store = &ctx.config.code_store;
+    let unknown: Vec<String> = code_digests_in(config)
+        .into_iter()
+        .filter(|hex| !store.knows(hex))
+        .collect();
+    if unknown.is_empty() {
+        return;
+    }
+    let manifests = manifest_candidates(pipeline.status.as_ref());
+    for hex in unknown {
+        let Ok(code) = format!("sha256:{hex}").parse() else {
+            continue;
+        };
+        store.register(
+            &hex,
+            Arc::new(PullAgain {
+                pipeline: pipeline.clone(),
+                ctx: Arc::downgrade(ctx),
+                manifests: manifests.clone(),
+                code,
+            }),
+        );
+        store.ensure(&hex);
+    }
+}
+
+/// Every `code-<64 hex>.zip` a Serve config names.
+pub(super) fn code_digests_in(config: &str) -> Vec<String> {
+    let mut found: Vec<String> = config
+        .match_indices("/code-")
+        .filter_map(|(at, _)| {
+            let rest = config.get(at + 1..at + 1 + "code-".len() + 64 + ".zip".len())?;
+            crate::pypackage::store::digest_of_file_name(rest).map(str::to_owned)
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// The manifest digests a status names (the applied source, the stable and canary versions):
+/// the versions whose code a RayService may carry.
+pub(super) fn manifest_candidates(
+    status: Option<&crate::api::servepipeline::ServePipelineStatus>,
+) -> Vec<crate::source::Sha256Digest> {
+    let Some(status) = status else {
+        return Vec::new();
+    };
+    let mut digests: Vec<&str> = Vec::new();
+    if let Some(oci) = status.source.as_ref().and_then(|s| s.oci.as_ref()) {
+        digests.push(&oci.manifest_digest);
+    }
+    if let Some(rollout) = &status.rollout {
+        digests.extend(rollout.stable.as_ref().map(|v| v.digest.as_str()));
+        digests.extend(rollout.canary.as_ref().map(|c| c.version.digest.as_str()));
+    }
+    let mut parsed: Vec<crate::source::Sha256Digest> =
+        digests.into_iter().filter_map(|d| d.parse().ok()).collect();
+    parsed.dedup();
+    parsed
 }
 
 /// The key of a `kubernetes.io/dockerconfigjson` Secret; any other key holds a token.
@@ -272,6 +504,13 @@ async fn optional_secret(
     }
 }
 
+fn max_code_bytes(source: &crate::api::servepipeline::GraphSource) -> u64 {
+    source
+        .max_code_bytes
+        .and_then(|m| u64::try_from(m).ok())
+        .unwrap_or(crate::source::DEFAULT_MAX_CODE_BYTES)
+}
+
 fn max_bytes(source: &crate::api::servepipeline::GraphSource) -> u64 {
     source
         .max_bytes
@@ -280,8 +519,8 @@ fn max_bytes(source: &crate::api::servepipeline::GraphSource) -> u64 {
 }
 
 async fn fetch_and_validate_inner(
-    pipeline: &ServePipeline,
-    ctx: &Context,
+    pipeline: &Arc<ServePipeline>,
+    ctx: &Arc<Context>,
     current: Option<&GoodGraph>,
 ) -> FetchResult {
     let downloaded = match &pipeline.spec.source.oci {
@@ -418,5 +657,65 @@ fn record_fetch(
         Ok(FetchOutcome::NotModified { .. }) => metrics.graph_fetched(Outcome::NotModified, took),
         Ok(FetchOutcome::Unchanged { .. }) => metrics.graph_fetched(Outcome::Unchanged, took),
         Err(e) => metrics.graph_fetch_failed(e.reason(), took),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_layers_named_in_a_serve_config_are_found() {
+        let a = "a".repeat(64);
+        let b = "0123456789abcdef".repeat(4);
+        let config = format!(
+            "applications:\n- name: x\n  runtime_env:\n    py_modules:\n    - http://op:8080/packages/code-{a}.zip\n    - http://op:8080/packages/raypipe_runtime-0123456789abcdef.zip\n- name: y\n  runtime_env:\n    py_modules: [http://op:8080/packages/code-{b}.zip, http://op:8080/packages/code-{a}.zip, http://x/code-short.zip]\n"
+        );
+        let mut expected = vec![a, b];
+        expected.sort();
+        assert_eq!(code_digests_in(&config), expected);
+        assert!(code_digests_in("no code here").is_empty());
+    }
+
+    #[test]
+    fn the_manifests_a_status_names_are_the_candidates_for_pulling_code_again() {
+        use crate::api::servepipeline::{
+            CanaryStatus, RolloutStatus, ServePipelineStatus, SourceStatus, VersionStatus,
+        };
+        let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let version = |d: String| VersionStatus {
+            digest: d,
+            ..Default::default()
+        };
+        let status = ServePipelineStatus {
+            source: Some(SourceStatus {
+                oci: Some(OciSourceStatus {
+                    manifest_digest: digest('a'),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            rollout: Some(RolloutStatus {
+                stable: Some(version(digest('a'))),
+                canary: Some(CanaryStatus {
+                    version: version(digest('b')),
+                    step: 1,
+                    steps: 2,
+                    weight: 20,
+                    started_at: crate::k8s::now(),
+                    step_started_at: crate::k8s::now(),
+                    readings: None,
+                    plan: Vec::new(),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let found: Vec<String> = manifest_candidates(Some(&status))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(found, vec![digest('a'), digest('b')]);
+        assert!(manifest_candidates(None).is_empty());
     }
 }

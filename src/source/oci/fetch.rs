@@ -10,6 +10,11 @@
 //! operator's memory budget exactly like a `source.url` body, and its sha256 must equal the
 //! layer's descriptor. A signature, when `source.verify` asks for one, is checked before the
 //! blob is downloaded, so nothing unsigned is ever applied.
+//!
+//! A code layer (issue 31), when the manifest has one, is read the same way after the graph:
+//! its declared size within `max_code_bytes` before anything is requested, its bytes within
+//! the memory budget, its sha256 against the manifest's descriptor. A code layer the registry
+//! lacks, one whose bytes are not the manifest's, and one too large each have their own reason.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -23,12 +28,15 @@ use crate::source::error::SourceError;
 use crate::source::fetcher::{FetchedBytes, Fetcher, millis, read_capped_body, with_retries};
 use crate::source::redact::redact_url;
 use crate::source::request::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_STALL_TIMEOUT, DEFAULT_TIMEOUT,
-    MAX_MAX_BYTES, RetryPolicy,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_MAX_CODE_BYTES, DEFAULT_STALL_TIMEOUT,
+    DEFAULT_TIMEOUT, MAX_MAX_BYTES, MAX_MAX_CODE_BYTES, RetryPolicy,
 };
 
 use super::auth::{RegistryCredentials, Session};
-use super::manifest::{MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Manifest, ManifestError};
+use super::manifest::{
+    ANNOTATION_CODE_MODULES, Descriptor, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Manifest,
+    ManifestError,
+};
 use super::reference::OciReference;
 use super::transport::{Connection, read_small_body};
 use super::verify::{VerificationKey, verify_signature};
@@ -47,6 +55,8 @@ pub struct OciRequest<'a> {
     pub verify: Option<&'a VerificationKey>,
     /// Largest graph blob accepted; at most [`MAX_MAX_BYTES`].
     pub max_bytes: u64,
+    /// Largest code layer accepted; at most [`MAX_MAX_CODE_BYTES`].
+    pub max_code_bytes: u64,
     pub connect_timeout: Duration,
     /// Limit for one request; the whole pull is bounded by the fetcher's ceiling.
     pub timeout: Duration,
@@ -66,6 +76,7 @@ impl<'a> OciRequest<'a> {
             previous_manifest_digest: None,
             verify: None,
             max_bytes: DEFAULT_MAX_BYTES,
+            max_code_bytes: DEFAULT_MAX_CODE_BYTES,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             timeout: DEFAULT_TIMEOUT,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
@@ -89,6 +100,27 @@ impl fmt::Debug for OciRequest<'_> {
     }
 }
 
+/// The code layer of a pulled artifact: checked against its descriptor's digest and size,
+/// not yet as an archive (`pypackage::code::check` does that).
+#[derive(PartialEq, Eq)]
+pub struct FetchedCode {
+    pub bytes: FetchedBytes,
+    pub digest: Sha256Digest,
+    pub size: u64,
+    /// The modules its annotation lists (for people; the archive itself decides).
+    pub modules: Vec<String>,
+}
+
+impl fmt::Debug for FetchedCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FetchedCode")
+            .field("digest", &self.digest)
+            .field("size", &self.size)
+            .field("modules", &self.modules)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What a pull found.
 #[derive(PartialEq, Eq)]
 pub enum OciOutcome {
@@ -100,6 +132,8 @@ pub enum OciOutcome {
         manifest_digest: Sha256Digest,
         graph_digest: Sha256Digest,
         size: u64,
+        /// The code layer, when the artifact has one.
+        code: Option<Box<FetchedCode>>,
     },
 }
 
@@ -114,12 +148,14 @@ impl fmt::Debug for OciOutcome {
                 manifest_digest,
                 graph_digest,
                 size,
+                code,
                 ..
             } => f
                 .debug_struct("Fetched")
                 .field("manifest_digest", manifest_digest)
                 .field("graph_digest", graph_digest)
                 .field("size", size)
+                .field("code", code)
                 .finish_non_exhaustive(),
         }
     }
@@ -215,6 +251,19 @@ async fn finish(
         .graph_layer()
         .map_err(|error| manifest_error(reference, error))?;
     let max_bytes = request.max_bytes.min(MAX_MAX_BYTES);
+    let code_layer = manifest
+        .code_layer()
+        .map_err(|error| manifest_error(reference, error))?;
+    let max_code_bytes = request.max_code_bytes.min(MAX_MAX_CODE_BYTES);
+    if let Some((layer, _)) = code_layer
+        && layer.size > max_code_bytes
+    {
+        return Err(SourceError::CodeTooLarge {
+            reference: reference.to_string(),
+            size: layer.size,
+            limit: max_code_bytes,
+        });
+    }
     if let Some(key) = request.verify {
         verify_signature(
             session,
@@ -281,19 +330,108 @@ async fn finish(
         });
     }
     let size = bytes.len() as u64;
+    let graph = FetchedBytes::budgeted(bytes, reservation);
+    let code = match code_layer {
+        Some((layer, digest)) => Some(Box::new(
+            fetch_code(session, reference, layer, digest).await?,
+        )),
+        None => None,
+    };
     info!(
         manifest_digest = %manifest_digest,
         graph_digest = %graph_digest,
         bytes = size,
+        code_digest = code.as_ref().map(|c| c.digest.to_string()),
+        code_bytes = code.as_ref().map(|c| c.size),
         verified = request.verify.is_some(),
         duration_ms = millis(started.elapsed()),
         "graph pulled"
     );
     Ok(OciOutcome::Fetched {
-        bytes: FetchedBytes::budgeted(bytes, reservation),
+        bytes: graph,
         manifest_digest,
         graph_digest,
         size,
+        code,
+    })
+}
+
+/// Reads the code layer `layer` (its size already checked against the request's limit)
+/// within the memory budget; its sha256 must be `digest`.
+async fn fetch_code(
+    session: &Session<'_>,
+    reference: &OciReference,
+    layer: &Descriptor,
+    digest: Sha256Digest,
+) -> Result<FetchedCode, SourceError> {
+    let url = session
+        .transport
+        .api_url(&format!("{}/blobs/{digest}", reference.repository()))?;
+    let shown = redact_url(&url);
+    let response = session.send(Method::GET, &url, &[]).await?;
+    if response.status() == StatusCode::NOT_FOUND {
+        return Err(SourceError::CodeLayerMissing {
+            reference: reference.to_string(),
+            digest: digest.to_string(),
+        });
+    }
+    if response.status() != StatusCode::OK {
+        return Err(SourceError::from_status(
+            response.status(),
+            redact_url(response.url()),
+            true,
+        ));
+    }
+    let limit = layer.size;
+    if let Some(declared) = response.content_length()
+        && declared > limit
+    {
+        return Err(SourceError::TooLarge {
+            url: shown,
+            limit,
+            declared: Some(declared),
+        });
+    }
+    let transport = session.transport;
+    let wait = transport
+        .deadline
+        .saturating_duration_since(tokio::time::Instant::now());
+    let mut reservation = transport
+        .budget
+        .reserve(limit, wait)
+        .await
+        .map_err(|error| SourceError::memory_budget(shown.clone(), error))?;
+    let answered_by = response.url().clone();
+    let (bytes, actual, capacity) =
+        read_capped_body(response, limit, limit, transport.stall_timeout, &shown)
+            .await
+            .map_err(|error| {
+                error.map_transport(|error| transport.transport_error(&error, &answered_by))
+            })?;
+    reservation.shrink_to(capacity);
+    if actual != digest {
+        return Err(SourceError::CodeDigestMismatch {
+            reference: reference.to_string(),
+            expected: digest.to_string(),
+            actual: actual.to_string(),
+        });
+    }
+    let modules = layer
+        .annotations
+        .get(ANNOTATION_CODE_MODULES)
+        .map(|list| {
+            list.split(',')
+                .filter(|m| !m.is_empty())
+                .take(64)
+                .map(|m| m.chars().take(128).collect())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(FetchedCode {
+        size: bytes.len() as u64,
+        bytes: FetchedBytes::budgeted(bytes, reservation),
+        digest,
+        modules,
     })
 }
 

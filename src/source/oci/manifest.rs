@@ -5,8 +5,10 @@
 //! A graph artifact is an OCI image manifest whose artifact type (`artifactType`, or the
 //! config's media type when `artifactType` is absent, as OCI 1.1 defines) is
 //! [`GRAPH_ARTIFACT_TYPE`] and which holds exactly one layer of [`GRAPH_LAYER_MEDIA_TYPE`]: the
-//! graph's protobuf bytes. Other layers are ignored; an index is refused (a graph has no
-//! platforms to choose between).
+//! graph's protobuf bytes, and at most one layer of [`CODE_LAYER_MEDIA_TYPE`]: the team's
+//! own Python code as the zip Ray loads through `py_modules` (`raypipe dag push --code`, issue
+//! 31), so one manifest digest, and one signature over it, pins graph and code. Other layers
+//! are ignored; an index is refused (a graph has no platforms to choose between).
 
 use std::collections::BTreeMap;
 
@@ -18,6 +20,12 @@ use crate::source::digest::Sha256Digest;
 pub const GRAPH_ARTIFACT_TYPE: &str = "application/vnd.raypipe.graph.v1";
 /// The media type of the one layer that holds the graph (protobuf `Graph`).
 pub const GRAPH_LAYER_MEDIA_TYPE: &str = "application/vnd.raypipe.graph.v1+protobuf";
+/// The media type of the optional code layer: a zip of stored entries under one top-level
+/// directory (`pypackage::code`).
+pub const CODE_LAYER_MEDIA_TYPE: &str = "application/vnd.raypipe.code.v1+zip";
+/// Annotation of the code layer: the top-level Python packages and modules it holds, comma
+/// separated (what `raypipe dag diff` and people read without unpacking it).
+pub const ANNOTATION_CODE_MODULES: &str = "dev.raypipe.code.modules";
 /// Annotations the push side sets on the manifest: the graph's name and version, under the
 /// standard keys registry UIs show.
 pub const ANNOTATION_GRAPH_NAME: &str = "org.opencontainers.image.title";
@@ -171,6 +179,25 @@ impl Manifest {
             .unwrap_or(&self.config.media_type)
     }
 
+    /// The code layer and its digest, when the artifact has one (more than one is invalid).
+    /// Call after [`Manifest::graph_layer`], which checks the artifact type.
+    pub fn code_layer(&self) -> Result<Option<(&Descriptor, Sha256Digest)>, ManifestError> {
+        let mut code = self
+            .layers
+            .iter()
+            .filter(|layer| layer.media_type == CODE_LAYER_MEDIA_TYPE);
+        match (code.next(), code.next()) {
+            (None, _) => Ok(None),
+            (Some(layer), None) => {
+                let digest = sha256_of_descriptor(layer).map_err(ManifestError::Invalid)?;
+                Ok(Some((layer, digest)))
+            }
+            (Some(_), Some(_)) => Err(ManifestError::Invalid(format!(
+                "it has more than one layer of media type {CODE_LAYER_MEDIA_TYPE:?}"
+            ))),
+        }
+    }
+
     /// The graph layer and its digest, after checking the artifact type.
     pub fn graph_layer(&self) -> Result<(&Descriptor, Sha256Digest), ManifestError> {
         let artifact_type = self.effective_artifact_type();
@@ -304,6 +331,34 @@ mod tests {
             bad_digest.graph_layer(),
             Err(ManifestError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn a_code_layer_is_optional_and_single() {
+        let graph_only = manifest(
+            Some(GRAPH_ARTIFACT_TYPE),
+            OCI_EMPTY_MEDIA_TYPE,
+            &[GRAPH_LAYER_MEDIA_TYPE],
+        );
+        assert_eq!(graph_only.code_layer(), Ok(None));
+        let with_code = manifest(
+            Some(GRAPH_ARTIFACT_TYPE),
+            OCI_EMPTY_MEDIA_TYPE,
+            &[GRAPH_LAYER_MEDIA_TYPE, CODE_LAYER_MEDIA_TYPE],
+        );
+        let (layer, digest) = with_code.code_layer().expect("valid").expect("present");
+        assert_eq!(layer.media_type, CODE_LAYER_MEDIA_TYPE);
+        assert_eq!(digest.to_hex(), HEX);
+        let two = manifest(
+            Some(GRAPH_ARTIFACT_TYPE),
+            OCI_EMPTY_MEDIA_TYPE,
+            &[
+                GRAPH_LAYER_MEDIA_TYPE,
+                CODE_LAYER_MEDIA_TYPE,
+                CODE_LAYER_MEDIA_TYPE,
+            ],
+        );
+        assert!(matches!(two.code_layer(), Err(ManifestError::Invalid(_))));
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub mod verify;
 
 pub use auth::{Challenge, CredentialsError, RegistryCredentials, Secret, TokenCache};
 pub use docker_config::DockerConfig;
-pub use fetch::{OciOutcome, OciRequest};
-pub use manifest::{GRAPH_ARTIFACT_TYPE, GRAPH_LAYER_MEDIA_TYPE};
+pub use fetch::{FetchedCode, OciOutcome, OciRequest};
+pub use manifest::{CODE_LAYER_MEDIA_TYPE, GRAPH_ARTIFACT_TYPE, GRAPH_LAYER_MEDIA_TYPE};
 pub use reference::{OciReference, ReferenceError};
 pub use verify::VerificationKey;

@@ -213,10 +213,12 @@ async fn tag_and_digest_pulls_check_both_digests_and_reuse_the_token() {
         manifest_digest,
         graph_digest,
         size,
+        code,
     } = outcome
     else {
         panic!("expected a graph");
     };
+    assert_eq!(code, None, "a graph-only artifact has no code");
     assert_eq!(&bytes[..], &graph[..]);
     assert_eq!(manifest_digest, digest);
     assert_eq!(graph_digest, Sha256Digest::of(&graph));

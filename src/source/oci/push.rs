@@ -8,6 +8,9 @@
 //! `org.opencontainers.image.version`: every registry UI and OCI tool shows those, and they
 //! mean exactly that (the title of the artifact, the version of what it packages). Nothing
 //! time-dependent is written, so pushing the same graph twice gives the same manifest digest.
+//! With `--code`, a second layer of [`CODE_LAYER_MEDIA_TYPE`] holds the team's code (a
+//! reproducible zip, see `pypackage::code`), titled with its file name (so `oras pull` writes
+//! it) and annotated with the modules it holds.
 //!
 //! Each blob: `HEAD` first (a registry that has it already is not sent it again), else a
 //! monolithic upload — `POST /v2/<repo>/blobs/uploads/`, then `PUT <location>&digest=…` with the
@@ -25,8 +28,9 @@ use reqwest::{Method, StatusCode, Url};
 
 use super::auth::{RegistryCredentials, Session, check_destination};
 use super::manifest::{
-    ANNOTATION_GRAPH_NAME, ANNOTATION_GRAPH_VERSION, EMPTY_CONFIG, GRAPH_LAYER_MEDIA_TYPE,
-    Manifest, OCI_MANIFEST_MEDIA_TYPE,
+    ANNOTATION_CODE_MODULES, ANNOTATION_GRAPH_NAME, ANNOTATION_GRAPH_VERSION,
+    CODE_LAYER_MEDIA_TYPE, Descriptor, EMPTY_CONFIG, GRAPH_LAYER_MEDIA_TYPE, Manifest,
+    OCI_MANIFEST_MEDIA_TYPE,
 };
 use super::reference::OciReference;
 use super::transport::{Connection, Transport, read_small_body};
@@ -66,11 +70,23 @@ pub enum PushError {
     Encode(String),
 }
 
+/// The code layer of an artifact: the zip and what describes it.
+#[derive(Debug, Clone)]
+pub struct CodeLayer {
+    pub bytes: Bytes,
+    /// Its file name (`org.opencontainers.image.title`), e.g. `team_models-0123456789abcdef.zip`.
+    pub title: String,
+    /// The top-level packages and modules it holds.
+    pub modules: Vec<String>,
+}
+
 /// A graph artifact ready to upload.
 #[derive(Debug, Clone)]
 pub struct GraphArtifact {
     pub graph: Bytes,
     pub graph_digest: Sha256Digest,
+    /// The code layer's bytes and digest, when the artifact carries code.
+    pub code: Option<(Bytes, Sha256Digest)>,
     /// The manifest JSON, exactly as uploaded (its digest is the manifest digest).
     pub manifest: Bytes,
     pub manifest_digest: Sha256Digest,
@@ -79,6 +95,16 @@ pub struct GraphArtifact {
 impl GraphArtifact {
     /// The artifact of `graph` (protobuf bytes of a valid graph) named `name` at `version`.
     pub fn new(graph: Vec<u8>, name: &str, version: &str) -> Result<Self, PushError> {
+        Self::with_code(graph, name, version, None)
+    }
+
+    /// [`GraphArtifact::new`] with a code layer.
+    pub fn with_code(
+        graph: Vec<u8>,
+        name: &str,
+        version: &str,
+        code: Option<CodeLayer>,
+    ) -> Result<Self, PushError> {
         let graph = Bytes::from(graph);
         let graph_digest = Sha256Digest::of(&graph);
         let mut annotations = BTreeMap::new();
@@ -88,13 +114,26 @@ impl GraphArtifact {
         if !version.is_empty() {
             annotations.insert(ANNOTATION_GRAPH_VERSION.to_owned(), version.to_owned());
         }
-        let manifest = Manifest::graph_artifact(GRAPH_LAYER_MEDIA_TYPE, &graph, annotations);
+        let mut manifest = Manifest::graph_artifact(GRAPH_LAYER_MEDIA_TYPE, &graph, annotations);
+        let code = code.map(|code| {
+            let mut layer = Descriptor::of(CODE_LAYER_MEDIA_TYPE, &code.bytes);
+            layer
+                .annotations
+                .insert(ANNOTATION_GRAPH_NAME.to_owned(), code.title);
+            layer
+                .annotations
+                .insert(ANNOTATION_CODE_MODULES.to_owned(), code.modules.join(","));
+            manifest.layers.push(layer);
+            let digest = Sha256Digest::of(&code.bytes);
+            (code.bytes, digest)
+        });
         let manifest = Bytes::from(
             serde_json::to_vec(&manifest).map_err(|e| PushError::Encode(e.to_string()))?,
         );
         Ok(Self {
             graph,
             graph_digest,
+            code,
             manifest_digest: Sha256Digest::of(&manifest),
             manifest,
         })
@@ -119,7 +158,9 @@ pub struct PushRequest<'a> {
 pub struct Pushed {
     pub manifest_digest: Sha256Digest,
     pub graph_digest: Sha256Digest,
-    /// Blobs the registry had already (not uploaded again).
+    pub code_digest: Option<Sha256Digest>,
+    /// Blobs uploaded or found, and those the registry had already (not uploaded again).
+    pub blobs: usize,
     pub blobs_skipped: usize,
 }
 
@@ -150,7 +191,10 @@ impl Fetcher {
         let repository = reference.repository();
         let artifact = request.artifact;
         let mut blobs_skipped = 0;
-        for blob in [Bytes::from_static(EMPTY_CONFIG), artifact.graph.clone()] {
+        let mut blobs = vec![Bytes::from_static(EMPTY_CONFIG), artifact.graph.clone()];
+        blobs.extend(artifact.code.as_ref().map(|(bytes, _)| bytes.clone()));
+        let blob_count = blobs.len();
+        for blob in blobs {
             if upload_blob(&session, repository, blob).await? {
                 blobs_skipped += 1;
             }
@@ -187,6 +231,8 @@ impl Fetcher {
         Ok(Pushed {
             manifest_digest: artifact.manifest_digest,
             graph_digest: artifact.graph_digest,
+            code_digest: artifact.code.as_ref().map(|(_, digest)| *digest),
+            blobs: blob_count,
             blobs_skipped,
         })
     }
@@ -349,6 +395,27 @@ mod tests {
         let c = GraphArtifact::new(b"g".to_vec(), "n", "2").expect("built");
         assert_eq!(a.manifest_digest, b.manifest_digest);
         assert_ne!(a.manifest_digest, c.manifest_digest);
+    }
+
+    #[test]
+    fn a_code_layer_follows_the_graph_with_its_title_and_modules() {
+        let code = CodeLayer {
+            bytes: Bytes::from_static(b"zip bytes"),
+            title: "team-0123.zip".into(),
+            modules: vec!["team".into(), "util".into()],
+        };
+        let artifact =
+            GraphArtifact::with_code(b"g".to_vec(), "n", "1", Some(code.clone())).expect("built");
+        let manifest = Manifest::parse(&artifact.manifest).expect("parses");
+        assert_eq!(manifest.layers.len(), 2);
+        let (layer, digest) = manifest.code_layer().expect("valid").expect("present");
+        assert_eq!(layer.annotations[ANNOTATION_GRAPH_NAME], "team-0123.zip");
+        assert_eq!(layer.annotations[ANNOTATION_CODE_MODULES], "team,util");
+        assert_eq!(Some(digest), artifact.code.as_ref().map(|(_, d)| *d));
+        let again = GraphArtifact::with_code(b"g".to_vec(), "n", "1", Some(code)).expect("built");
+        assert_eq!(artifact.manifest_digest, again.manifest_digest);
+        let graph_only = GraphArtifact::new(b"g".to_vec(), "n", "1").expect("built");
+        assert_ne!(graph_only.manifest_digest, artifact.manifest_digest);
     }
 
     #[test]

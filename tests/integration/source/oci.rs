@@ -132,7 +132,7 @@ pub(crate) async fn push(
 }
 
 /// A P-256 key pair and its public key as cosign writes it (PEM SubjectPublicKeyInfo).
-fn signer() -> (EcdsaKeyPair, String) {
+pub(crate) fn signer() -> (EcdsaKeyPair, String) {
     let rng = SystemRandom::new();
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("key");
     let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
@@ -151,7 +151,7 @@ fn signer() -> (EcdsaKeyPair, String) {
 }
 
 /// Pushes a cosign signature of `digest` by `pair` under cosign's tag `sha256-<hex>.sig`.
-async fn push_signature(repository: &str, digest: Sha256Digest, pair: &EcdsaKeyPair) {
+pub(crate) async fn push_signature(repository: &str, digest: Sha256Digest, pair: &EcdsaKeyPair) {
     let payload = format!(
         r#"{{"critical":{{"identity":{{"docker-reference":"{repository}"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
     )

@@ -199,3 +199,50 @@ pub fn run(command: &mut Command) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// scikit-learn for training the digits sample at push time (`samples/digits/train.py`), in a
+/// virtualenv of its own: the Ray venv stays without it, since the served models need only
+/// numpy (which Ray brings).
+pub const SCIKIT_LEARN_VERSION: &str = "1.7.2";
+
+/// A Python with scikit-learn: `RAYPIPE_SKLEARN_PYTHON`, else the cached venv
+/// (`<raypipe cache>/sklearn/<version>/`), else one created there with `python3 -m venv` and pip
+/// from PyPI (17 s cold here), staged and renamed into place.
+pub fn sklearn_python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        if let Some(path) = std::env::var_os("RAYPIPE_SKLEARN_PYTHON") {
+            return PathBuf::from(path);
+        }
+        let _guard = provisioning();
+        let dir = raypipe::devenv::binaries::cache_root()
+            .join("sklearn")
+            .join(SCIKIT_LEARN_VERSION);
+        let python = dir.join("venv/bin/python");
+        if python.is_file() {
+            return python;
+        }
+        std::fs::create_dir_all(&dir).expect("create the venv's cache directory");
+        let staging = tempfile::tempdir_in(&dir).expect("a staging directory");
+        // A venv's scripts name its own path: build it where it will live, under a staging name.
+        let venv = staging.path().join("venv");
+        eprintln!(
+            "creating a scikit-learn venv in {} (once per machine) …",
+            dir.display()
+        );
+        let started = std::time::Instant::now();
+        run(Command::new("python3").arg("-m").arg("venv").arg(&venv));
+        run(Command::new("nice")
+            .args(["-n", "10"])
+            .arg(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .arg(format!("scikit-learn=={SCIKIT_LEARN_VERSION}")));
+        // Moved as a whole; its scripts keep the staging path, `python` itself does not care.
+        std::fs::rename(&venv, dir.join("venv")).expect("move the venv into the cache");
+        eprintln!(
+            "scikit-learn venv ready in {}s",
+            started.elapsed().as_secs()
+        );
+        python
+    })
+}

@@ -5,6 +5,15 @@
 //! Ray strips a zip's single top-level directory, so a module `m` sits at `<wrapper>/m/…`.
 //! The zips are "stored" (not compressed): the runtime is a few dozen kB of Python and a
 //! byte-for-byte reproducible archive needs no compression library.
+//!
+//! A team's own code travels the same way (issue 31): [`code`] packs, checks and extracts the
+//! code layer of a graph artifact, and [`store`] holds the verified layers the package server
+//! hands to Ray by digest.
+
+pub mod code;
+pub mod store;
+
+pub use store::CodeStore;
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -114,36 +123,65 @@ pub fn uri(base_url: &str, package: &PythonPackage) -> String {
 /// Routes `GET /packages/<file name>` to the packages' bytes (immutable: cache forever).
 pub fn router(packages: Vec<PythonPackage>) -> axum::Router {
     let packages = Arc::new(packages);
-    routes(move || packages.clone())
+    routes(move || packages.clone(), None)
 }
 
-/// Like [`router`], but the packages are built by `build` on the first request only.
-pub fn lazy_router(build: fn() -> Vec<PythonPackage>) -> axum::Router {
+/// [`router`], plus the code layers of `code` (`/packages/code-<sha256 hex>.zip`).
+pub fn router_with_code(packages: Vec<PythonPackage>, code: CodeStore) -> axum::Router {
+    let packages = Arc::new(packages);
+    routes(move || packages.clone(), Some(code))
+}
+
+/// Like [`router`], but the packages are built by `build` on the first request only; code
+/// layers from `code` when given.
+pub fn lazy_router(build: fn() -> Vec<PythonPackage>, code: Option<CodeStore>) -> axum::Router {
     let packages = Arc::new(OnceLock::<Arc<Vec<PythonPackage>>>::new());
-    routes(move || packages.get_or_init(|| Arc::new(build())).clone())
+    routes(
+        move || packages.get_or_init(|| Arc::new(build())).clone(),
+        code,
+    )
 }
 
 fn routes(
     packages: impl Fn() -> Arc<Vec<PythonPackage>> + Clone + Send + Sync + 'static,
+    code: Option<CodeStore>,
 ) -> axum::Router {
     use axum::extract::Path as UrlPath;
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
+    let zip = |bytes: bytes::Bytes| {
+        (
+            [
+                (header::CONTENT_TYPE, "application/zip"),
+                (header::CACHE_CONTROL, "public, max-age=31536000, immutable"),
+            ],
+            bytes,
+        )
+            .into_response()
+    };
     axum::Router::new().route(
         "/packages/{file}",
         axum::routing::get(move |UrlPath(file): UrlPath<String>| {
             let packages = packages();
+            let code = code.clone();
             async move {
-                match packages.iter().find(|p| p.file_name == file) {
-                    Some(p) => (
-                        [
-                            (header::CONTENT_TYPE, "application/zip"),
-                            (header::CACHE_CONTROL, "public, max-age=31536000, immutable"),
-                        ],
-                        p.bytes.as_ref().clone(),
-                    )
-                        .into_response(),
-                    None => (StatusCode::NOT_FOUND, "no such package\n").into_response(),
+                if let Some(p) = packages.iter().find(|p| p.file_name == file) {
+                    return zip(bytes::Bytes::from(p.bytes.as_ref().clone()));
+                }
+                let layer = store::digest_of_file_name(&file);
+                match (code, layer) {
+                    (Some(code), Some(hex)) => match code.fetch(hex, store::LOAD_WAIT).await {
+                        Some(bytes) => zip(bytes),
+                        // Known but not pullable now: Ray retries a replica that failed to
+                        // set up its runtime_env.
+                        None if code.knows(hex) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "the code layer cannot be pulled from its registry now\n",
+                        )
+                            .into_response(),
+                        None => (StatusCode::NOT_FOUND, "no such package\n").into_response(),
+                    },
+                    _ => (StatusCode::NOT_FOUND, "no such package\n").into_response(),
                 }
             }
         }),
