@@ -99,12 +99,18 @@ pub(crate) async fn fixture_with(
         ..raycluster::Config::default()
     };
     fixture::spawn_raycluster_controller(&client, &ns, cluster_config, &mut stop);
+    // Tests settle faster than production's steady poll, unless they ask for another one.
+    let steady_poll = if config.steady_poll == rayservice::Config::default().steady_poll {
+        Duration::from_secs(2)
+    } else {
+        config.steady_poll
+    };
     tokio::spawn(rayservice::run(
         client.clone(),
         rayservice::Config {
             namespace: Some(ns.clone()),
             concurrency: 4,
-            steady_poll: Duration::from_secs(2),
+            steady_poll,
             metrics: metrics.clone(),
             ..config
         },
@@ -350,6 +356,131 @@ async fn a_rayservice_becomes_ready_updates_in_place_and_recovers_a_head_that_lo
         assert!(
             reasons.iter().any(|r| r == reason),
             "no {reason} event: {reasons:?}"
+        );
+    }
+}
+
+/// Serve losing what the operator pushed, at production's pace (a settled RayService is
+/// reconciled once a minute here, far longer than the watch needs): someone replaces the Serve
+/// config with one that lacks an application (Serve deletes it), and later the whole of Serve is
+/// deleted. Each time the operator's watch notices within a second or two and pushes the config
+/// again, and a client of the lost application sees errors only for the few seconds Serve needs
+/// to start it again. Before the watch, a lost application next to a running one was never
+/// pushed again, and a deleted Serve waited for the steady poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_losing_what_was_pushed_is_noticed_and_restored_within_seconds() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let (locator, binding) = locator_over(vec![head]);
+    let fx = fixture_with(
+        "rsvc-lost",
+        rayservice::Config {
+            dashboard: locator,
+            http_binding: Some(binding),
+            steady_poll: Duration::from_secs(60),
+            ..rayservice::Config::default()
+        },
+        WAIT,
+    )
+    .await;
+    let two_apps = format!(
+        "{}  - name: echo2\n    route_prefix: /echo2\n    import_path: raypipe_echo:build\n    args:\n      greeting: second\n    deployments:\n      - name: Echo\n        num_replicas: 1\n        ray_actor_options:\n          num_cpus: 0.05\n",
+        echo_config("first")
+    );
+    let mut service = echo_service("lost", "first", "rayproject/ray:2.60.0");
+    service["spec"]["serveConfigV2"] = json!(two_apps);
+    fx.create(&service).await;
+    fx.status_until("lost", "Ready with both applications", |s| {
+        rayservice_ready(s)
+            && app_status(s, "echo").as_deref() == Some("RUNNING")
+            && app_status(s, "echo2").as_deref() == Some("RUNNING")
+    })
+    .await;
+    serve_answer(head, "/echo2", |b| b["greeting"] == "second").await;
+    let dashboard = head.client(Duration::from_secs(30)).unwrap();
+
+    // A client of the second application, counting what fails.
+    let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let client_loop = {
+        let (failed, served) = (failed.clone(), served.clone());
+        let url = format!("{}/echo2", head.serve_url());
+        tokio::spawn(async move {
+            let http = fixture::loopback_http(Duration::from_secs(5));
+            loop {
+                let ok = http
+                    .post(&url)
+                    .body("\"hi\"")
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                let counter = if ok { &served } else { &failed };
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    // (pushed again: Serve knows the application again, in any state; running: it serves)
+    let restored = |what: &'static str| {
+        let dashboard = dashboard.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let pushed = eventually(Duration::from_secs(60), what, || async {
+                let details = dashboard.get_serve_applications().await.ok()?;
+                details
+                    .applications
+                    .contains_key("echo2")
+                    .then(|| started.elapsed())
+            })
+            .await;
+            eventually(Duration::from_secs(60), what, || async {
+                let details = dashboard.get_serve_applications().await.ok()?;
+                let app = details.applications.get("echo2")?;
+                (app.status == Some(raypipe::ray::ApplicationStatus::Running)).then_some(())
+            })
+            .await;
+            (pushed, started.elapsed())
+        }
+    };
+
+    // 1. Serve's config replaced by one without echo2: Serve deletes echo2.
+    let only_first: Value = serde_json::to_value(
+        serde_yaml::from_str::<serde_yaml::Value>(&echo_config("first")).unwrap(),
+    )
+    .unwrap();
+    let mut only_first = only_first;
+    let binding = json!({"host": "127.0.0.1", "port": head.ports().serve_http});
+    only_first["http_options"] = binding;
+    dashboard.put_serve_applications(&only_first).await.unwrap();
+    eventually(WAIT, "Serve to drop echo2", || async {
+        let details = dashboard.get_serve_applications().await.ok()?;
+        (!details.applications.contains_key("echo2")).then_some(())
+    })
+    .await;
+    let one_lost = restored("echo2 pushed again after it was replaced away").await;
+
+    // 2. The whole of Serve deleted.
+    serve_answer(head, "/echo2", |b| b["greeting"] == "second").await;
+    let failed_before = failed.load(std::sync::atomic::Ordering::Relaxed);
+    dashboard.delete_serve_applications().await.unwrap();
+    let all_lost = restored("Serve pushed again after it was deleted").await;
+    serve_answer(head, "/echo2", |b| b["greeting"] == "second").await;
+    client_loop.abort();
+    let failed_after = failed.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "Serve lost one application: pushed again after {:?}, running after {:?}; all of Serve deleted: pushed again after {:?}, running after {:?}; the client's failed requests while Serve was deleted: {} (of {} in all, every 50 ms)",
+        one_lost.0,
+        one_lost.1,
+        all_lost.0,
+        all_lost.1,
+        failed_after - failed_before,
+        failed_after + served.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    // The steady poll is a minute: a push within seconds was the watch.
+    for (what, (pushed, _)) in [("one application", one_lost), ("all of Serve", all_lost)] {
+        assert!(
+            pushed < Duration::from_secs(10),
+            "{what} lost: pushed again only after {pushed:?}"
         );
     }
 }

@@ -40,6 +40,8 @@ impl Context {
     pub(super) fn forget(&self, key: &ObjectKey) {
         self.memory.forget(key);
         self.frame.forget(key);
+        self.serve_watches
+            .unwatch(&kube::runtime::reflector::ObjectRef::new(&key.1).within(&key.0));
     }
 }
 

@@ -32,6 +32,7 @@ pub mod incremental;
 pub mod reasons;
 mod reconcile;
 mod serve;
+mod serve_watch;
 pub mod status;
 mod suspend;
 mod upgrade;
@@ -188,6 +189,8 @@ pub struct Context {
     head_pod_index: ObjectIndex<Pod>,
     memory: ObjectMemory<ServiceMemory>,
     frame: Frame<RayService>,
+    /// Settled RayServices' Serve, watched for lost applications (outside the workers).
+    serve_watches: serve_watch::ServeWatches,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -214,6 +217,7 @@ pub async fn run(
     let head_pod_index = ObjectIndex::by_label(labels::CLUSTER);
     let concurrency = config.concurrency.max(1);
     let frame = Frame::new("rayservice", &config.metrics);
+    let (serve_watches, serve_lost) = serve_watch::ServeWatches::new();
     let ctx = Arc::new(Context {
         recorder: crate::k8s::recorder(events.clone(), field_managers::RAYSERVICE),
         client,
@@ -225,6 +229,7 @@ pub async fn run(
         head_pod_index: head_pod_index.clone(),
         memory: ObjectMemory::new(),
         frame,
+        serve_watches,
     });
 
     // Label-scoped: only what RayServices made (clusters, Services) and their head Pods.
@@ -312,6 +317,7 @@ pub async fn run(
         .trigger_backoff(crate::k8s::watch_backoff())
         .owns_stream(cluster_events)
         .owns_stream(service_events)
+        .reconcile_on(serve_lost)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown);
     crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;

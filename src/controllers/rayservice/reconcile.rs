@@ -195,6 +195,18 @@ async fn record_status(
         && now_pending.is_none()
         && observed.active.as_ref().is_some_and(|o| o.ready)
         && dangling_left == 0;
+    // A settled RayService's Serve is watched between passes, so a lost application is pushed
+    // again within a second or two instead of at the next steady poll.
+    let key = kube::runtime::reflector::ObjectRef::from_obj(service);
+    match observed.active.as_ref().and_then(|o| o.watch.as_ref()) {
+        Some((dashboard, applications)) if settled => ctx.serve_watches.watch(
+            &key,
+            dashboard,
+            applications.clone(),
+            ctx.config.steady_poll * 3,
+        ),
+        _ => ctx.serve_watches.unwatch(&key),
+    }
     write_status_if_changed(service, ctx, status).await?;
     Ok(Action::requeue(if settled {
         ctx.config.steady_poll

@@ -18,6 +18,12 @@ pub(super) struct ServeObservation {
     pub(super) waiting_for: Option<String>,
     /// The Serve `target_capacity` the cluster has from the operator (incremental upgrade).
     pub(super) target_capacity: Option<i32>,
+    /// When the cluster runs this config: its dashboard and the applications to watch for
+    /// (`serve_watch`).
+    pub(super) watch: Option<(
+        crate::ray::RayDashboardClient,
+        std::collections::BTreeSet<String>,
+    )>,
 }
 
 /// What the Serve stage learnt from the active and the pending cluster (`None`: not read),
@@ -185,11 +191,17 @@ async fn reconcile_serve(
                     }
                     _ => None,
                 };
+                // An application of this config that Serve does not know or is deleting (deleted through the
+                // dashboard, or lost) is pushed again, like an empty Serve.
+                let lost_one = expected_apps.as_ref().is_some_and(|names| {
+                    names.iter().any(|n| super::serve_watch::lost(&details, n))
+                });
                 let needed = match &previous {
                     None => true,
                     Some(p) => {
                         p.config_hash != config_hash
                             || details.applications.is_empty()
+                            || lost_one
                             || (p.session.is_some() && session.is_some() && p.session != session)
                     }
                 };
@@ -282,12 +294,16 @@ async fn reconcile_serve(
             Some(format!("RayCluster {cluster_name}: {summary}"))
         }
     });
+    let watch = expected_apps
+        .filter(|_| ready)
+        .map(|names| (dashboard, names));
     ServeObservation {
         head_proxy_healthy: head_proxy_healthy(&details),
         apps: Some(apps),
         ready,
         waiting_for,
         target_capacity,
+        watch,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The apply stage of a pipeline with strategy `Canary`: renders the newest graph as a version
-//! application, reads the routers' counters through the Serve proxy, lets the pure
+//! application, takes the routers' counters its reader last read (`stats`), lets the pure
 //! [`rollout::decide`] take one step, and server-side applies the RayService carrying the router
 //! and the version applications. The rollout's state goes to the status; the Events of the step
 //! are published here.
@@ -7,19 +7,19 @@
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
-use serde_json::Value;
 
 use super::apply::{self, Applied};
 use super::build;
 use super::conditions;
 use super::conditions::Problem;
 use super::rollout::{self, Inputs, Newest, Policy};
+use super::stats::Target;
 use super::{Context, Error, GoodGraph, now};
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{RolloutStatus, ServePipeline, condition_types};
 use crate::serve::rollout::{
-    RouterStats, STATS_PATH, applications_of, compose, options_of, rendered_options,
-    router_application, version_application, version_application_name,
+    STATS_PATH, applications_of, compose, options_of, rendered_options, router_application,
+    version_application, version_application_name,
 };
 
 /// Lines of the plan kept in the status.
@@ -128,11 +128,17 @@ pub(super) async fn apply(
     let serve = existing
         .map(conditions::applications_from)
         .unwrap_or_default();
+    // The routers' counters as the pipeline's reader last read them (`stats`): never a wait.
+    let key = kube::runtime::reflector::ObjectRef::from_obj(pipeline);
     let stats = match &previous {
         Some(r) if r.canary.is_some() || r.retiring.is_some() => {
-            read_stats(ctx, pipeline, &route_prefix, &r.generation).await
+            stats_target(ctx, pipeline, &route_prefix, &r.generation)
+                .and_then(|target| ctx.stats.latest(&key, target))
         }
-        _ => None,
+        _ => {
+            ctx.stats.stop(&key);
+            None
+        }
     };
     let now = now();
     let decision = rollout::decide(&Inputs {
@@ -256,14 +262,15 @@ fn plan(stable: Option<&GoodGraph>, newest: &GoodGraph) -> Vec<String> {
     }
 }
 
-/// The routers' counters, through the Serve proxy of the pipeline's RayService; `None` when
-/// they cannot be read (the gates then wait, and the deadline still counts).
-async fn read_stats(
+/// Where the routers' counters of `pipeline` are read: through the Serve proxy of its
+/// RayService (`<name>-serve-svc`, or `--ray-serve-url`). `None` when no URL can be made (the
+/// gates then wait, and the deadline still counts).
+fn stats_target(
     ctx: &Context,
     pipeline: &ServePipeline,
     route_prefix: &str,
     generation: &str,
-) -> Option<RouterStats> {
+) -> Option<Target> {
     let namespace = pipeline.namespace().unwrap_or_default();
     let service = crate::ray::HeadService::new(
         namespace,
@@ -271,17 +278,15 @@ async fn read_stats(
         SERVE_PORT,
     );
     let base = ctx.config.serve_locator().locate(&service).ok()?;
-    let client = crate::ray::RayDashboardClient::from_url(base.as_str()).ok()?;
-    let mut path: Vec<&str> = route_prefix.split('/').filter(|s| !s.is_empty()).collect();
-    path.extend(STATS_PATH.split('/'));
-    match client
-        .get_json::<Value>(&path, Some(("generation", generation)))
-        .await
-    {
-        Ok(value) => serde_json::from_value(value).ok(),
-        Err(e) => {
-            tracing::debug!(error = %e, "reading the rollout routers' counters failed");
-            None
-        }
-    }
+    let mut path: Vec<String> = route_prefix
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    path.extend(STATS_PATH.split('/').map(str::to_owned));
+    Some(Target {
+        base_url: base.as_str().to_owned(),
+        path,
+        generation: generation.to_owned(),
+    })
 }

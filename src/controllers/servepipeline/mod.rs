@@ -14,6 +14,7 @@ mod fetches;
 mod reconcile;
 mod rollout;
 mod source;
+mod stats;
 mod status;
 
 use std::sync::Arc;
@@ -186,6 +187,8 @@ pub struct Context {
     frame: Frame<ServePipeline>,
     /// Fetches in flight, outside the reconcile workers.
     fetches: FetchQueue<FetchResult>,
+    /// The canary routers' counters, read outside the reconcile workers.
+    stats: stats::StatsReaders,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -263,6 +266,7 @@ pub async fn run(
         counted_rollout: ObjectMemory::new(),
         frame,
         fetches,
+        stats: Default::default(),
     });
 
     let controller = Controller::for_stream(pipeline_stream, pipeline_store)

@@ -30,6 +30,7 @@ pub(super) async fn reconcile(
     if pipeline.meta().deletion_timestamp.is_some() {
         // The RayService goes with its owner (garbage collection); a fetch is no longer wanted.
         ctx.fetches.forget(&ObjectRef::from_obj(&*pipeline));
+        ctx.stats.stop(&ObjectRef::from_obj(&*pipeline));
         return Ok(Action::await_change());
     }
     let namespace = pipeline.namespace().unwrap_or_default();
