@@ -420,27 +420,38 @@ async fn serve_losing_what_was_pushed_is_noticed_and_restored_within_seconds() {
             }
         })
     };
-    // (pushed again: Serve knows the application again, in any state; running: it serves)
-    let restored = |what: &'static str| {
+    // After Serve lost echo2 at `since` (unix seconds): how long until the operator pushed it
+    // again (Serve shows echo2 deployed after `since`) and until it runs.
+    let restored = |what: &'static str, since: f64| {
         let dashboard = dashboard.clone();
         async move {
             let started = std::time::Instant::now();
-            let pushed = eventually(Duration::from_secs(60), what, || async {
-                let details = dashboard.get_serve_applications().await.ok()?;
+            let redeployed = |details: &raypipe::ray::ServeInstanceDetails| {
                 details
                     .applications
-                    .contains_key("echo2")
-                    .then(|| started.elapsed())
+                    .get("echo2")
+                    .filter(|app| app.last_deployed_time_s.is_some_and(|t| t > since))
+                    .cloned()
+            };
+            let pushed = eventually(Duration::from_secs(60), what, || async {
+                let details = dashboard.get_serve_applications().await.ok()?;
+                redeployed(&details).map(|_| started.elapsed())
             })
             .await;
             eventually(Duration::from_secs(60), what, || async {
                 let details = dashboard.get_serve_applications().await.ok()?;
-                let app = details.applications.get("echo2")?;
-                (app.status == Some(raypipe::ray::ApplicationStatus::Running)).then_some(())
+                (redeployed(&details)?.status == Some(raypipe::ray::ApplicationStatus::Running))
+                    .then_some(())
             })
             .await;
             (pushed, started.elapsed())
         }
+    };
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
     };
 
     // 1. Serve's config replaced by one without echo2: Serve deletes echo2.
@@ -451,19 +462,16 @@ async fn serve_losing_what_was_pushed_is_noticed_and_restored_within_seconds() {
     let mut only_first = only_first;
     let binding = json!({"host": "127.0.0.1", "port": head.ports().serve_http});
     only_first["http_options"] = binding;
+    let since = unix_now();
     dashboard.put_serve_applications(&only_first).await.unwrap();
-    eventually(WAIT, "Serve to drop echo2", || async {
-        let details = dashboard.get_serve_applications().await.ok()?;
-        (!details.applications.contains_key("echo2")).then_some(())
-    })
-    .await;
-    let one_lost = restored("echo2 pushed again after it was replaced away").await;
+    let one_lost = restored("echo2 pushed again after it was replaced away", since).await;
 
     // 2. The whole of Serve deleted.
     serve_answer(head, "/echo2", |b| b["greeting"] == "second").await;
     let failed_before = failed.load(std::sync::atomic::Ordering::Relaxed);
+    let since = unix_now();
     dashboard.delete_serve_applications().await.unwrap();
-    let all_lost = restored("Serve pushed again after it was deleted").await;
+    let all_lost = restored("Serve pushed again after it was deleted", since).await;
     serve_answer(head, "/echo2", |b| b["greeting"] == "second").await;
     client_loop.abort();
     let failed_after = failed.load(std::sync::atomic::Ordering::Relaxed);
