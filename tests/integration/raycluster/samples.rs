@@ -13,9 +13,11 @@ async fn every_kuberay_sample_cluster_is_realised_as_kuberay_would() {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .filter(|p| documents(p).iter().any(is_raycluster))
         .filter(|p| {
-            // Those need gates (and cert-manager): `isolation` runs them.
+            // Those need gates (and cert-manager): `isolation` runs them; the history server's
+            // gate is not implemented yet and its sample is refused (below).
             !super::isolation::GATED_SAMPLES
                 .iter()
+                .chain([&HISTORY_SERVER_SAMPLE])
                 .any(|g| p.file_name().is_some_and(|n| n == *g))
         })
         .collect();
@@ -28,6 +30,32 @@ async fn every_kuberay_sample_cluster_is_realised_as_kuberay_would() {
         }
     });
     futures::future::join_all(checks).await;
+}
+
+/// KubeRay's sample of a cluster whose logs and events its history server collects.
+const HISTORY_SERVER_SAMPLE: &str = "ray-cluster.historyserver.yaml";
+
+/// The history-server sample needs the alpha gate `RayClusterHistoryServer`, off by default in
+/// KubeRay and not implemented by raypipe yet: refused as KubeRay refuses it with the gate off,
+/// naming the gate, with a Warning, and nothing created.
+#[tokio::test]
+async fn the_history_server_sample_is_refused_naming_its_gate() {
+    let f = fixture("rc-history").await;
+    let names = f
+        .apply_file(&support::kuberay_samples_dir().join(HISTORY_SERVER_SAMPLE))
+        .await;
+    assert_eq!(names, ["raycluster-historyserver"]);
+    let refused = f.wait_event("InvalidRayClusterSpec").await;
+    assert_eq!(
+        refused.involved_object.name.as_deref(),
+        Some("raycluster-historyserver")
+    );
+    let note = refused.message.clone().unwrap_or_default();
+    assert!(
+        note.contains("historyServerOptions") && note.contains("RayClusterHistoryServer"),
+        "{note}"
+    );
+    assert!(f.ray_pods("raycluster-historyserver").await.is_empty());
 }
 
 #[tokio::test]
