@@ -10,6 +10,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::discovery::ApiResource;
 use raypipe::api::RayCluster;
 use raypipe::api::servepipeline::ServePipeline;
+use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 use serde_json::{Value, json};
 
 use crate::admin::{WAIT, pipeline};
@@ -88,11 +89,10 @@ fn the_chart_renders_an_editor_and_a_viewer_per_kind_unless_turned_off() {
     }
 }
 
-/// A client that acts as `user` (the admin impersonates it).
-async fn as_user(user: &str) -> kube::Client {
+/// A client of `plane` that acts as `user` (the admin impersonates it).
+async fn as_user(plane: &ControlPlane, user: &str) -> kube::Client {
     let mut config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&support::control_plane().kubeconfig)
-            .expect("kubeconfig"),
+        kube::config::Kubeconfig::read_from(&plane.kubeconfig).expect("kubeconfig"),
         &Default::default(),
     )
     .await
@@ -161,30 +161,22 @@ fn binding(name: &str, cluster_role: &str, user: &str) -> RoleBinding {
     .expect("a RoleBinding")
 }
 
-/// raypipe user roles of other releases already in the shared control plane (another test
-/// applied the chart's RBAC): with any, `view` and `edit` may grant the kinds before ours exist.
-async fn other_releases_roles(client: &kube::Client, release: &str) -> Vec<String> {
-    Api::<ClusterRole>::all(client.clone())
-        .list(&ListParams::default().labels("app.kubernetes.io/name=raypipe"))
-        .await
-        .expect("list ClusterRoles")
-        .items
-        .into_iter()
-        .filter(|r| {
-            let labels = r.metadata.labels.clone().unwrap_or_default();
-            labels.get("app.kubernetes.io/instance").map(String::as_str) != Some(release)
-                && labels
-                    .keys()
-                    .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate"))
-        })
-        .filter_map(|r| r.metadata.name)
-        .collect()
-}
-
 #[tokio::test]
 async fn view_and_edit_users_get_the_five_kinds_through_aggregation() {
     raypipe::startup::init_crypto();
-    let client = support::client().await;
+    // A control plane of its own: aggregation is cluster-wide, so another test's chart roles
+    // (any release aggregates into `view` and `edit` the same way) would grant the kinds before
+    // ours exist and keep them after ours are gone. Aggregation needs the controller manager.
+    let plane = tokio::task::spawn_blocking(|| {
+        support::start_control_plane_with(ControlPlaneOptions {
+            controller_manager: true,
+            ..Default::default()
+        })
+    })
+    .await
+    .expect("the start-up thread did not panic")
+    .expect("a control plane of its own");
+    let client = plane.client().await.expect("a client");
     let ns = support::namespace(&client, "user-roles").await;
     // The release name is unique per run: the ClusterRoles carry it.
     let release = ns.clone();
@@ -214,26 +206,20 @@ async fn view_and_edit_users_get_the_five_kinds_through_aggregation() {
         .create(&PostParams::default(), &secret)
         .await
         .expect("create a Secret");
-    let as_viewer = as_user(&viewer).await;
-    let as_editor = as_user(&editor).await;
+    let as_viewer = as_user(&plane, &viewer).await;
+    let as_editor = as_user(&plane, &editor).await;
 
-    // Before the chart's roles exist the built-in roles know nothing of the five kinds. Other
-    // tests of this binary apply the chart's RBAC too (any release's roles aggregate the same
-    // way), so this is only judged while none of theirs exists, before and after looking.
-    let alone = other_releases_roles(&client, &release).await.is_empty();
-    let viewer_listed = lists_all_five(&as_viewer, &ns).await;
-    let editor_created = Api::<ServePipeline>::namespaced(as_editor.clone(), &ns)
-        .create(&PostParams::default(), &pipeline("early", None))
-        .await;
-    if alone && other_releases_roles(&client, &release).await.is_empty() {
-        assert!(!viewer_listed, "view granted the kinds before any role");
-        forbidden(
-            editor_created,
-            "creating a ServePipeline before the roles exist",
-        );
-    } else {
-        eprintln!("user roles of another release exist: the before-check is skipped");
-    }
+    // Before the chart's roles exist the built-in roles know nothing of the five kinds.
+    assert!(
+        !lists_all_five(&as_viewer, &ns).await,
+        "view granted the kinds before any role"
+    );
+    forbidden(
+        Api::<ServePipeline>::namespaced(as_editor.clone(), &ns)
+            .create(&PostParams::default(), &pipeline("early", None))
+            .await,
+        "creating a ServePipeline before the roles exist",
+    );
 
     let docs = crate::deploy::render(&release, &ns, &[]);
     let roles = user_roles(&docs);
@@ -333,7 +319,7 @@ async fn view_and_edit_users_get_the_five_kinds_through_aggregation() {
         .await
         .expect("the editor deletes its ServePipeline");
 
-    // Removing the roles takes the kinds out of `view` again (when they were ours alone).
+    // Removing the roles takes the kinds out of `view` again.
     for role in &roles {
         let name = role["metadata"]["name"].as_str().expect("a name");
         cluster_roles
@@ -341,15 +327,8 @@ async fn view_and_edit_users_get_the_five_kinds_through_aggregation() {
             .await
             .unwrap_or_else(|e| panic!("delete {name}: {e}"));
     }
-    let lost = eventually(WAIT, "view to lose the five kinds", || async {
-        if !other_releases_roles(&client, &release).await.is_empty() {
-            // Another release's roles grant the same: ours can no longer be told apart.
-            return Some(false);
-        }
-        (!lists_all_five(&as_viewer, &ns).await).then_some(true)
+    eventually(WAIT, "view to lose the five kinds", || async {
+        (!lists_all_five(&as_viewer, &ns).await).then_some(())
     })
     .await;
-    if !lost {
-        eprintln!("user roles of another release exist: the after-check is skipped");
-    }
 }

@@ -32,6 +32,13 @@ pub fn control_plane() -> &'static ControlPlane {
 /// kwok, raypipe's CRDs); dropping it stops its processes. The shared one above is one of these;
 /// a test that needs an empty cluster of its own (the scale benchmark's phases) starts another.
 pub fn start_control_plane() -> Result<ControlPlane, String> {
+    start_control_plane_with(ControlPlaneOptions::full())
+}
+
+/// Starts a control plane of its own with `options` (raypipe's CRDs installed unless turned
+/// off), for a test whose assertions are about the whole cluster, which tests sharing a control
+/// plane would disturb.
+pub fn start_control_plane_with(options: ControlPlaneOptions) -> Result<ControlPlane, String> {
     raypipe::startup::init_crypto();
     // Its own runtime on its own thread: each #[tokio::test] has a runtime that ends with the
     // test, and nothing the control plane needs may live on one of those.
@@ -41,7 +48,7 @@ pub fn start_control_plane() -> Result<ControlPlane, String> {
             .enable_all()
             .build()
             .expect("a runtime starts");
-        rt.block_on(ControlPlane::start(ControlPlaneOptions::full()))
+        rt.block_on(ControlPlane::start(options))
     })
     .join()
     .expect("control-plane start-up did not panic")
