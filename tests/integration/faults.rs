@@ -8,6 +8,7 @@
 //! `canary` has the same faults in the middle of a canary rollout, `restart_writes` an operator
 //! restarted under many settled pipelines (issue 29).
 
+mod canary;
 mod restart_writes;
 
 use std::collections::BTreeSet;
