@@ -554,8 +554,11 @@ async fn registry_down_mid_canary_the_rollout_goes_on_and_nothing_is_lost() {
 
 /// On a full control plane of its own (others share the default one): the kube-apiserver is
 /// stopped for 10 s while the canary takes a weighted step, then started on the same port and
-/// etcd; the operator keeps running. The rollout completes: promoted.
+/// etcd; the operator keeps running. The rollout completes: promoted. Out of CI (its own
+/// control plane and first Ready pipeline take about three minutes of CI's 45); run by hand
+/// with `cargo test --test integration faults::canary -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "its own control plane: about 3.5 minutes, run by hand"]
 async fn apiserver_restarted_mid_canary_the_rollout_completes() {
     raypipe::startup::init_crypto();
     let head = support::ray_head();
