@@ -5,6 +5,11 @@
 //! (the operator must push the config again). Each test asserts convergence within a bound (about
 //! 3× what was measured on the 2-core development machine), no lost or duplicate objects, and
 //! counts client requests; each prints one `FAULT-BOUND …` line with what it measured.
+//! `canary` has the same faults in the middle of a canary rollout, `restart_writes` an operator
+//! restarted under many settled pipelines (issue 29).
+
+mod canary;
+mod restart_writes;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

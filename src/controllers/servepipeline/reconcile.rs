@@ -85,7 +85,9 @@ pub(super) async fn reconcile(
             Poll::Done(outcome) => {
                 checked = true;
                 match outcome {
-                    Ok(Some(new_good)) => good = Some(new_good),
+                    Ok(Some(new_good)) => {
+                        good = Some(keep_fetch_time(&pipeline, good.as_ref(), new_good))
+                    }
                     Ok(None) => {}
                     Err((p, is_transient)) => {
                         transient = is_transient;
@@ -206,7 +208,11 @@ pub(super) async fn reconcile(
                 .filter(|a| Some(&a.digest) == stable_digest.as_ref())
         })
     } else {
-        good.as_ref().map(|g| g.applied.clone())
+        good.as_ref().map(|g| g.applied.clone()).or_else(|| {
+            // Not in memory (a restart, the first fetch under way or failed): the RayService
+            // still carries what the status last described.
+            build::applied_from_status(pipeline.status.as_ref()?)
+        })
     };
     status::update(
         &ctx,
@@ -274,6 +280,27 @@ pub(super) async fn reconcile(
         None if rollout_active => Ok(Action::requeue(ctx.config.rollout_poll())),
         None => Ok(refresh_interval(&pipeline).map_or_else(Action::await_change, Action::requeue)),
     }
+}
+
+/// A graph fetched while none was in memory (the first fetch of a restarted operator) that
+/// is the one the status describes keeps the time it was first fetched: a restart then
+/// rewrites no status.
+fn keep_fetch_time(
+    pipeline: &ServePipeline,
+    in_memory: Option<&super::GoodGraph>,
+    mut fetched: super::GoodGraph,
+) -> super::GoodGraph {
+    if in_memory.is_none()
+        && let Some(described) = pipeline
+            .status
+            .as_ref()
+            .and_then(build::applied_from_status)
+        && described.digest == fetched.applied.digest
+        && described.etag == fetched.applied.etag
+    {
+        fetched.applied.fetched_at = described.fetched_at;
+    }
+    fetched
 }
 
 /// Whether new graph versions go out as canaries.

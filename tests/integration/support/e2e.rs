@@ -222,6 +222,11 @@ impl Operator {
         }
     }
 
+    /// Its task ended (returned, failed or panicked).
+    pub fn has_ended(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// Ends it as SIGKILL would: no shutdown, in-flight reconciles dropped where they are, all
     /// in-memory state (caches, what was pushed to Serve, ETags, backoffs) gone.
     pub async fn kill(mut self) {
@@ -290,7 +295,17 @@ pub async fn ready_pipeline_with(
     prefix: &str,
     spec: Value,
 ) -> E2e {
-    let client = super::client().await;
+    ready_pipeline_on(super::client().await, head, prefix, spec).await
+}
+
+/// [`ready_pipeline_with`] on the control plane `client` talks to (a test with a control plane
+/// of its own, e.g. one whose kube-apiserver it restarts).
+pub async fn ready_pipeline_on(
+    client: kube::Client,
+    head: &'static raypipe::devenv::ray::RayHead,
+    prefix: &str,
+    spec: Value,
+) -> E2e {
     let ns = super::namespace(&client, prefix).await;
     let token = raypipe::devenv::random_token().unwrap();
     let registry = Registry::start(&token).await;
