@@ -1,7 +1,8 @@
 //! ServePipeline spec rules the CRD schema cannot express: name length, the URL scheme against
 //! `allowInsecureHttp`, and bounded durations and sizes. The controller and the webhook both
-//! call [`validate_spec`]; the controller reads durations only through [`source_timing`], so a
-//! value that passed here is the value it uses, and nothing out of bounds reaches a timer.
+//! call [`validate_spec`]; the controller reads durations only through [`validated`] (once per
+//! reconcile) and [`source_timing`], so a value that passed here is the value it uses, and
+//! nothing out of bounds reaches a timer.
 
 use std::time::Duration;
 
