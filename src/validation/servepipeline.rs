@@ -1,7 +1,8 @@
 //! ServePipeline spec rules the CRD schema cannot express: name length, the URL scheme against
 //! `allowInsecureHttp`, and bounded durations and sizes. The controller and the webhook both
-//! call [`validate_spec`]; the controller reads durations only through [`source_timing`], so a
-//! value that passed here is the value it uses, and nothing out of bounds reaches a timer.
+//! call [`validate_spec`]; the controller reads durations only through [`validated`] (once per
+//! reconcile) and [`source_timing`], so a value that passed here is the value it uses, and
+//! nothing out of bounds reaches a timer.
 
 use std::time::Duration;
 
@@ -54,6 +55,69 @@ pub fn source_timing(source: &GraphSource) -> SourceTiming {
             .as_deref()
             .and_then(|v| parse_bounded(v, MIN_FETCH_TIMEOUT, MAX_FETCH_TIMEOUT).ok())
             .unwrap_or(crate::source::DEFAULT_TIMEOUT),
+    }
+}
+
+/// `rollout.steps[].pause` and `rollout.progressDeadline`: bounds and the defaults for what
+/// the spec leaves out.
+pub const MIN_STEP_PAUSE: Duration = Duration::from_secs(1);
+pub const MIN_PROGRESS_DEADLINE: Duration = Duration::from_secs(10);
+pub const MAX_ROLLOUT_DURATION: Duration = Duration::from_secs(86_400);
+pub const DEFAULT_STEP_PAUSE: Duration = Duration::from_secs(30);
+pub const DEFAULT_PROGRESS_DEADLINE: Duration = Duration::from_secs(600);
+
+/// A rollout policy's durations, parsed and bounded; unset or out of bounds (an object the
+/// webhook did not see): the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutTiming {
+    /// One pause per `steps[]` entry, in order.
+    pub step_pauses: Vec<Duration>,
+    pub progress_deadline: Duration,
+}
+
+pub fn rollout_timing(rollout: &RolloutPolicy) -> RolloutTiming {
+    let bounded = |text: Option<&str>, min: Duration, default: Duration| {
+        text.and_then(|t| parse_bounded(t, min, MAX_ROLLOUT_DURATION).ok())
+            .unwrap_or(default)
+    };
+    RolloutTiming {
+        step_pauses: rollout
+            .steps
+            .iter()
+            .map(|s| bounded(s.pause.as_deref(), MIN_STEP_PAUSE, DEFAULT_STEP_PAUSE))
+            .collect(),
+        progress_deadline: bounded(
+            rollout.progress_deadline.as_deref(),
+            MIN_PROGRESS_DEADLINE,
+            DEFAULT_PROGRESS_DEADLINE,
+        ),
+    }
+}
+
+/// A ServePipeline spec checked by [`validate_spec`], with every duration parsed once: the
+/// controller reads these values and never a duration string. Values out of bounds fall back
+/// to the defaults, so even a refused spec has timings that are safe to use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validated {
+    pub source: SourceTiming,
+    /// `None` without a rollout policy.
+    pub rollout: Option<RolloutTiming>,
+    /// Every problem of the spec; empty when it is valid.
+    pub problems: Vec<Problem>,
+}
+
+impl Validated {
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Checks the spec and parses its durations.
+pub fn validated(pipeline: &ServePipeline) -> Validated {
+    Validated {
+        source: source_timing(&pipeline.spec.source),
+        rollout: pipeline.spec.rollout.as_ref().map(rollout_timing),
+        problems: validate_spec(pipeline),
     }
 }
 
@@ -220,7 +284,7 @@ fn rollout_problems(
             );
         }
     }
-    let day = Duration::from_secs(86_400);
+    let day = MAX_ROLLOUT_DURATION;
     let mut duration = |field: String, value: &Option<String>, min: Duration| {
         if let Some(v) = value
             && let Err(e) = parse_bounded(v, min, day)
@@ -238,13 +302,13 @@ fn rollout_problems(
     duration(
         "spec.rollout.progressDeadline".into(),
         &rollout.progress_deadline,
-        Duration::from_secs(10),
+        MIN_PROGRESS_DEADLINE,
     );
     for (i, step) in rollout.steps.iter().enumerate() {
         duration(
             format!("spec.rollout.steps[{i}].pause"),
             &step.pause,
-            Duration::from_secs(1),
+            MIN_STEP_PAUSE,
         );
     }
     for (i, step) in rollout.steps.iter().enumerate() {

@@ -1,69 +1,79 @@
-//! The apply stage of a ServePipeline: renders the Serve config of the validated graph and
-//! server-side applies the RayService it owns, only when it differs from what runs.
+//! The apply stage of a ServePipeline pass, the only writes to the cluster: the code layers
+//! the RayService names are registered for pulling again, the rollout step's Events are
+//! published, and the planned RayService is server-side applied when it differs from what runs.
 
-use kube::Resource;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use kube::api::Api;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
 
 use super::build::{self, reasons};
 use super::conditions::Problem;
-use super::{Context, Error, GoodGraph};
+use super::context::Context;
+use super::desired::{Applied, Desired};
+use super::plan::{Plan, Strategy};
+use super::source;
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{ServePipeline, condition_types};
 use crate::k8s::field_managers;
+use crate::validation::servepipeline::Validated;
 
-/// How the apply stage ended.
-pub(super) enum Applied {
-    /// The RayService already carries this graph.
-    UpToDate,
-    /// The RayService was written; what the API server returned.
-    New(Box<RayService>),
-    /// Nothing was written. `not_ours`: the name belongs to a RayService we do not control.
-    Refused {
-        problem: Problem,
-        transient: bool,
-        not_ours: bool,
-    },
-}
-
+/// Carries out `plan`; `None` when it wants nothing written. `planned_in`: how long planning
+/// (rendering) took, for the update-stage metrics.
 pub(super) async fn apply(
-    pipeline: &ServePipeline,
-    ctx: &Context,
-    rs_api: &Api<RayService>,
-    existing: Option<&RayService>,
-    g: &GoodGraph,
-) -> Result<Applied, Error> {
-    let render_started = std::time::Instant::now();
-    let yaml = match build::render(pipeline, &ctx.config, &g.graph, &g.applied) {
-        Ok(yaml) => yaml,
-        Err(message) => return Ok(render_failed(message)),
-    };
-    let desired = build::desired_rayservice(pipeline, &yaml, &g.applied.digest)?;
-    let rendered = render_started.elapsed();
-    let apply_started = std::time::Instant::now();
-    let applied = write(rs_api, existing, &desired).await;
-    if matches!(applied, Applied::New(_)) {
-        let metrics = &ctx.config.metrics;
-        metrics.pipeline_update_stage("render", rendered);
-        metrics.pipeline_update_stage("apply", apply_started.elapsed());
+    pipeline: &Arc<ServePipeline>,
+    ctx: &Arc<Context>,
+    spec: &Validated,
+    plan: &Plan,
+    planned_in: Duration,
+) -> Option<Applied> {
+    // The code layers the RayService names must be pullable again by the package server
+    // (after a restart the store is empty while Ray may still start replicas that need them).
+    if plan.rayservice.is_some() {
+        source::register_code_in_use(pipeline, ctx, plan.rayservice.as_ref(), spec.source.timeout);
     }
-    Ok(applied)
-}
-
-/// A graph that cannot be rendered: refused, nothing written.
-pub(super) fn render_failed(message: String) -> Applied {
-    Applied::Refused {
-        problem: Problem {
-            condition: condition_types::GRAPH_VALID,
-            reason: reasons::RENDER_FAILED.to_owned(),
-            message,
-        },
-        transient: false,
-        not_ours: false,
+    for event in &plan.rollout.events {
+        let kind = if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        crate::k8s::publish_event(
+            &ctx.recorder,
+            &**pipeline,
+            kind,
+            event.reason,
+            "Rollout",
+            event.message.clone(),
+        )
+        .await;
+    }
+    match &plan.desired {
+        Desired::Keep => None,
+        Desired::Refuse { problem, transient } => Some(Applied::Refused {
+            problem: problem.clone(),
+            transient: *transient,
+            not_ours: false,
+        }),
+        Desired::Write(desired) => {
+            let namespace = pipeline.namespace().unwrap_or_default();
+            let rs_api: Api<RayService> = Api::namespaced(ctx.client.clone(), &namespace);
+            let apply_started = Instant::now();
+            let applied = write(&rs_api, plan.rayservice.as_ref(), desired).await;
+            if plan.strategy == Strategy::Immediate && matches!(applied, Applied::New(_)) {
+                let metrics = &ctx.config.metrics;
+                metrics.pipeline_update_stage("render", planned_in);
+                metrics.pipeline_update_stage("apply", apply_started.elapsed());
+            }
+            Some(applied)
+        }
     }
 }
 
 /// Server-side applies `desired` unless `existing` already carries it.
-pub(super) async fn write(
+async fn write(
     rs_api: &Api<RayService>,
     existing: Option<&RayService>,
     desired: &RayService,

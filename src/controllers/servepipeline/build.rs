@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::{Resource, ResourceExt};
 
+use super::config::Config;
 use crate::api::rayservice::{RayService, RayServiceSpec};
 use crate::api::servepipeline::{ServePipeline, ServePipelineStatus};
 use crate::k8s::{
@@ -177,7 +178,7 @@ pub fn applied_from_status(status: &ServePipelineStatus) -> Option<AppliedGraph>
 /// operator, when the artifact had any).
 pub fn render(
     pipeline: &ServePipeline,
-    config: &super::Config,
+    config: &Config,
     graph: &crate::graph::ValidatedGraph,
     applied: &AppliedGraph,
 ) -> Result<String, String> {
@@ -191,7 +192,7 @@ pub fn render(
 /// served under.
 pub(super) fn version_render_options(
     pipeline: &ServePipeline,
-    config: &super::Config,
+    config: &Config,
     applied: &AppliedGraph,
 ) -> crate::serve::RenderOptions {
     let mut options = render_options(pipeline, config);
@@ -201,7 +202,7 @@ pub(super) fn version_render_options(
 
 /// Where Ray fetches the code layer of `applied` (`<base>/code-<hex>.zip`), when it has one
 /// and the operator serves code.
-pub fn code_uri(config: &super::Config, applied: &AppliedGraph) -> Option<String> {
+pub fn code_uri(config: &Config, applied: &AppliedGraph) -> Option<String> {
     let digest = applied.oci.as_ref()?.code_digest.as_deref()?;
     let hex = digest.strip_prefix("sha256:")?;
     Some(crate::pypackage::store::uri(
@@ -212,7 +213,7 @@ pub fn code_uri(config: &super::Config, applied: &AppliedGraph) -> Option<String
 
 pub(super) fn render_options(
     pipeline: &ServePipeline,
-    config: &super::Config,
+    config: &Config,
 ) -> crate::serve::RenderOptions {
     let serve = pipeline.spec.serve.clone().unwrap_or_default();
     let mut options = crate::serve::RenderOptions {
@@ -247,13 +248,19 @@ pub(super) fn render_options(
 
 #[cfg(test)]
 mod tests {
-    use super::super::conditions::*;
-    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use kube::ResourceExt;
+
+    use super::super::conditions::{Problem, StatusInputs, compute_status, panic_status};
+    use super::{
+        AppliedGraph, applied_from_status, desired_rayservice, is_up_to_date, phases, reasons,
+    };
     use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
     use crate::api::servepipeline::condition_types;
-    use crate::api::servepipeline::{GraphSource, ServePipelineSpec};
-    use crate::k8s::whole_seconds;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use crate::api::servepipeline::{
+        GraphSource, ServePipeline, ServePipelineSpec, ServePipelineStatus,
+    };
+    use crate::k8s::{LABEL_PIPELINE, whole_seconds};
 
     fn pipeline(name: &str) -> ServePipeline {
         let mut p = ServePipeline::new(

@@ -15,6 +15,10 @@ use crate::api::servepipeline::{
     SourceStatus, condition_types,
 };
 
+/// Longest message from untrusted input (registry, graph, spec) that reaches a log line; the
+/// conditions keep at most 2 KiB too.
+pub const MAX_LOGGED_MESSAGE: usize = 2048;
+
 /// A problem of the latest attempt: which condition it belongs to, reason and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
@@ -303,85 +307,7 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
         conditions::condition(t, s, r, m, generation, inputs.now.clone())
     };
 
-    let problem_for = |c: &str| inputs.problem.filter(|p| p.condition == c);
-
-    // SourceReady
-    if let Some(p) = problem_for(condition_types::SOURCE_READY) {
-        conditions::set_condition(
-            &mut conds,
-            cond(
-                condition_types::SOURCE_READY,
-                FALSE,
-                &p.reason,
-                p.message.clone(),
-            ),
-        );
-    } else if problem_for(condition_types::GRAPH_VALID).is_some() {
-        // The download worked; what it brought is refused, and GraphValid says why.
-        conditions::set_condition(
-            &mut conds,
-            cond(
-                condition_types::SOURCE_READY,
-                TRUE,
-                reasons::FETCHED,
-                "the registry served the latest graph; GraphValid says why it is refused".into(),
-            ),
-        );
-    } else if let Some(g) = inputs.applied {
-        conditions::set_condition(
-            &mut conds,
-            cond(
-                condition_types::SOURCE_READY,
-                TRUE,
-                reasons::FETCHED,
-                format!("{} ({} bytes)", g.digest, g.size),
-            ),
-        );
-    }
-    // GraphValid
-    if let Some(p) = problem_for(condition_types::GRAPH_VALID) {
-        conditions::set_condition(
-            &mut conds,
-            cond(
-                condition_types::GRAPH_VALID,
-                FALSE,
-                &p.reason,
-                p.message.clone(),
-            ),
-        );
-    } else if let Some(g) = inputs.applied {
-        if problem_for(condition_types::SOURCE_READY).is_none() {
-            let msg = format!(
-                "{} nodes, {} edges, ingress {}",
-                g.nodes, g.edges, g.ingress
-            );
-            conditions::set_condition(
-                &mut conds,
-                cond(condition_types::GRAPH_VALID, TRUE, reasons::VALID, msg),
-            );
-        }
-    } else if conditions::find(&conds, condition_types::GRAPH_VALID).is_none() {
-        conditions::set_condition(
-            &mut conds,
-            cond(
-                condition_types::GRAPH_VALID,
-                UNKNOWN,
-                reasons::NO_GRAPH,
-                "no graph has been fetched yet".into(),
-            ),
-        );
-    }
-    if conditions::find(&conds, condition_types::SOURCE_READY).is_none() {
-        conditions::set_condition(
-            &mut conds,
-            cond(
-                condition_types::SOURCE_READY,
-                UNKNOWN,
-                reasons::NO_GRAPH,
-                "not fetched yet".into(),
-            ),
-        );
-    }
+    source_and_graph_conditions(inputs, &mut conds, &cond);
 
     // Ready and phase
     let suspended = pipeline.spec.suspend.unwrap_or(false);
@@ -390,10 +316,59 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
         (Some(rs), None) => rayservice_ready(rs),
         (None, _) => (false, String::new()),
     };
+    let (ready_status, ready_reason, ready_message, phase) =
+        ready(inputs, suspended, serving, &rs_message);
+    conditions::set_condition(
+        &mut conds,
+        cond(
+            condition_types::READY,
+            ready_status,
+            &ready_reason,
+            ready_message,
+        ),
+    );
+    let (status, reason, message) = up_to_date(inputs, serving && !suspended);
+    conditions::set_condition(
+        &mut conds,
+        cond(condition_types::UP_TO_DATE, status, reason, message),
+    );
+    match inputs.rollout {
+        Some(rollout) => rollout_conditions(&mut conds, rollout, &cond),
+        None => conds.retain(|c| {
+            c.type_ != condition_types::PROGRESSING && c.type_ != condition_types::ROLLED_BACK
+        }),
+    }
+    for c in &mut conds {
+        c.message = crate::k8s::truncate(&c.message, 2048);
+    }
+
+    let (source, graph) = described(inputs, &previous);
+    ServePipelineStatus {
+        observed_generation: generation,
+        phase: Some(phase.to_owned()),
+        source,
+        graph,
+        ray_service_name: inputs
+            .rayservice
+            .map(|rs| rs.name_any())
+            .or(previous.ray_service_name.clone()),
+        applications: inputs.rayservice.map(applications_from).unwrap_or_default(),
+        rollout: inputs.rollout.cloned(),
+        conditions: conds,
+    }
+}
+
+/// `Ready` (status, reason, message) and the phase.
+fn ready(
+    inputs: &StatusInputs<'_>,
+    suspended: bool,
+    serving: bool,
+    rs_message: &str,
+) -> (&'static str, String, String, &'static str) {
     let other_problem = inputs.problem.filter(|p| {
         p.condition != condition_types::SOURCE_READY && p.condition != condition_types::GRAPH_VALID
     });
-    let (ready_status, ready_reason, ready_message, phase) = if suspended {
+    if suspended {
         (
             FALSE,
             reasons::SUSPENDED.to_owned(),
@@ -456,32 +431,102 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
             "the RayService is serving the graph".to_owned(),
             phases::READY,
         )
-    };
-    conditions::set_condition(
-        &mut conds,
-        cond(
-            condition_types::READY,
-            ready_status,
-            &ready_reason,
-            ready_message,
-        ),
-    );
-    let (status, reason, message) = up_to_date(inputs, serving && !suspended);
-    conditions::set_condition(
-        &mut conds,
-        cond(condition_types::UP_TO_DATE, status, reason, message),
-    );
-    match inputs.rollout {
-        Some(rollout) => rollout_conditions(&mut conds, rollout, &cond),
-        None => conds.retain(|c| {
-            c.type_ != condition_types::PROGRESSING && c.type_ != condition_types::ROLLED_BACK
-        }),
     }
-    for c in &mut conds {
-        c.message = crate::k8s::truncate(&c.message, 2048);
-    }
+}
 
-    let (source, graph) = match inputs.applied {
+/// `SourceReady` and `GraphValid`.
+fn source_and_graph_conditions(
+    inputs: &StatusInputs<'_>,
+    conds: &mut Vec<Condition>,
+    cond: &impl Fn(&str, &str, &str, String) -> Condition,
+) {
+    let problem_for = |c: &str| inputs.problem.filter(|p| p.condition == c);
+
+    // SourceReady
+    if let Some(p) = problem_for(condition_types::SOURCE_READY) {
+        conditions::set_condition(
+            conds,
+            cond(
+                condition_types::SOURCE_READY,
+                FALSE,
+                &p.reason,
+                p.message.clone(),
+            ),
+        );
+    } else if problem_for(condition_types::GRAPH_VALID).is_some() {
+        // The download worked; what it brought is refused, and GraphValid says why.
+        conditions::set_condition(
+            conds,
+            cond(
+                condition_types::SOURCE_READY,
+                TRUE,
+                reasons::FETCHED,
+                "the registry served the latest graph; GraphValid says why it is refused".into(),
+            ),
+        );
+    } else if let Some(g) = inputs.applied {
+        conditions::set_condition(
+            conds,
+            cond(
+                condition_types::SOURCE_READY,
+                TRUE,
+                reasons::FETCHED,
+                format!("{} ({} bytes)", g.digest, g.size),
+            ),
+        );
+    }
+    // GraphValid
+    if let Some(p) = problem_for(condition_types::GRAPH_VALID) {
+        conditions::set_condition(
+            conds,
+            cond(
+                condition_types::GRAPH_VALID,
+                FALSE,
+                &p.reason,
+                p.message.clone(),
+            ),
+        );
+    } else if let Some(g) = inputs.applied {
+        if problem_for(condition_types::SOURCE_READY).is_none() {
+            let msg = format!(
+                "{} nodes, {} edges, ingress {}",
+                g.nodes, g.edges, g.ingress
+            );
+            conditions::set_condition(
+                conds,
+                cond(condition_types::GRAPH_VALID, TRUE, reasons::VALID, msg),
+            );
+        }
+    } else if conditions::find(conds, condition_types::GRAPH_VALID).is_none() {
+        conditions::set_condition(
+            conds,
+            cond(
+                condition_types::GRAPH_VALID,
+                UNKNOWN,
+                reasons::NO_GRAPH,
+                "no graph has been fetched yet".into(),
+            ),
+        );
+    }
+    if conditions::find(conds, condition_types::SOURCE_READY).is_none() {
+        conditions::set_condition(
+            conds,
+            cond(
+                condition_types::SOURCE_READY,
+                UNKNOWN,
+                reasons::NO_GRAPH,
+                "not fetched yet".into(),
+            ),
+        );
+    }
+}
+
+/// The status's `source` and `graph`: the applied graph's, else what the status said.
+fn described(
+    inputs: &StatusInputs<'_>,
+    previous: &ServePipelineStatus,
+) -> (Option<SourceStatus>, Option<GraphStatus>) {
+    match inputs.applied {
         Some(g) => (
             Some(SourceStatus {
                 digest: g.digest.clone(),
@@ -499,18 +544,5 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> ServePipelineStatus {
         ),
         // Nothing applied by this process yet: keep what the status said (e.g. after a restart).
         None => (previous.source.clone(), previous.graph.clone()),
-    };
-    ServePipelineStatus {
-        observed_generation: generation,
-        phase: Some(phase.to_owned()),
-        source,
-        graph,
-        ray_service_name: inputs
-            .rayservice
-            .map(|rs| rs.name_any())
-            .or(previous.ray_service_name.clone()),
-        applications: inputs.rayservice.map(applications_from).unwrap_or_default(),
-        rollout: inputs.rollout.cloned(),
-        conditions: conds,
     }
 }

@@ -2,15 +2,25 @@
 //! RayService (server-side apply, owned) → status. Bad input never touches what runs: on any
 //! fetch, validation or render failure the existing RayService is left exactly as it was.
 //!
-//! Layout: this file holds the settings, the error, the per-pipeline memory and `run` (watches);
-//! `reconcile` reads the stages in order: `source` (Secrets, fetch, graph validation), `build`
-//! (pure: RayService, Serve config, status), `apply`, `status` (write and Events).
+//! Layout: this file holds the module list and `run` (watches); nothing in the folder imports
+//! it. `reconcile` reads the stages in order: `observe` (reads; the graph versions come from the
+//! source lane, `source` and `fetches`, which fetches outside the reconcile workers), `plan`
+//! (pure; strategy `Immediate` there, `Canary` in `canary` and `rollout`), `apply` (the only
+//! writes), `status`. Pure builders: `build`, `conditions`, `desired`; shared state: `config`,
+//! `context`, `memory`, `error`.
 
 mod apply;
 pub mod build;
 mod canary;
 pub mod conditions;
+mod config;
+mod context;
+mod desired;
+mod error;
 mod fetches;
+mod memory;
+mod observe;
+mod plan;
 mod reconcile;
 mod rollout;
 mod source;
@@ -18,15 +28,14 @@ mod stats;
 mod status;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::warn;
@@ -34,162 +43,16 @@ use tracing::warn;
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::ServePipeline;
 use crate::controllers::frame::memory::ObjectMemory;
-use crate::controllers::frame::policy::{ReconcileError, Retry};
 use crate::controllers::frame::run::{self, Frame};
-use crate::graph::ValidatedGraph;
 use crate::k8s::{LABEL_MANAGED_BY, MANAGED_BY, field_managers};
-use crate::source::Fetcher;
-use build::{AppliedGraph, reasons};
-use conditions::Problem;
+pub use config::Config;
+use context::Context;
+pub use error::Error;
 use fetches::FetchQueue;
 pub use fetches::FetchSlots;
 
-/// What one fetch ends in: a new valid graph, `None` when unchanged, or a problem (and whether
-/// it is transient).
-type FetchResult = Result<Option<GoodGraph>, (Problem, bool)>;
-
-/// Longest message from untrusted input (registry, graph, spec) that reaches a log line; the
-/// conditions keep at most 2 KiB too.
-const MAX_LOGGED_MESSAGE: usize = 2048;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("reading {what}: {source}")]
-    Read {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error(transparent)]
-    Apply(#[from] crate::k8s::K8sError),
-    #[error("writing the status of {name}: {source}")]
-    Status {
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// A problem with the pipeline's input (source, graph, spec); already in its status.
-    #[error("{reason}: {message}")]
-    Input {
-        reason: String,
-        message: String,
-        transient: bool,
-    },
-    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
-    #[error(transparent)]
-    Panicked(#[from] crate::controllers::frame::Panicked),
-}
-
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Read { .. } => "read",
-            Error::Apply(_) => "apply",
-            Error::Status { .. } => "status",
-            Error::Input { .. } => "input",
-            Error::Panicked(_) => "panic",
-        }
-    }
-
-    /// Transient failures are retried with backoff (capped by the refresh interval, the
-    /// frame's retry ceiling); others wait for a change (or the refresh).
-    fn is_transient(&self) -> bool {
-        match self {
-            Error::Input { transient, .. } => *transient,
-            _ => true,
-        }
-    }
-
-    /// Nothing but a new spec fixes an invalid spec.
-    fn requeue_hint(&self) -> Option<Retry> {
-        matches!(self, Error::Input { reason, .. } if reason == reasons::INVALID_SPEC)
-            .then_some(Retry::OnChange)
-    }
-}
-
-/// Operator-wide settings for rendering pipelines.
-#[derive(Clone, Debug, Default)]
-pub struct Config {
-    /// Watch only this namespace (`None`: all namespaces).
-    pub namespace: Option<String>,
-    /// Import path of the graph runtime's application builder, and the `py_modules` URIs that
-    /// deliver it; `None` keeps the renderer's defaults.
-    pub runtime_import_path: Option<String>,
-    pub runtime_py_modules: Vec<String>,
-    /// Reconciliations run at once (0: no limit).
-    pub concurrency: u16,
-    pub metrics: crate::admin::Metrics,
-    /// Told when the caches have synced.
-    pub readiness: crate::admin::Readiness,
-    /// Fetches the graphs; share one across instances (its memory budget is operator-wide).
-    pub fetcher: Fetcher,
-    /// The fetch slots (per namespace, per registry host, operator-wide); share one across
-    /// instances so the bounds are operator-wide.
-    pub fetch_slots: FetchSlots,
-    /// Where a RayService's Serve proxy is (`<name>-serve-svc`, port 8000), for the canary
-    /// routers' counters; `None`: its DNS name in `cluster.local`.
-    pub serve: Option<crate::ray::DashboardLocator>,
-    /// How often a rollout in progress is looked at (default 2 s).
-    pub rollout_poll: Option<Duration>,
-    /// The code layers served to Ray (shared with the package server), and the package
-    /// server's base URL as Ray nodes reach it; `None`: code layers are refused.
-    pub code_store: crate::pypackage::CodeStore,
-    pub code_base_url: Option<String>,
-}
-
-impl Config {
-    fn serve_locator(&self) -> crate::ray::DashboardLocator {
-        self.serve
-            .clone()
-            .unwrap_or_else(crate::ray::DashboardLocator::in_cluster)
-    }
-
-    fn rollout_poll(&self) -> Duration {
-        self.rollout_poll.unwrap_or(Duration::from_secs(2))
-    }
-}
-
 /// The controller's name in metrics.
 const METRICS_NAME: &str = "servepipeline";
-
-/// What the controller remembers about one pipeline between reconciles. Lost on restart, which
-/// costs one unconditional download per pipeline.
-#[derive(Clone)]
-struct PipelineState {
-    /// Hash of everything that decides what to fetch: spec.source and the Secrets' versions.
-    source_inputs: String,
-    last_checked: Instant,
-    good: Option<GoodGraph>,
-    /// With a canary policy: the graph of the stable version, while it is in memory.
-    stable: Option<GoodGraph>,
-    /// The last problem an Event was published for, so a persisting failure is announced once.
-    announced_problem: Option<(String, String)>,
-    /// The latest fetch's problem (and whether it is transient), shown while the next fetch runs.
-    last_problem: Option<(Problem, bool)>,
-}
-
-#[derive(Clone)]
-struct GoodGraph {
-    graph: Arc<ValidatedGraph>,
-    applied: AppliedGraph,
-}
-
-pub struct Context {
-    client: kube::Client,
-    fetcher: Fetcher,
-    recorder: crate::k8s::EventRecorder,
-    config: Config,
-    secrets: Store<PartialObjectMeta<Secret>>,
-    /// Per pipeline, reset when its uid changes (see `frame::memory`).
-    state: ObjectMemory<Option<PipelineState>>,
-    /// Per pipeline, the last ended rollout counted in the rollouts metric.
-    counted_rollout: ObjectMemory<Option<String>>,
-    frame: Frame<ServePipeline>,
-    /// Fetches in flight, outside the reconcile workers.
-    fetches: FetchQueue<FetchResult>,
-    /// The canary routers' counters, read outside the reconcile workers.
-    stats: stats::StatsReaders,
-}
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
@@ -333,7 +196,8 @@ impl crate::controllers::frame::ReportPanic<ServePipeline> for Context {
             .flatten();
         Box::pin(async move {
             event.await;
-            let status = conditions::panic_status(&pipeline, applied.as_ref(), &message, now());
+            let status =
+                conditions::panic_status(&pipeline, applied.as_ref(), &message, crate::k8s::now());
             if let Err(e) = status::write(&client, &pipeline, &status).await {
                 warn!(error = %e, "recording a panic in the status failed");
             }
@@ -344,8 +208,4 @@ impl crate::controllers::frame::ReportPanic<ServePipeline> for Context {
 /// The validated refresh interval (at least a second; `None` when unset or invalid).
 fn refresh_interval(pipeline: &ServePipeline) -> Option<Duration> {
     crate::validation::servepipeline::source_timing(&pipeline.spec.source).refresh_interval
-}
-
-fn now() -> Time {
-    crate::k8s::now()
 }

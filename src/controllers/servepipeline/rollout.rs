@@ -26,7 +26,7 @@ use crate::serve::rollout::{
     CanaryTarget, RouteTarget, RouterConfig, RouterStats, SIGNIFICANT_SHIFT_Z, VersionCounters,
     latency_shift_z, version_application_name,
 };
-use crate::validation::duration::parse_bounded;
+use crate::validation::servepipeline::RolloutTiming;
 
 /// Rollout phases in status.
 pub mod phases {
@@ -100,23 +100,28 @@ pub struct Policy {
     pub promote_without_traffic: bool,
 }
 
-pub const DEFAULT_PAUSE: Duration = Duration::from_secs(30);
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+pub const DEFAULT_PAUSE: Duration = crate::validation::servepipeline::DEFAULT_STEP_PAUSE;
+#[cfg(test)]
+pub const DEFAULT_DEADLINE: Duration = crate::validation::servepipeline::DEFAULT_PROGRESS_DEADLINE;
 
 impl Policy {
-    /// Defaults for what the spec leaves out; values out of bounds (an object the webhook did
-    /// not see) fall back to the defaults too.
+    /// The policy of a spec whose durations `validation` parsed; unset or out of bounds values
+    /// (an object the webhook did not see) are the defaults.
+    #[cfg(test)]
     pub fn from_spec(spec: &RolloutPolicy) -> Policy {
-        let pause = |text: Option<&str>| {
-            text.and_then(|t| {
-                parse_bounded(t, Duration::from_secs(1), Duration::from_secs(86_400)).ok()
-            })
-            .unwrap_or(DEFAULT_PAUSE)
-        };
+        Policy::new(
+            spec,
+            &crate::validation::servepipeline::rollout_timing(spec),
+        )
+    }
+
+    /// Defaults for what the spec leaves out, with the durations `timing` parsed from it.
+    pub fn new(spec: &RolloutPolicy, timing: &RolloutTiming) -> Policy {
         let mut steps: Vec<(i32, Duration)> = spec
             .steps
             .iter()
-            .map(|s| (s.weight.clamp(1, 100), pause(s.pause.as_deref())))
+            .zip(&timing.step_pauses)
+            .map(|(s, pause)| (s.weight.clamp(1, 100), *pause))
             .collect();
         if steps.is_empty() {
             steps = vec![(10, DEFAULT_PAUSE), (50, DEFAULT_PAUSE)];
@@ -146,13 +151,7 @@ impl Policy {
                 .and_then(|n| u64::try_from(n).ok())
                 .filter(|n| *n >= 1)
                 .unwrap_or(20),
-            progress_deadline: spec
-                .progress_deadline
-                .as_deref()
-                .and_then(|t| {
-                    parse_bounded(t, Duration::from_secs(10), Duration::from_secs(86_400)).ok()
-                })
-                .unwrap_or(DEFAULT_DEADLINE),
+            progress_deadline: timing.progress_deadline,
             retry_on_stable: spec.retry_on_stable.unwrap_or(true),
             promote_without_traffic: spec.promote_without_traffic.unwrap_or(false),
         }
@@ -374,316 +373,365 @@ pub fn judge(r: &GateReadings, policy: &Policy, window_over: bool, weight: i32) 
     Verdict::Pass
 }
 
-/// One rollout step.
+/// One rollout step: each phase's step in turn (a version that stopped retiring lets a canary
+/// start in the same pass; a canary that ended lets the next one start), then what to deploy.
 pub fn decide(inputs: &Inputs<'_>) -> Decision {
-    let policy = inputs.policy;
-    let now = inputs.now;
     let mut status = inputs.previous.cloned().unwrap_or_else(|| RolloutStatus {
         phase: phases::STABLE.to_owned(),
         ..Default::default()
     });
     let mut events = Vec::new();
-    let newest = inputs.newest;
-    let is_newest = |digest: &str| newest.is_some_and(|n| n.digest == digest);
-
-    // A version leaving the cluster goes once every router moved to the current generation.
-    if let Some(retiring) = status.retiring.clone() {
-        let moved_on = inputs
-            .stats
-            .is_some_and(|s| s.all_routers_on(&status.generation));
-        let waited = status
-            .retiring_since
-            .as_ref()
-            .is_none_or(|since| elapsed(now, since) >= RETIRE_GRACE);
-        if moved_on || waited || inputs.suspended || !inputs.current.contains_key(&retiring) {
-            status.retiring = None;
-            status.retiring_since = None;
-        }
+    finishing_step(&mut status, inputs);
+    if let Some(canary) = status.canary.clone() {
+        progressing_step(&mut status, canary, inputs, &mut events);
     }
-
-    // An ongoing canary: aborted, failed, advanced or promoted.
-    if let Some(mut canary) = status.canary.clone() {
-        let end = |status: &mut RolloutStatus,
-                   canary: &CanaryStatus,
-                   result: &'static str,
-                   reason: &'static str,
-                   node: Option<String>,
-                   message: String,
-                   events: &mut Vec<Announcement>| {
-            let promoted = result == results::PROMOTED;
-            let leaving = if promoted {
-                status.stable.as_ref().map(|s| s.application.clone())
-            } else {
-                Some(canary.version.application.clone())
-            };
-            if promoted {
-                status.stable = Some(canary.version.clone());
-            } else if result == results::ROLLED_BACK {
-                status
-                    .failed_digests
-                    .retain(|d| d != &canary.version.digest);
-                status.failed_digests.push(canary.version.digest.clone());
-                let overflow = status
-                    .failed_digests
-                    .len()
-                    .saturating_sub(MAX_FAILED_DIGESTS);
-                status.failed_digests.drain(..overflow);
-            }
-            status.canary = None;
-            status.retiring =
-                leaving.filter(|l| Some(l) != status.stable.as_ref().map(|s| &s.application));
-            status.retiring_since = status.retiring.as_ref().map(|_| now.clone());
-            let stable_digest = status
-                .stable
-                .as_ref()
-                .map(|s| s.digest.clone())
-                .unwrap_or_default();
-            status.generation = next_generation(&status.generation, &stable_digest, "s");
-            let label = canary
-                .version
-                .version
-                .clone()
-                .unwrap_or_else(|| short(&canary.version.digest));
-            events.push(Announcement {
-                warning: result == results::ROLLED_BACK,
-                reason: match result {
-                    results::PROMOTED => "RolloutPromoted",
-                    results::ROLLED_BACK => "RolledBack",
-                    _ => "RolloutAborted",
-                },
-                message: crate::k8s::truncate(
-                    &format!(
-                        "graph {label} ({}): {reason}: {message}",
-                        canary.version.digest
-                    ),
-                    1024,
-                ),
-            });
-            status.last = Some(RolloutOutcome {
-                digest: canary.version.digest.clone(),
-                version: canary.version.version.clone(),
-                result: result.to_owned(),
-                reason: reason.to_owned(),
-                node,
-                message,
-                at: now.clone(),
-                readings: canary.readings.clone(),
-            });
-        };
-        let stable_digest = status.stable.as_ref().map(|s| s.digest.clone());
-        let app_status = inputs.serve.get(&canary.version.application);
-        if inputs.suspended {
-            end(
-                &mut status,
-                &canary,
-                results::ABORTED,
-                reasons::SUSPENDED,
-                None,
-                "the pipeline was suspended; the rollout starts again when it resumes".into(),
-                &mut events,
-            );
-        } else if newest.is_some() && stable_digest.as_deref().is_some_and(is_newest) {
-            end(
-                &mut status,
-                &canary,
-                results::ABORTED,
-                reasons::REVERTED,
-                None,
-                "the registry serves the stable graph again".into(),
-                &mut events,
-            );
-        } else if newest.is_some() && !is_newest(&canary.version.digest) {
-            end(
-                &mut status,
-                &canary,
-                results::ABORTED,
-                reasons::SUPERSEDED,
-                None,
-                "the registry serves a newer graph; it is rolled out next".into(),
-                &mut events,
-            );
-        } else if let Some((node, message)) = deployment_failure(app_status) {
-            end(
-                &mut status,
-                &canary,
-                results::ROLLED_BACK,
-                reasons::DEPLOYMENT_FAILED,
-                node,
-                message,
-                &mut events,
-            );
-        } else {
-            let readings = readings(inputs.stats, &status.generation, policy);
-            let over_deadline = elapsed(now, &canary.started_at) >= policy.progress_deadline;
-            let step_over = canary.step > 0
-                && usize::try_from(canary.step - 1)
-                    .ok()
-                    .and_then(|i| policy.steps.get(i))
-                    .is_none_or(|(_, pause)| elapsed(now, &canary.step_started_at) >= *pause);
-            let verdict = if canary.step == 0 {
-                Verdict::NoEvidence
-            } else {
-                judge(&readings, policy, step_over, canary.weight)
-            };
-            canary.readings = (canary.step > 0).then(|| readings.clone());
-            match verdict {
-                Verdict::Fail { reason, message } => end(
-                    &mut status,
-                    &canary,
-                    results::ROLLED_BACK,
-                    reason,
-                    None,
-                    message,
-                    &mut events,
-                ),
-                _ if over_deadline => {
-                    let (reason, message) = if canary.step > 0 && verdict == Verdict::NoEvidence {
-                        (
-                            reasons::NO_TRAFFIC,
-                            format!(
-                                "step {} saw {} canary and {} stable requests before the deadline, too few to judge (the gates need {} canary requests, and {} on each side to compare latency)",
-                                canary.step,
-                                readings.canary_requests,
-                                readings.stable_requests,
-                                policy.min_requests,
-                                policy.min_requests.max(MIN_LATENCY_SAMPLES)
-                            ),
-                        )
-                    } else {
-                        (
-                            reasons::PROGRESS_DEADLINE,
-                            format!(
-                                "not promoted within {}",
-                                crate::validation::duration::format_duration(
-                                    policy.progress_deadline
-                                )
-                            ),
-                        )
-                    };
-                    end(
-                        &mut status,
-                        &canary,
-                        results::ROLLED_BACK,
-                        reason,
-                        None,
-                        message,
-                        &mut events,
-                    )
-                }
-                _ if canary.step == 0 => {
-                    if running(app_status) {
-                        advance(&mut status, &mut canary, policy, now, &mut events);
-                        status.canary = Some(canary);
-                    } else {
-                        status.canary = Some(canary);
-                    }
-                }
-                Verdict::Pass | Verdict::NoEvidence
-                    if step_over
-                        && (verdict == Verdict::Pass || policy.promote_without_traffic) =>
-                {
-                    if usize::try_from(canary.step).unwrap_or(usize::MAX) >= policy.steps.len() {
-                        end(
-                            &mut status,
-                            &canary,
-                            results::PROMOTED,
-                            reasons::PROMOTED,
-                            None,
-                            format!(
-                                "passed {} steps in {} s",
-                                policy.steps.len(),
-                                elapsed(now, &canary.started_at).as_secs()
-                            ),
-                            &mut events,
-                        );
-                    } else {
-                        advance(&mut status, &mut canary, policy, now, &mut events);
-                        status.canary = Some(canary);
-                    }
-                }
-                _ => status.canary = Some(canary),
-            }
-        }
-    }
-
     if inputs.suspended {
         // Nothing serves while suspended: no version waits for routers to move on.
         status.retiring = None;
         status.retiring_since = None;
     }
+    stable_step(&mut status, inputs, &mut events);
+    status.phase = phase_of(&status).to_owned();
+    deployment(status, events, inputs)
+}
 
-    // Nothing in progress: the first graph becomes stable at once; a new one starts a canary
-    // (one at a time: not while a version is still retiring).
-    if status.canary.is_none()
-        && !inputs.suspended
-        && let Some(n) = newest
-    {
-        let known_bad = status.failed_digests.contains(&n.digest);
-        match &status.stable {
-            None => {
-                status.stable = Some(VersionStatus {
-                    digest: n.digest.clone(),
-                    version: n.version.clone(),
-                    application: version_application_name(inputs.base, &n.digest),
-                });
-                status.generation = next_generation(&status.generation, &n.digest, "s");
-            }
-            Some(stable)
-                if stable.digest != n.digest && !known_bad && status.retiring.is_none() =>
-            {
-                let canary = CanaryStatus {
-                    version: VersionStatus {
-                        digest: n.digest.clone(),
-                        version: n.version.clone(),
-                        application: version_application_name(inputs.base, &n.digest),
-                    },
-                    step: 0,
-                    steps: i32::try_from(policy.steps.len()).unwrap_or(i32::MAX),
-                    weight: 0,
-                    started_at: now.clone(),
-                    step_started_at: now.clone(),
-                    readings: None,
-                    plan: n.plan.clone(),
-                };
-                status.generation = next_generation(&status.generation, &n.digest, "0");
-                events.push(Announcement {
-                    warning: false,
-                    reason: "RolloutStarted",
-                    message: format!(
-                        "graph {} ({}) is deployed beside {} ({}) with no traffic yet; {}",
-                        n.version.as_deref().unwrap_or("unversioned"),
-                        n.digest,
-                        stable.version.as_deref().unwrap_or("unversioned"),
-                        stable.digest,
-                        if n.plan.is_empty() {
-                            "no plan".to_owned()
-                        } else {
-                            crate::k8s::truncate(&n.plan.join("; "), 600)
-                        }
-                    ),
-                });
-                status.canary = Some(canary);
-            }
-            _ => {}
-        }
-    }
-
-    status.phase = if status.canary.is_some() {
+/// The phase a rollout status is in.
+fn phase_of(status: &RolloutStatus) -> &'static str {
+    if status.canary.is_some() {
         phases::PROGRESSING
     } else if status.retiring.is_some() {
         phases::FINISHING
     } else {
         phases::STABLE
     }
-    .to_owned();
+}
 
-    // What to deploy: each version's application, rendered from the newest graph when it is
-    // that version, else carried over from the RayService as it is.
+/// Phase `Finishing`: the version leaving the cluster goes once every router moved to the
+/// current generation (or the grace ran out, or nothing serves it any more).
+fn finishing_step(status: &mut RolloutStatus, inputs: &Inputs<'_>) {
+    let Some(retiring) = status.retiring.clone() else {
+        return;
+    };
+    let moved_on = inputs
+        .stats
+        .is_some_and(|s| s.all_routers_on(&status.generation));
+    let waited = status
+        .retiring_since
+        .as_ref()
+        .is_none_or(|since| elapsed(inputs.now, since) >= RETIRE_GRACE);
+    if moved_on || waited || inputs.suspended || !inputs.current.contains_key(&retiring) {
+        status.retiring = None;
+        status.retiring_since = None;
+    }
+}
+
+/// Phase `Progressing`: the canary is aborted, fails, advances, is promoted or waits.
+fn progressing_step(
+    status: &mut RolloutStatus,
+    canary: CanaryStatus,
+    inputs: &Inputs<'_>,
+    events: &mut Vec<Announcement>,
+) {
+    let newest = inputs.newest;
+    let is_newest = |digest: &str| newest.is_some_and(|n| n.digest == digest);
+    let stable_digest = status.stable.as_ref().map(|s| s.digest.clone());
+    let app_status = inputs.serve.get(&canary.version.application);
+    let ending = if inputs.suspended {
+        Some(Ending::aborted(
+            reasons::SUSPENDED,
+            "the pipeline was suspended; the rollout starts again when it resumes",
+        ))
+    } else if newest.is_some() && stable_digest.as_deref().is_some_and(is_newest) {
+        Some(Ending::aborted(
+            reasons::REVERTED,
+            "the registry serves the stable graph again",
+        ))
+    } else if newest.is_some() && !is_newest(&canary.version.digest) {
+        Some(Ending::aborted(
+            reasons::SUPERSEDED,
+            "the registry serves a newer graph; it is rolled out next",
+        ))
+    } else if let Some((node, message)) = deployment_failure(app_status) {
+        Some(Ending {
+            result: results::ROLLED_BACK,
+            reason: reasons::DEPLOYMENT_FAILED,
+            node,
+            message,
+        })
+    } else {
+        None
+    };
+    match ending {
+        Some(ending) => end(status, &canary, ending, inputs.now, events),
+        None => judged_step(status, canary, inputs, events),
+    }
+}
+
+/// How a canary ends.
+struct Ending {
+    result: &'static str,
+    reason: &'static str,
+    node: Option<String>,
+    message: String,
+}
+
+impl Ending {
+    fn aborted(reason: &'static str, message: &str) -> Ending {
+        Ending {
+            result: results::ABORTED,
+            reason,
+            node: None,
+            message: message.to_owned(),
+        }
+    }
+
+    fn rolled_back(reason: &'static str, message: String) -> Ending {
+        Ending {
+            result: results::ROLLED_BACK,
+            reason,
+            node: None,
+            message,
+        }
+    }
+}
+
+/// A canary that runs: judged on its step's readings against the gates and the deadline.
+fn judged_step(
+    status: &mut RolloutStatus,
+    mut canary: CanaryStatus,
+    inputs: &Inputs<'_>,
+    events: &mut Vec<Announcement>,
+) {
+    let (policy, now) = (inputs.policy, inputs.now);
+    let readings = readings(inputs.stats, &status.generation, policy);
+    let over_deadline = elapsed(now, &canary.started_at) >= policy.progress_deadline;
+    let step_over = canary.step > 0
+        && usize::try_from(canary.step - 1)
+            .ok()
+            .and_then(|i| policy.steps.get(i))
+            .is_none_or(|(_, pause)| elapsed(now, &canary.step_started_at) >= *pause);
+    let verdict = if canary.step == 0 {
+        Verdict::NoEvidence
+    } else {
+        judge(&readings, policy, step_over, canary.weight)
+    };
+    canary.readings = (canary.step > 0).then(|| readings.clone());
+    match verdict {
+        Verdict::Fail { reason, message } => end(
+            status,
+            &canary,
+            Ending::rolled_back(reason, message),
+            now,
+            events,
+        ),
+        _ if over_deadline => {
+            let ending = deadline_ending(&canary, &verdict, &readings, policy);
+            end(status, &canary, ending, now, events);
+        }
+        _ if canary.step == 0 => {
+            if running(inputs.serve.get(&canary.version.application)) {
+                advance(status, &mut canary, policy, now, events);
+            }
+            status.canary = Some(canary);
+        }
+        Verdict::Pass | Verdict::NoEvidence
+            if step_over && (verdict == Verdict::Pass || policy.promote_without_traffic) =>
+        {
+            if usize::try_from(canary.step).unwrap_or(usize::MAX) >= policy.steps.len() {
+                let message = format!(
+                    "passed {} steps in {} s",
+                    policy.steps.len(),
+                    elapsed(now, &canary.started_at).as_secs()
+                );
+                let ending = Ending {
+                    result: results::PROMOTED,
+                    reason: reasons::PROMOTED,
+                    node: None,
+                    message,
+                };
+                end(status, &canary, ending, now, events);
+            } else {
+                advance(status, &mut canary, policy, now, events);
+                status.canary = Some(canary);
+            }
+        }
+        _ => status.canary = Some(canary),
+    }
+}
+
+/// Why a canary past its deadline is rolled back: no traffic to judge, or too slow a rollout.
+fn deadline_ending(
+    canary: &CanaryStatus,
+    verdict: &Verdict,
+    readings: &GateReadings,
+    policy: &Policy,
+) -> Ending {
+    if canary.step > 0 && *verdict == Verdict::NoEvidence {
+        Ending::rolled_back(
+            reasons::NO_TRAFFIC,
+            format!(
+                "step {} saw {} canary and {} stable requests before the deadline, too few to judge (the gates need {} canary requests, and {} on each side to compare latency)",
+                canary.step,
+                readings.canary_requests,
+                readings.stable_requests,
+                policy.min_requests,
+                policy.min_requests.max(MIN_LATENCY_SAMPLES)
+            ),
+        )
+    } else {
+        Ending::rolled_back(
+            reasons::PROGRESS_DEADLINE,
+            format!(
+                "not promoted within {}",
+                crate::validation::duration::format_duration(policy.progress_deadline)
+            ),
+        )
+    }
+}
+
+/// Ends the canary: promoted (it becomes stable) or not (it leaves, and a rolled-back digest
+/// is remembered); the leaving version retires, and the outcome goes to `last` and an Event.
+fn end(
+    status: &mut RolloutStatus,
+    canary: &CanaryStatus,
+    ending: Ending,
+    now: &Time,
+    events: &mut Vec<Announcement>,
+) {
+    let Ending {
+        result,
+        reason,
+        node,
+        message,
+    } = ending;
+    let promoted = result == results::PROMOTED;
+    let leaving = if promoted {
+        status.stable.as_ref().map(|s| s.application.clone())
+    } else {
+        Some(canary.version.application.clone())
+    };
+    if promoted {
+        status.stable = Some(canary.version.clone());
+    } else if result == results::ROLLED_BACK {
+        remember_failed(status, &canary.version.digest);
+    }
+    status.canary = None;
+    status.retiring = leaving.filter(|l| Some(l) != status.stable.as_ref().map(|s| &s.application));
+    status.retiring_since = status.retiring.as_ref().map(|_| now.clone());
+    let stable_digest = status
+        .stable
+        .as_ref()
+        .map(|s| s.digest.clone())
+        .unwrap_or_default();
+    status.generation = next_generation(&status.generation, &stable_digest, "s");
+    let label = canary
+        .version
+        .version
+        .clone()
+        .unwrap_or_else(|| short(&canary.version.digest));
+    events.push(Announcement {
+        warning: result == results::ROLLED_BACK,
+        reason: match result {
+            results::PROMOTED => "RolloutPromoted",
+            results::ROLLED_BACK => "RolledBack",
+            _ => "RolloutAborted",
+        },
+        message: crate::k8s::truncate(
+            &format!(
+                "graph {label} ({}): {reason}: {message}",
+                canary.version.digest
+            ),
+            1024,
+        ),
+    });
+    status.last = Some(RolloutOutcome {
+        digest: canary.version.digest.clone(),
+        version: canary.version.version.clone(),
+        result: result.to_owned(),
+        reason: reason.to_owned(),
+        node,
+        message,
+        at: now.clone(),
+        readings: canary.readings.clone(),
+    });
+}
+
+/// Remembers a rolled-back digest (the newest last; the oldest forgotten past the bound).
+fn remember_failed(status: &mut RolloutStatus, digest: &str) {
+    status.failed_digests.retain(|d| d != digest);
+    status.failed_digests.push(digest.to_owned());
+    let overflow = status
+        .failed_digests
+        .len()
+        .saturating_sub(MAX_FAILED_DIGESTS);
+    status.failed_digests.drain(..overflow);
+}
+
+/// Phase `Stable` (nothing in progress): the first graph becomes stable at once; a new one
+/// starts a canary (one at a time: not while a version is still retiring).
+fn stable_step(status: &mut RolloutStatus, inputs: &Inputs<'_>, events: &mut Vec<Announcement>) {
+    if status.canary.is_some() || inputs.suspended {
+        return;
+    }
+    let Some(n) = inputs.newest else {
+        return;
+    };
+    let known_bad = status.failed_digests.contains(&n.digest);
+    let version = VersionStatus {
+        digest: n.digest.clone(),
+        version: n.version.clone(),
+        application: version_application_name(inputs.base, &n.digest),
+    };
+    match &status.stable {
+        None => {
+            status.stable = Some(version);
+            status.generation = next_generation(&status.generation, &n.digest, "s");
+        }
+        Some(stable) if stable.digest != n.digest && !known_bad && status.retiring.is_none() => {
+            events.push(Announcement {
+                warning: false,
+                reason: "RolloutStarted",
+                message: format!(
+                    "graph {} ({}) is deployed beside {} ({}) with no traffic yet; {}",
+                    n.version.as_deref().unwrap_or("unversioned"),
+                    n.digest,
+                    stable.version.as_deref().unwrap_or("unversioned"),
+                    stable.digest,
+                    if n.plan.is_empty() {
+                        "no plan".to_owned()
+                    } else {
+                        crate::k8s::truncate(&n.plan.join("; "), 600)
+                    }
+                ),
+            });
+            status.canary = Some(CanaryStatus {
+                version,
+                step: 0,
+                steps: i32::try_from(inputs.policy.steps.len()).unwrap_or(i32::MAX),
+                weight: 0,
+                started_at: inputs.now.clone(),
+                step_started_at: inputs.now.clone(),
+                readings: None,
+                plan: n.plan.clone(),
+            });
+            status.generation = next_generation(&status.generation, &n.digest, "0");
+        }
+        _ => {}
+    }
+}
+
+/// What to deploy for `status`: each version's application, rendered from the newest graph
+/// (or today's stable render) when it is that version, else carried over from the RayService
+/// as it is; and the router's configuration.
+fn deployment(status: RolloutStatus, events: Vec<Announcement>, inputs: &Inputs<'_>) -> Decision {
     let mut missing = None;
     let mut application_of = |version: &VersionStatus| -> Option<Value> {
-        if let Some(n) = newest.filter(|n| n.digest == version.digest).or(inputs
-            .stable_rendered
-            .filter(|n| n.digest == version.digest))
+        if let Some(n) = inputs
+            .newest
+            .filter(|n| n.digest == version.digest)
+            .or(inputs
+                .stable_rendered
+                .filter(|n| n.digest == version.digest))
         {
             let mut app = n.application.clone();
             app["name"] = Value::String(version.application.clone());
@@ -716,7 +764,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
             target: target(&c.version, inputs.executor),
             weight: f64::from(c.weight),
         }),
-        retry_on_stable: policy.retry_on_stable,
+        retry_on_stable: inputs.policy.retry_on_stable,
     });
     Decision {
         active: status.canary.is_some() || status.retiring.is_some(),

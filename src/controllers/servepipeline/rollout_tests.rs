@@ -5,9 +5,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
-use super::*;
-use crate::api::servepipeline::{NodeStatus, RolloutGates, RolloutStep};
-use crate::serve::rollout::{RouterReplica, VersionCounters};
+use super::{
+    DEFAULT_DEADLINE, DEFAULT_PAUSE, Decision, Inputs, Newest, Policy, decide, newly_ended, phases,
+    readings, reasons, results,
+};
+use crate::api::servepipeline::{
+    ApplicationStatus, NodeStatus, RolloutGates, RolloutPolicy, RolloutStatus, RolloutStep,
+};
+use crate::serve::rollout::{RouterReplica, RouterStats, SIGNIFICANT_SHIFT_Z, VersionCounters};
 
 const OLD: &str = "sha256:aaaaaaaaaaaa0000";
 const NEW: &str = "sha256:bbbbbbbbbbbb0000";
@@ -495,4 +500,276 @@ fn a_spec_edit_mid_rollout_reaches_the_stable_version_when_its_graph_is_in_memor
         1,
         "the rollout goes on at its step"
     );
+}
+
+/// OLD stable, NEW deployed beside it and not RUNNING yet (step 0).
+fn canary_deploying() -> World {
+    let mut w = serving_old();
+    w.pass(1, Some(&newest(NEW)));
+    w.set_serve("pipe--bbbbbbbbbbbb", "DEPLOYING");
+    w
+}
+
+/// NEW at its last step (step 2, 50 %) from second 20.
+fn canary_at_last_step() -> World {
+    let mut w = canary_at_step_one();
+    w.traffic((20, 0, 0), (100, 0));
+    assert_eq!(
+        w.pass(20, Some(&newest(NEW))).status.canary.unwrap().step,
+        2
+    );
+    w
+}
+
+/// NEW promoted at second 32; OLD retiring.
+fn promoted() -> World {
+    let mut w = canary_at_last_step();
+    w.traffic((50, 1, 0), (50, 0));
+    assert!(w.pass(32, Some(&newest(NEW))).status.canary.is_none());
+    w
+}
+
+/// One row of the transition table: a world in a phase, what changes, one pass.
+struct Transition {
+    name: &'static str,
+    start: fn() -> World,
+    change: fn(&mut World),
+    second: i64,
+    newest: Option<&'static str>,
+    /// The phase after the pass, the Events it publishes, and how a rollout ended (if it did).
+    phase: &'static str,
+    events: &'static [&'static str],
+    ended: Option<(&'static str, &'static str)>,
+}
+
+/// A row's world as its start left it.
+fn nothing(_: &mut World) {}
+
+/// Every canary transition: (phase, inputs) → (next phase, Events, ending).
+const TRANSITIONS: &[Transition] = &[
+    Transition {
+        name: "Stable, no version yet: the first graph becomes stable at once",
+        start: World::new,
+        change: nothing,
+        second: 0,
+        newest: Some(OLD),
+        phase: phases::STABLE,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Stable: the same graph again changes nothing",
+        start: serving_old,
+        change: nothing,
+        second: 1,
+        newest: Some(OLD),
+        phase: phases::STABLE,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Stable: a new graph starts a canary at step 0",
+        start: serving_old,
+        change: nothing,
+        second: 1,
+        newest: Some(NEW),
+        phase: phases::PROGRESSING,
+        events: &["RolloutStarted"],
+        ended: None,
+    },
+    Transition {
+        name: "Stable: a rolled-back digest is not tried again",
+        start: serving_old,
+        change: |w| {
+            let status = w.status.as_mut().unwrap();
+            status.failed_digests.push(NEW.to_owned());
+        },
+        second: 1,
+        newest: Some(NEW),
+        phase: phases::STABLE,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Stable: nothing starts while suspended",
+        start: serving_old,
+        change: |w| w.suspended = true,
+        second: 1,
+        newest: Some(NEW),
+        phase: phases::STABLE,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Progressing, step 0: waits while the canary deploys",
+        start: canary_deploying,
+        change: nothing,
+        second: 5,
+        newest: Some(NEW),
+        phase: phases::PROGRESSING,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Progressing, step 0: a RUNNING canary takes the first step",
+        start: canary_deploying,
+        change: |w| w.set_serve("pipe--bbbbbbbbbbbb", "RUNNING"),
+        second: 5,
+        newest: Some(NEW),
+        phase: phases::PROGRESSING,
+        events: &["RolloutStep"],
+        ended: None,
+    },
+    Transition {
+        name: "Progressing: a passing step waits for its pause",
+        start: canary_at_step_one,
+        change: |w| w.traffic((20, 0, 0), (100, 0)),
+        second: 15,
+        newest: Some(NEW),
+        phase: phases::PROGRESSING,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Progressing: a step that passed over its pause advances",
+        start: canary_at_step_one,
+        change: |w| w.traffic((20, 0, 0), (100, 0)),
+        second: 20,
+        newest: Some(NEW),
+        phase: phases::PROGRESSING,
+        events: &["RolloutStep"],
+        ended: None,
+    },
+    Transition {
+        name: "Progressing: the last step passed promotes, the old version retires",
+        start: canary_at_last_step,
+        change: |w| w.traffic((50, 1, 0), (50, 0)),
+        second: 32,
+        newest: Some(NEW),
+        phase: phases::FINISHING,
+        events: &["RolloutPromoted"],
+        ended: Some((results::PROMOTED, reasons::PROMOTED)),
+    },
+    Transition {
+        name: "Progressing: errors over the gate roll back",
+        start: canary_at_step_one,
+        change: |w| w.traffic((20, 10, 0), (100, 0)),
+        second: 12,
+        newest: Some(NEW),
+        phase: phases::FINISHING,
+        events: &["RolledBack"],
+        ended: Some((results::ROLLED_BACK, reasons::ERROR_RATE)),
+    },
+    Transition {
+        name: "Progressing: a failed deployment rolls back",
+        start: canary_at_step_one,
+        change: |w| w.set_serve("pipe--bbbbbbbbbbbb", "DEPLOY_FAILED"),
+        second: 12,
+        newest: Some(NEW),
+        phase: phases::FINISHING,
+        events: &["RolledBack"],
+        ended: Some((results::ROLLED_BACK, reasons::DEPLOYMENT_FAILED)),
+    },
+    Transition {
+        name: "Progressing: the deadline without enough traffic rolls back",
+        start: canary_at_step_one,
+        change: |w| w.traffic((3, 0, 0), (3, 0)),
+        second: 311,
+        newest: Some(NEW),
+        phase: phases::FINISHING,
+        events: &["RolledBack"],
+        ended: Some((results::ROLLED_BACK, reasons::NO_TRAFFIC)),
+    },
+    Transition {
+        name: "Progressing: suspending aborts, and nothing retires",
+        start: canary_at_step_one,
+        change: |w| w.suspended = true,
+        second: 12,
+        newest: Some(NEW),
+        phase: phases::STABLE,
+        events: &["RolloutAborted"],
+        ended: Some((results::ABORTED, reasons::SUSPENDED)),
+    },
+    Transition {
+        name: "Progressing: the registry serving the stable graph again aborts",
+        start: canary_at_step_one,
+        change: nothing,
+        second: 12,
+        newest: Some(OLD),
+        phase: phases::FINISHING,
+        events: &["RolloutAborted"],
+        ended: Some((results::ABORTED, reasons::REVERTED)),
+    },
+    Transition {
+        name: "Progressing: a newer graph supersedes the canary",
+        start: canary_at_step_one,
+        change: nothing,
+        second: 12,
+        newest: Some(NEWER),
+        phase: phases::FINISHING,
+        events: &["RolloutAborted"],
+        ended: Some((results::ABORTED, reasons::SUPERSEDED)),
+    },
+    Transition {
+        name: "Progressing: without the newest graph (a restart) the step stands",
+        start: canary_at_step_one,
+        change: nothing,
+        second: 12,
+        newest: None,
+        phase: phases::PROGRESSING,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Finishing: the leaving version stays until the routers move on",
+        start: promoted,
+        change: nothing,
+        second: 33,
+        newest: Some(NEW),
+        phase: phases::FINISHING,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Finishing: every router on the new generation ends it",
+        start: promoted,
+        change: |w| w.traffic((0, 0, 0), (5, 0)),
+        second: 34,
+        newest: Some(NEW),
+        phase: phases::STABLE,
+        events: &[],
+        ended: None,
+    },
+    Transition {
+        name: "Finishing: the grace running out ends it",
+        start: promoted,
+        change: nothing,
+        second: 62,
+        newest: Some(NEW),
+        phase: phases::STABLE,
+        events: &[],
+        ended: None,
+    },
+];
+
+#[test]
+fn every_phase_transition_of_the_table() {
+    for row in TRANSITIONS {
+        let mut w = (row.start)();
+        (row.change)(&mut w);
+        let before = w.status.clone();
+        let newest = row.newest.map(newest);
+        let d = w.pass(row.second, newest.as_ref());
+        let events: Vec<&str> = d.events.iter().map(|e| e.reason).collect();
+        let ended = newly_ended(before.as_ref(), &d.status).map(|_| {
+            let last = d.status.last.as_ref().unwrap();
+            (last.result.as_str(), last.reason.as_str())
+        });
+        assert_eq!(
+            (d.status.phase.as_str(), events.as_slice(), ended),
+            (row.phase, row.events, row.ended),
+            "{}",
+            row.name
+        );
+    }
 }

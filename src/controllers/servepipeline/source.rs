@@ -13,13 +13,16 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::build::{AppliedGraph, reasons};
-use super::conditions::Problem;
-use super::{Context, FetchResult, GoodGraph, MAX_LOGGED_MESSAGE, now};
+use super::conditions::{MAX_LOGGED_MESSAGE, Problem};
+use super::context::Context;
+use super::fetches::{self, Poll};
+use super::memory::{FetchResult, GoodGraph, PipelineState, Versions};
 use crate::api::servepipeline::{OciSourceStatus, ServePipeline, condition_types};
 use crate::source::oci::{
     FetchedCode, OciOutcome, OciReference, OciRequest, RegistryCredentials, VerificationKey,
 };
 use crate::source::{BearerToken, FetchOutcome, FetchRequest, FetchedBytes, SourceError};
+use crate::validation::servepipeline::Validated;
 
 /// Reads `key` of Secret `name` in `namespace`.
 async fn secret_value(
@@ -100,15 +103,100 @@ pub(super) fn source_inputs_hash(
     ))
 }
 
+/// The source lane's read side: the graph versions of `pipeline` in memory and the latest
+/// fetch outcome. When the source is due (new inputs, no good graph yet, the refresh interval
+/// passed, or a failure to retry) the lane gets a fetch, which runs outside the reconcile
+/// workers and wakes the pipeline when it ends: the reconcile reads versions, never fetches.
+/// A refused spec fetches nothing.
+pub(super) fn versions(
+    pipeline: &Arc<ServePipeline>,
+    ctx: &Arc<Context>,
+    spec: &Validated,
+    previous: Option<&PipelineState>,
+) -> Versions {
+    let mut versions = Versions {
+        newest: previous.and_then(|s| s.good.clone()),
+        stable: previous.and_then(|s| s.stable.clone()),
+        problem: None,
+        fetching: false,
+        checked: false,
+        source_inputs: source_inputs_hash(pipeline, &ctx.secrets),
+    };
+    let due = match previous {
+        None => true,
+        Some(s) => {
+            s.source_inputs != versions.source_inputs
+                || s.good.is_none()
+                || spec
+                    .source
+                    .refresh_interval
+                    .is_some_and(|r| s.last_checked.elapsed() >= r)
+                // retry after a failure when the requeue brings us back
+                || ctx.frame.failures(pipeline) > 0
+        }
+    };
+    if !spec.is_valid() || !due {
+        return versions;
+    }
+    let key = ObjectRef::from_obj(&**pipeline);
+    let host = fetches::source_host(&pipeline.spec.source);
+    let timeout = spec.source.timeout;
+    let current = versions.newest.clone();
+    match ctx.fetches.poll(&key, &versions.source_inputs, &host, || {
+        fetch_and_validate(pipeline.clone(), ctx.clone(), current, timeout)
+    }) {
+        Poll::Done(outcome) => {
+            versions.checked = true;
+            match outcome {
+                Ok(Some(new)) => {
+                    versions.newest = Some(keep_fetch_time(pipeline, versions.newest.as_ref(), new))
+                }
+                Ok(None) => {}
+                Err(problem) => versions.problem = Some(problem),
+            }
+        }
+        Poll::Pending => {
+            // The fetch wakes this pipeline when it ends; until then the latest outcome
+            // stands (nothing to apply, and the status says what it said).
+            versions.fetching = true;
+            versions.problem = previous.and_then(|s| s.last_problem.clone());
+        }
+    }
+    versions
+}
+
+/// A graph fetched while none was in memory (the first fetch of a restarted operator) that
+/// is the one the status describes keeps the time it was first fetched: a restart then
+/// rewrites no status.
+fn keep_fetch_time(
+    pipeline: &ServePipeline,
+    in_memory: Option<&GoodGraph>,
+    mut fetched: GoodGraph,
+) -> GoodGraph {
+    if in_memory.is_none()
+        && let Some(described) = pipeline
+            .status
+            .as_ref()
+            .and_then(super::build::applied_from_status)
+        && described.digest == fetched.applied.digest
+        && described.etag == fetched.applied.etag
+    {
+        fetched.applied.fetched_at = described.fetched_at;
+    }
+    fetched
+}
+
 /// Fetches the graph; `Ok(None)` when it is unchanged, `Ok(Some)` for a new valid graph, and
-/// `Err((problem, transient))` for anything that must not reach the RayService.
-pub(super) async fn fetch_and_validate(
+/// `Err((problem, transient))` for anything that must not reach the RayService. `timeout`
+/// bounds one fetch, retries included.
+async fn fetch_and_validate(
     pipeline: Arc<ServePipeline>,
     ctx: Arc<Context>,
     current: Option<GoodGraph>,
+    timeout: Duration,
 ) -> FetchResult {
     let started = Instant::now();
-    let result = fetch_and_validate_inner(&pipeline, &ctx, current.as_ref()).await;
+    let result = fetch_and_validate_inner(&pipeline, &ctx, current.as_ref(), timeout).await;
     if let Ok(Some(_)) = &result {
         ctx.config
             .metrics
@@ -142,6 +230,7 @@ async fn download_url(
     pipeline: &ServePipeline,
     ctx: &Context,
     current: Option<&GoodGraph>,
+    timeout: Duration,
 ) -> DownloadResult {
     let namespace = pipeline.namespace().unwrap_or_default();
     let source = &pipeline.spec.source;
@@ -157,7 +246,6 @@ async fn download_url(
         None => None,
     };
     let ca = optional_secret(ctx, &namespace, source.ca_bundle_secret_ref.as_ref()).await?;
-    let timeout = crate::validation::servepipeline::source_timing(source).timeout;
     let request = FetchRequest {
         bearer_token: token.as_ref(),
         previous_etag: current.and_then(|g| g.applied.etag.as_deref()),
@@ -235,12 +323,13 @@ fn oci_request<'a>(
     source: &crate::api::servepipeline::GraphSource,
     inputs: &'a OciInputs,
     reference: &'a OciReference,
+    timeout: Duration,
 ) -> OciRequest<'a> {
     OciRequest {
         verify: inputs.key.as_ref(),
         max_bytes: max_bytes(source),
         max_code_bytes: max_code_bytes(source),
-        timeout: crate::validation::servepipeline::source_timing(source).timeout,
+        timeout,
         ca_bundle_pem: inputs.ca.as_deref(),
         allow_insecure_http: source.allow_insecure_http.unwrap_or(false),
         ..OciRequest::new(reference, &inputs.credentials)
@@ -255,6 +344,7 @@ async fn download_oci(
     ctx: &Arc<Context>,
     current: Option<&GoodGraph>,
     reference: &str,
+    timeout: Duration,
 ) -> DownloadResult {
     let inputs = oci_inputs(pipeline, ctx, reference).await?;
     // The applied manifest digest is the change signal (content-addressed, so the same
@@ -265,7 +355,7 @@ async fn download_oci(
         .and_then(|oci| oci.manifest_digest.parse().ok());
     let request = OciRequest {
         previous_manifest_digest,
-        ..oci_request(&pipeline.spec.source, &inputs, &inputs.reference)
+        ..oci_request(&pipeline.spec.source, &inputs, &inputs.reference, timeout)
     };
     let started = Instant::now();
     let outcome = ctx.fetcher.pull_oci(&request).await;
@@ -282,7 +372,7 @@ async fn download_oci(
             let code_digest = match code {
                 Some(code) => {
                     let digest = code.digest.to_string();
-                    accept_code(pipeline, ctx, manifest_digest, *code)?;
+                    accept_code(pipeline, ctx, manifest_digest, *code, timeout)?;
                     Some(digest)
                 }
                 None => None,
@@ -325,6 +415,7 @@ fn accept_code(
     ctx: &Arc<Context>,
     manifest_digest: crate::source::Sha256Digest,
     code: FetchedCode,
+    timeout: Duration,
 ) -> Result<(), (Problem, bool)> {
     let reference = pipeline.spec.source.oci.clone().unwrap_or_default();
     if ctx.config.code_base_url.is_none() {
@@ -360,6 +451,7 @@ fn accept_code(
             ctx: Arc::downgrade(ctx),
             manifests: vec![manifest_digest],
             code: code.digest,
+            timeout,
         }),
     );
     Ok(())
@@ -372,6 +464,8 @@ struct PullAgain {
     ctx: std::sync::Weak<Context>,
     manifests: Vec<crate::source::Sha256Digest>,
     code: crate::source::Sha256Digest,
+    /// The source's fetch timeout when the loader was registered.
+    timeout: Duration,
 }
 
 impl crate::pypackage::store::CodeLoader for PullAgain {
@@ -380,6 +474,7 @@ impl crate::pypackage::store::CodeLoader for PullAgain {
         let ctx = self.ctx.clone();
         let manifests = self.manifests.clone();
         let expected = self.code;
+        let timeout = self.timeout;
         Box::pin(async move {
             let ctx = ctx
                 .upgrade()
@@ -391,7 +486,7 @@ impl crate::pypackage::store::CodeLoader for PullAgain {
             let mut last = format!("no manifest to pull code layer {expected} from");
             for manifest in manifests {
                 let pinned = inputs.reference.with_digest(manifest);
-                let request = oci_request(&pipeline.spec.source, &inputs, &pinned);
+                let request = oci_request(&pipeline.spec.source, &inputs, &pinned, timeout);
                 match ctx.fetcher.pull_oci(&request).await {
                     Ok(OciOutcome::Fetched {
                         code: Some(code), ..
@@ -418,6 +513,7 @@ pub(super) fn register_code_in_use(
     pipeline: &Arc<ServePipeline>,
     ctx: &Arc<Context>,
     rayservice: Option<&crate::api::rayservice::RayService>,
+    timeout: Duration,
 ) {
     let Some(config) = rayservice.and_then(|rs| rs.spec.serve_config_v2.as_deref()) else {
         return;
@@ -445,6 +541,7 @@ pub(super) fn register_code_in_use(
                 ctx: Arc::downgrade(ctx),
                 manifests: manifests.clone(),
                 code,
+                timeout,
             }),
         );
         store.ensure(&hex);
@@ -522,10 +619,11 @@ async fn fetch_and_validate_inner(
     pipeline: &Arc<ServePipeline>,
     ctx: &Arc<Context>,
     current: Option<&GoodGraph>,
+    timeout: Duration,
 ) -> FetchResult {
     let downloaded = match &pipeline.spec.source.oci {
-        Some(reference) => download_oci(pipeline, ctx, current, reference).await?,
-        None => download_url(pipeline, ctx, current).await?,
+        Some(reference) => download_oci(pipeline, ctx, current, reference, timeout).await?,
+        None => download_url(pipeline, ctx, current, timeout).await?,
     };
     match downloaded {
         None => Ok(None),
@@ -569,10 +667,7 @@ async fn fetch_and_validate_inner(
             // graph is validated, so concurrent large graphs wait for each other instead of
             // adding up past the operator's memory limit.
             if let Err(e) = bytes
-                .reserve_total(
-                    size.saturating_add(summary.decoded_bytes as u64),
-                    crate::validation::servepipeline::source_timing(&pipeline.spec.source).timeout,
-                )
+                .reserve_total(size.saturating_add(summary.decoded_bytes as u64), timeout)
                 .await
             {
                 let url = match &pipeline.spec.source.oci {
@@ -618,7 +713,7 @@ async fn fetch_and_validate_inner(
                 digest,
                 etag,
                 size,
-                fetched_at: now(),
+                fetched_at: crate::k8s::now(),
                 nodes: validated.node_count(),
                 edges: validated.edge_count(),
                 ingress: validated.ingress().to_owned(),
@@ -662,7 +757,8 @@ fn record_fetch(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{code_digests_in, manifest_candidates};
+    use crate::api::servepipeline::OciSourceStatus;
 
     #[test]
     fn code_layers_named_in_a_serve_config_are_found() {

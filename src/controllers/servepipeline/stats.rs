@@ -153,7 +153,12 @@ async fn read_until_idle(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::{Duration, Instant};
+
+    use kube::runtime::reflector::ObjectRef;
+
+    use super::{StatsReaders, Target};
+    use crate::api::servepipeline::ServePipeline;
 
     fn key(name: &str) -> ObjectRef<ServePipeline> {
         ObjectRef::new(name).within("ns")

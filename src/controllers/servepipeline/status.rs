@@ -1,39 +1,28 @@
-//! The status stage of a ServePipeline: the status computed by the pure `build` from what the
-//! pass found, written (server-side apply) when it changed; and the Events, once per
-//! transition (a graph newly applied, a new problem).
+//! The status stage of a ServePipeline pass: the status `plan` settled on, written (server-side
+//! apply) when it changed; the Events, once per transition (a graph newly applied, a new
+//! problem); an ended rollout counted once; and the pipeline's memory for the next pass.
+
+use std::time::Instant;
 
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
-use super::build::AppliedGraph;
-use super::conditions::{self, Problem, StatusInputs};
-use super::{Context, Error, GoodGraph, MAX_LOGGED_MESSAGE, now};
-use crate::api::rayservice::RayService;
-use crate::api::servepipeline::{RolloutStatus, ServePipeline, ServePipelineStatus};
+use super::conditions::{MAX_LOGGED_MESSAGE, Problem};
+use super::context::Context;
+use super::error::Error;
+use super::memory::{GoodGraph, MemoryUpdate};
+use crate::api::servepipeline::{ServePipeline, ServePipelineStatus};
 use crate::k8s::field_managers;
 
-/// Computes the status and writes it when the pipeline does not show it yet.
-pub(super) async fn update(
+/// Writes `status` when the pipeline does not show it yet.
+pub(super) async fn write_if_changed(
     ctx: &Context,
     pipeline: &ServePipeline,
-    applied: Option<&AppliedGraph>,
-    problem: Option<&Problem>,
-    rayservice: Option<&RayService>,
-    rollout: Option<&RolloutStatus>,
-    newest: Option<&AppliedGraph>,
+    status: &ServePipelineStatus,
 ) -> Result<(), Error> {
-    let status = conditions::compute_status(&StatusInputs {
-        pipeline,
-        applied,
-        problem,
-        rayservice,
-        rollout,
-        newest,
-        now: now(),
-    });
-    if pipeline.status.as_ref() != Some(&status) {
-        write(&ctx.client, pipeline, &status).await?;
+    if pipeline.status.as_ref() != Some(status) {
+        write(&ctx.client, pipeline, status).await?;
     }
     Ok(())
 }
@@ -63,7 +52,6 @@ pub(super) async fn announce(
     ctx: &Context,
     pipeline: &ServePipeline,
     newly_applied: Option<&GoodGraph>,
-    rs_name: &str,
     problem: Option<&Problem>,
     announced: Option<(String, String)>,
 ) -> Option<(String, String)> {
@@ -77,7 +65,8 @@ pub(super) async fn announce(
             "GraphApplied",
             "Apply",
             format!(
-                "RayService {rs_name} now carries graph {} ({}, {} nodes)",
+                "RayService {} now carries graph {} ({}, {} nodes)",
+                super::build::rayservice_name(pipeline),
                 g.applied.version.as_deref().unwrap_or("unversioned"),
                 g.applied.digest,
                 g.applied.nodes
@@ -101,4 +90,30 @@ pub(super) async fn announce(
         .await;
     }
     current
+}
+
+/// Counts a rollout that ended in the rollouts metric, once per rollout: a reconcile on a
+/// cached status that predates our own status write decides the same ending again.
+pub(super) fn count_ended_rollout(
+    ctx: &Context,
+    pipeline: &ServePipeline,
+    ended: Option<(&'static str, String)>,
+) {
+    let Some((result, rollout_key)) = ended else {
+        return;
+    };
+    let first_time = ctx.counted_rollout.with(pipeline, |counted| {
+        let first = counted.as_deref() != Some(rollout_key.as_str());
+        *counted = Some(rollout_key);
+        first
+    });
+    if first_time {
+        ctx.config.metrics.pipeline_rollout_ended(result);
+    }
+}
+
+/// Keeps what the next pass needs in the pipeline's memory.
+pub(super) fn remember(ctx: &Context, pipeline: &ServePipeline, memory: MemoryUpdate) {
+    ctx.state
+        .with(pipeline, |state| memory.write_into(state, Instant::now()));
 }

@@ -232,8 +232,12 @@ impl Drop for HostSlot {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
+
+    use super::{HostSlot, HostSlots};
 
     /// Starts a fetch of `namespace` waiting for a slot of `host`; the handle ends with the slot.
     fn ask(

@@ -264,8 +264,14 @@ pub fn host_of(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::Arc;
     use std::time::Duration;
+
+    use futures::StreamExt;
+    use kube::runtime::reflector::ObjectRef;
+
+    use super::{FetchQueue, FetchSlots, MAX_FETCHES_PER_HOST, Poll, host_of};
+    use crate::api::servepipeline::ServePipeline;
 
     fn key(namespace: &str, name: &str) -> ObjectRef<ServePipeline> {
         ObjectRef::new(name).within(namespace)
