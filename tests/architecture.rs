@@ -29,7 +29,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("serve", 5),       // renders a validated graph into a Serve config
     ("graph", 5),       // the model graph: decode, validate
     ("pypackage", 5),   // the Python graph runtime package
-    ("validation", 5),  // pure, collect-every-problem validation of every kind
+    ("validation", 5),  // pure validation of every kind: one rule book each, two judges
     ("kuberay", 6),     // the shared Ray vocabulary: keys, names, quantities, spec predicates
     ("k8s", 7),         // Kubernetes helpers (apply, events, conditions, stable hashes)
     ("tls", 7),         // installs the rustls crypto provider once, for any caller

@@ -247,7 +247,7 @@ mod agreement {
     use crate::api::raycronjob::RayCronJob;
     use crate::api::rayjob::RayJob;
     use crate::api::rayservice::RayService;
-    use crate::validation::{raycluster, raycronjob, rayjob, rayservice};
+    use crate::validation::validated::{for_controller, for_webhook};
 
     fn cluster_spec(extra: Value) -> Value {
         let mut spec = json!({
@@ -334,24 +334,20 @@ mod agreement {
         service_spec["rayClusterConfig"]["enableInTreeAutoscaling"] = json!(true);
         let s = service(service_spec);
         let cj = cron(job_spec);
-        let service_problems = messages(rayservice::validate(&s, feature_gates));
+        let service_problems = messages(for_webhook(&s, feature_gates));
         vec![
             (
                 "RayCluster",
                 Verdict {
-                    webhook: messages(raycluster::validate(&c, feature_gates)),
-                    controller: raycluster::controller::validate(&c, feature_gates)
-                        .err()
-                        .map(|p| p.message),
+                    webhook: messages(for_webhook(&c, feature_gates)),
+                    controller: for_controller(&c, feature_gates).err().map(|p| p.message),
                 },
             ),
             (
                 "RayJob",
                 Verdict {
-                    webhook: messages(rayjob::validate(&j, feature_gates)),
-                    controller: rayjob::controller::validate(&j, feature_gates)
-                        .err()
-                        .map(|p| p.message),
+                    webhook: messages(for_webhook(&j, feature_gates)),
+                    controller: for_controller(&j, feature_gates).err().map(|p| p.message),
                 },
             ),
             (
@@ -365,11 +361,9 @@ mod agreement {
             (
                 "RayCronJob",
                 Verdict {
-                    webhook: messages(raycronjob::validate(&cj, feature_gates)),
+                    webhook: messages(for_webhook(&cj, feature_gates)),
                     controller: if feature_gates.enabled(gates::RAY_CRON_JOB) {
-                        raycronjob::controller_checks(&cj, feature_gates)
-                            .err()
-                            .map(|p| p.message)
+                        for_controller(&cj, feature_gates).err().map(|p| p.message)
                     } else {
                         Some("no RayCronJob controller runs".to_owned())
                     },
@@ -459,8 +453,8 @@ mod agreement {
                     "intervalSeconds": 5, "gatewayClassName": "istio"}}});
         for (gate, value, feature_gates) in accepted_settings() {
             let j = job(deletion.clone());
-            let webhook = messages(rayjob::validate(&j, &feature_gates));
-            let controller = rayjob::controller::validate(&j, &feature_gates).err();
+            let webhook = messages(for_webhook(&j, &feature_gates));
+            let controller = for_controller(&j, &feature_gates).err();
             assert_eq!(
                 webhook.is_empty(),
                 controller.is_none(),
@@ -471,7 +465,7 @@ mod agreement {
                 feature_gates.enabled(gates::RAY_JOB_DELETION_POLICY),
                 "{webhook:?}"
             );
-            let problems = rayservice::validate(&service(incremental.clone()), &feature_gates);
+            let problems = for_webhook(&service(incremental.clone()), &feature_gates);
             assert_eq!(
                 problems.is_empty(),
                 feature_gates.enabled(gates::RAY_SERVICE_INCREMENTAL_UPGRADE),

@@ -59,15 +59,19 @@ pub(crate) fn check_name(kind: &str, name: &str, max: usize, problems: &mut Prob
     }
 }
 
-/// The name check of KubeRay's controllers, first problem only: too long, else not a DNS-1035
-/// label (`dns_hint` follows that message; KubeRay words it per kind).
-pub(crate) fn first_name_problem(
+/// The name rule of a kind KubeRay's controller also checks: the webhook's words for each
+/// problem, KubeRay's for the first (too long, else not a DNS-1035 label; `dns_hint` follows
+/// that message, KubeRay words it per kind).
+pub(crate) fn check_name_kuberay(
     kind: &str,
     name: &str,
     max: usize,
     dns_hint: &str,
-) -> Option<String> {
-    if name.len() > max {
+    problems: &mut Problems,
+) {
+    let mut webhook = Problems::new("", "");
+    check_name(kind, name, max, &mut webhook);
+    let kuberay = if name.len() > max {
         Some(format!(
             "the {kind} name {name:?} is longer than {max} characters"
         ))
@@ -77,5 +81,10 @@ pub(crate) fn first_name_problem(
         ))
     } else {
         None
-    }
+    };
+    problems.judged_all(
+        "metadata.name",
+        webhook.into_vec().into_iter().map(|p| p.message).collect(),
+        kuberay,
+    );
 }

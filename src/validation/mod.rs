@@ -13,6 +13,7 @@ pub mod raycronjob;
 pub mod rayjob;
 pub mod rayservice;
 pub mod servepipeline;
+pub mod validated;
 
 pub use duration::{DurationError, parse_bounded, parse_duration, parse_go_duration};
 

@@ -43,16 +43,34 @@ pub fn join(problems: &[Problem]) -> String {
         .join("; ")
 }
 
-/// Collects the problems of one object. Every admission rule writes its message starting with
-/// the field path (`spec.suspend needs …`, `metadata.name: …`), so the path is read from there
-/// and a message can never name a different field than the one recorded.
+/// Who applies a rule. KubeRay's webhook and its controller do not always check the same
+/// things (the controller also reads the status and fields the API server defaults), so a
+/// rule is tagged with its judges rather than written twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Judge {
+    Both,
+    Webhook,
+    Controller,
+}
+
+/// One rule that fired: what the webhook says (every admission message starts with the field
+/// path) and what the controller says (KubeRay's words, first problem only).
+#[derive(Debug)]
+struct Finding {
+    webhook: Option<Problem>,
+    controller: Option<Problem>,
+}
+
+/// Collects the problems of one object, in KubeRay's controller order. Every admission message
+/// starts with the field path (`spec.suspend needs …`, `metadata.name: …`), so the path is read
+/// from there and a message can never name a different field than the one recorded.
 #[derive(Debug)]
 pub struct Problems {
     /// The reason for problems outside `metadata` (the kind's `Invalid…Spec`).
     spec_reason: &'static str,
     /// The reason for problems in `metadata` (the kind's `Invalid…Metadata`).
     metadata_reason: &'static str,
-    found: Vec<Problem>,
+    found: Vec<Finding>,
 }
 
 impl Problems {
@@ -64,18 +82,29 @@ impl Problems {
         }
     }
 
-    /// Records `message`, whose leading field path becomes the problem's field.
-    pub fn push(&mut self, message: String) {
-        let field = leading_path(&message).to_owned();
-        let reason = if field.starts_with("metadata") {
+    fn reason_of(&self, field: &str) -> &'static str {
+        if field.starts_with("metadata") {
             self.metadata_reason
         } else {
             self.spec_reason
-        };
-        self.found.push(Problem {
+        }
+    }
+
+    fn webhook_problem(&self, message: String) -> Problem {
+        let field = leading_path(&message).to_owned();
+        Problem {
+            reason: self.reason_of(&field),
             field,
-            reason,
             message,
+        }
+    }
+
+    /// Records a rule both judges apply with the same words; `message` leads with its field.
+    pub fn push(&mut self, message: String) {
+        let problem = self.webhook_problem(message);
+        self.found.push(Finding {
+            webhook: Some(problem.clone()),
+            controller: Some(problem),
         });
     }
 
@@ -85,8 +114,108 @@ impl Problems {
         }
     }
 
+    /// Records a rule both judges apply: the webhook's message (leading with the field) and
+    /// KubeRay's words for the controller.
+    pub fn both(&mut self, webhook: String, kuberay: impl Into<String>) {
+        let problem = self.webhook_problem(webhook);
+        let controller = Problem::new(problem.field.clone(), problem.reason, kuberay);
+        self.found.push(Finding {
+            webhook: Some(problem),
+            controller: Some(controller),
+        });
+    }
+
+    /// Records a rule only the webhook applies.
+    pub fn webhook_only(&mut self, message: String) {
+        let problem = self.webhook_problem(message);
+        self.found.push(Finding {
+            webhook: Some(problem),
+            controller: None,
+        });
+    }
+
+    /// Records a rule only the controller applies, on `field`, in KubeRay's words.
+    pub fn controller_only(&mut self, field: &str, kuberay: impl Into<String>) {
+        let reason = self.reason_of(field);
+        self.controller_problem(Problem::new(field, reason, kuberay));
+    }
+
+    /// Records a rule only the controller applies, with its own reason (an invalid status).
+    pub fn controller_problem(&mut self, problem: Problem) {
+        self.found.push(Finding {
+            webhook: None,
+            controller: Some(problem),
+        });
+    }
+
+    /// Records one rule whose judges may disagree on this object: each judge that finds a
+    /// problem gives its own words (`None`: that judge sees nothing wrong).
+    pub fn judged(&mut self, field: &str, webhook: Option<String>, kuberay: Option<String>) {
+        match (webhook, kuberay) {
+            (Some(w), Some(k)) => self.both(w, k),
+            (Some(w), None) => self.webhook_only(w),
+            (None, Some(k)) => self.controller_only(field, k),
+            (None, None) => {}
+        }
+    }
+
+    /// [`Self::judged`] for a rule the webhook reports once per offending item and KubeRay's
+    /// controller once, for the first item.
+    pub fn judged_all(&mut self, field: &str, webhook: Vec<String>, kuberay: Option<String>) {
+        let mut webhook = webhook.into_iter();
+        self.judged(field, webhook.next(), kuberay);
+        for message in webhook {
+            self.webhook_only(message);
+        }
+    }
+
+    /// Whether `judge` found nothing.
+    pub fn is_clear_for(&self, judge: Judge) -> bool {
+        self.found.iter().all(|f| match judge {
+            Judge::Both => f.webhook.is_none() && f.controller.is_none(),
+            Judge::Webhook => f.webhook.is_none(),
+            Judge::Controller => f.controller.is_none(),
+        })
+    }
+
+    /// Every problem the webhook reports.
     pub fn into_vec(self) -> Vec<Problem> {
+        self.found.into_iter().filter_map(|f| f.webhook).collect()
+    }
+
+    /// The webhook's problems, without consuming the collector.
+    pub fn webhook(&self) -> Vec<Problem> {
         self.found
+            .iter()
+            .filter_map(|f| f.webhook.clone())
+            .collect()
+    }
+
+    /// The controller's answer: the first problem in KubeRay's order.
+    pub fn first_for_controller(&self) -> Option<&Problem> {
+        self.found.iter().find_map(|f| f.controller.as_ref())
+    }
+
+    /// The controller's first problem, consuming the collector.
+    pub fn into_first_for_controller(self) -> Option<Problem> {
+        self.found.into_iter().find_map(|f| f.controller)
+    }
+
+    /// For a kind whose controller applies exactly the webhook's rules (RayService): each
+    /// finding becomes the webhook's, for both judges.
+    pub fn judged_as_webhook(self) -> Problems {
+        Problems {
+            found: self
+                .found
+                .into_iter()
+                .filter_map(|f| f.webhook)
+                .map(|problem| Finding {
+                    webhook: Some(problem.clone()),
+                    controller: Some(problem),
+                })
+                .collect(),
+            ..self
+        }
     }
 }
 

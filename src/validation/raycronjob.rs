@@ -1,17 +1,17 @@
-//! KubeRay's rules for a RayCronJob: name, schedule (through the one cron parser), time zone
-//! and the RayJob template. [`validate`] collects every problem (the webhook);
-//! [`controller_checks`] is the controller's pre-reconcile check, which stops at KubeRay's first
-//! problem and hands back the parsed schedule and zone.
+//! KubeRay's rules for a RayCronJob, one book for its webhook and its controller: name,
+//! schedule (through the one cron parser), time zone, history limits and the RayJob template.
+//! The controller schedules from [`RayCronJobValues`], the schedule and zone parsed here.
 
 use k8s_openapi::jiff::tz::TimeZone;
 use kube::ResourceExt;
 
 use super::cron::{self, Schedule, ScheduleError};
 use super::feature_gates::{FeatureGates, gates};
-use super::k8s_names::{check_name, first_name_problem};
-use super::problem::{Problem, Problems};
+use super::k8s_names::check_name_kuberay;
+use super::problem::Problems;
 use super::rayjob::rayjob_spec;
-use crate::api::{RayCronJob, RayJob};
+use super::validated::{RuleBook, Validated};
+use crate::api::RayCronJob;
 
 /// Longest RayCronJob name KubeRay accepts (`<name>-<minutes>` must stay a valid RayJob name).
 pub const MAX_RAYCRONJOB_NAME: usize = 36;
@@ -48,93 +48,96 @@ pub(crate) fn schedule_problem(schedule: &str) -> Option<String> {
     }
 }
 
-/// Every problem of a RayCronJob (the webhook).
-pub fn validate(cron: &RayCronJob, feature_gates: &FeatureGates) -> Vec<Problem> {
-    let mut problems = Problems::new(INVALID_SPEC, INVALID_SPEC);
-    let spec = &cron.spec;
-    // KubeRay runs no RayCronJob controller without the gate; raypipe's neither (`config`),
-    // so an admitted RayCronJob would never be scheduled.
-    if !feature_gates.enabled(gates::RAY_CRON_JOB) {
-        problems.push(format!(
-            "RayCronJobs need the {} feature gate, which is off: no controller would schedule this one",
-            gates::RAY_CRON_JOB
-        ));
-    }
-    check_name(
-        "RayCronJob",
-        &cron.name_any(),
-        MAX_RAYCRONJOB_NAME,
-        &mut problems,
-    );
-    if spec.schedule.contains("TZ") {
-        problems.push("spec.schedule must not contain TZ or CRON_TZ; use spec.timeZone".to_owned());
-    } else if let Some(problem) = schedule_problem(&spec.schedule) {
-        problems.push(format!("spec.schedule {:?}: {problem}", spec.schedule));
-    }
-    if let Some(zone) = &spec.time_zone
-        && !is_time_zone_name(zone)
-    {
-        problems.push(format!(
-            "spec.timeZone {zone:?} is not a time zone name like Europe/Paris or UTC"
-        ));
-    }
-    rayjob_spec(
-        &spec.job_template,
-        "spec.jobTemplate",
-        cron.annotations(),
-        feature_gates,
-        &mut problems,
-    );
-    problems.into_vec()
+/// What the RayCronJob book parses: the schedule and its zone (UTC when unset).
+#[derive(Clone, Debug)]
+pub struct RayCronJobValues {
+    pub schedule: Schedule,
+    pub zone: TimeZone,
 }
 
-/// The controller's check before it schedules anything: KubeRay's first problem, in KubeRay's
-/// words, or the parsed schedule and its zone (UTC when unset).
-pub fn controller_checks(
-    cron: &RayCronJob,
-    feature_gates: &FeatureGates,
-) -> Result<(Schedule, TimeZone), Problem> {
-    let refuse = |field: &str, message: String| Problem::new(field, INVALID_SPEC, message);
-    let name = cron.name_any();
-    if let Some(message) = first_name_problem("RayCronJob", &name, MAX_RAYCRONJOB_NAME, "") {
-        return Err(refuse("metadata.name", message));
-    }
-    if cron.spec.schedule.contains("TZ") {
-        return Err(refuse(
-            "spec.schedule",
-            "CRON_TZ or TZ in the schedule is not supported; use spec.timeZone instead".into(),
-        ));
-    }
-    let parsed =
-        cron::parse(&cron.spec.schedule).map_err(|e| refuse("spec.schedule", e.to_string()))?;
-    let zone = match cron.spec.time_zone.as_deref() {
-        None => None,
-        Some(zone) => Some(
-            cron::load_time_zone(zone.trim())
-                .map_err(|e| refuse("spec.timeZone", e.to_string()))?,
-        ),
-    };
-    for (field, limit) in [
-        (
-            "successfulJobsHistoryLimit",
-            cron.spec.successful_jobs_history_limit,
-        ),
-        (
-            "failedJobsHistoryLimit",
-            cron.spec.failed_jobs_history_limit,
-        ),
-    ] {
-        if limit.is_some_and(|l| l < 0) {
-            return Err(refuse(
-                &format!("spec.{field}"),
-                format!("{field} must be >= 0"),
+impl RuleBook for RayCronJob {
+    type Values = RayCronJobValues;
+    const SPEC_REASON: &'static str = INVALID_SPEC;
+
+    fn check(&self, feature_gates: &FeatureGates) -> (Problems, Option<RayCronJobValues>) {
+        let mut problems = Problems::new(INVALID_SPEC, INVALID_SPEC);
+        let spec = &self.spec;
+        // KubeRay runs no RayCronJob controller without the gate; raypipe's neither (`config`),
+        // so an admitted RayCronJob would never be scheduled.
+        if !feature_gates.enabled(gates::RAY_CRON_JOB) {
+            problems.webhook_only(format!(
+                "RayCronJobs need the {} feature gate, which is off: no controller would schedule this one",
+                gates::RAY_CRON_JOB
             ));
         }
+        check_name_kuberay(
+            "RayCronJob",
+            &self.name_any(),
+            MAX_RAYCRONJOB_NAME,
+            "",
+            &mut problems,
+        );
+        let mut schedule = None;
+        if spec.schedule.contains("TZ") {
+            problems.both(
+                "spec.schedule must not contain TZ or CRON_TZ; use spec.timeZone".to_owned(),
+                "CRON_TZ or TZ in the schedule is not supported; use spec.timeZone instead",
+            );
+        } else {
+            let parsed = cron::parse(&spec.schedule);
+            problems.judged(
+                "spec.schedule",
+                schedule_problem(&spec.schedule)
+                    .map(|problem| format!("spec.schedule {:?}: {problem}", spec.schedule)),
+                parsed.as_ref().err().map(ToString::to_string),
+            );
+            schedule = parsed.ok();
+        }
+        let zone = match spec.time_zone.as_deref() {
+            None => Some(TimeZone::UTC),
+            Some(zone) => {
+                let loaded = cron::load_time_zone(zone.trim());
+                problems.judged(
+                    "spec.timeZone",
+                    (!is_time_zone_name(zone)).then(|| format!(
+                        "spec.timeZone {zone:?} is not a time zone name like Europe/Paris or UTC"
+                    )),
+                    loaded.as_ref().err().map(ToString::to_string),
+                );
+                loaded.ok()
+            }
+        };
+        for (field, limit) in [
+            (
+                "successfulJobsHistoryLimit",
+                spec.successful_jobs_history_limit,
+            ),
+            ("failedJobsHistoryLimit", spec.failed_jobs_history_limit),
+        ] {
+            if limit.is_some_and(|l| l < 0) {
+                problems.controller_only(&format!("spec.{field}"), format!("{field} must be >= 0"));
+            }
+        }
+        // The template is judged as the RayJobs it makes will be (their annotations are not
+        // the RayCronJob's, so the controller reads none; the webhook reads the RayCronJob's).
+        rayjob_spec(
+            &spec.job_template,
+            "spec.jobTemplate",
+            self.annotations(),
+            feature_gates,
+            &mut problems,
+        );
+        let values = schedule
+            .zip(zone)
+            .map(|(schedule, zone)| RayCronJobValues { schedule, zone });
+        (problems, values)
     }
-    // The template must be a valid RayJob (checked under the name the first RayJob gets).
-    let mut probe = RayJob::new(&format!("{name}-00000000"), cron.spec.job_template.clone());
-    probe.metadata.namespace = cron.namespace();
-    super::rayjob::controller::validate(&probe, feature_gates)
-        .map_err(|p| refuse("spec.jobTemplate", p.message))?;
-    Ok((parsed, zone.unwrap_or(TimeZone::UTC)))
+}
+
+/// A RayCronJob: every finding, or the parsed schedule and zone.
+pub fn validate(
+    cron: &RayCronJob,
+    feature_gates: &FeatureGates,
+) -> Result<Validated<RayCronJob>, Problems> {
+    super::validated::validate(cron, feature_gates)
 }

@@ -1,13 +1,17 @@
 //! KubeRay's rules for a RayService (its cluster spec, upgrade strategy, annotations and Serve
 //! config size); the upgrade-strategy and cluster checks also apply to a ServePipeline, whose
-//! RayService would face them. Collects every problem.
+//! RayService would face them. KubeRay's RayService controller applies its webhook's rules, so
+//! both judges read every problem here; the controller acts on [`RayServiceValues`].
+
+use std::time::Duration;
 
 use kube::ResourceExt;
 
 use super::feature_gates::{FeatureGates, gates};
 use super::k8s_names::check_name;
-use super::problem::{Problem, Problems};
+use super::problem::Problems;
 use super::raycluster::{ClusterContext, raycluster_spec};
+use super::validated::{RuleBook, Validated};
 use crate::api::RayService;
 use crate::api::raycluster::RayClusterSpec;
 use crate::api::rayservice::{
@@ -109,7 +113,35 @@ pub(crate) fn no_head_service_name(cluster: &RayClusterSpec, path: &str, problem
     }
 }
 
-pub fn validate(service: &RayService, feature_gates: &FeatureGates) -> Vec<Problem> {
+/// What the RayService book parses, for the controller to act on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RayServiceValues {
+    /// `ray.io/initializing-timeout`, when set.
+    pub initializing_timeout: Option<Duration>,
+}
+
+impl RuleBook for RayService {
+    type Values = RayServiceValues;
+    const SPEC_REASON: &'static str = INVALID_SPEC;
+
+    fn check(&self, feature_gates: &FeatureGates) -> (Problems, Option<RayServiceValues>) {
+        let (problems, values) = check(self, feature_gates);
+        (problems.judged_as_webhook(), values)
+    }
+}
+
+/// A RayService: every problem, or the parsed values.
+pub fn validate(
+    service: &RayService,
+    feature_gates: &FeatureGates,
+) -> Result<Validated<RayService>, Problems> {
+    super::validated::validate(service, feature_gates)
+}
+
+fn check(
+    service: &RayService,
+    feature_gates: &FeatureGates,
+) -> (Problems, Option<RayServiceValues>) {
     let mut problems = Problems::new(INVALID_SPEC, INVALID_SPEC);
     let spec = &service.spec;
     check_name(
@@ -118,13 +150,18 @@ pub fn validate(service: &RayService, feature_gates: &FeatureGates) -> Vec<Probl
         MAX_RAYSERVICE_NAME,
         &mut problems,
     );
-    if let Some(timeout) = service.annotations().get(ANNOTATION_INITIALIZING_TIMEOUT)
-        && let Err(e) = crate::validation::duration::parse_seconds_or_duration(timeout)
-    {
-        problems.push(format!(
-            "metadata.annotations[{ANNOTATION_INITIALIZING_TIMEOUT}]: {e}; write a positive duration (like 30m) or number of seconds"
-        ));
-    }
+    let initializing_timeout = match service.annotations().get(ANNOTATION_INITIALIZING_TIMEOUT) {
+        None => Some(None),
+        Some(timeout) => match crate::validation::duration::parse_seconds_or_duration(timeout) {
+            Ok(timeout) => Some(Some(timeout)),
+            Err(e) => {
+                problems.push(format!(
+                    "metadata.annotations[{ANNOTATION_INITIALIZING_TIMEOUT}]: {e}; write a positive duration (like 30m) or number of seconds"
+                ));
+                None
+            }
+        },
+    };
     if let Some(gateway) = service.annotations().get(SHARED_GATEWAY_ANNOTATION)
         && let Err(e) = shared_gateway(gateway)
     {
@@ -166,5 +203,8 @@ pub fn validate(service: &RayService, feature_gates: &FeatureGates) -> Vec<Probl
             config.len()
         ));
     }
-    problems.into_vec()
+    let values = initializing_timeout.map(|initializing_timeout| RayServiceValues {
+        initializing_timeout,
+    });
+    (problems, values)
 }

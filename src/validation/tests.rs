@@ -4,9 +4,11 @@ use serde_json::{Value, json};
 
 use super::feature_gates::FeatureGates;
 use super::k8s_names::is_label_key;
+use super::problem::Judge;
 use super::raycronjob::{is_time_zone_name, schedule_problem};
 use super::rayservice::MAX_SERVE_CONFIG_BYTES;
-use super::{raycluster, raycronjob, rayjob, rayservice, servepipeline};
+use super::validated::{for_controller, for_webhook};
+use super::{raycluster, raycronjob, rayjob, servepipeline};
 
 /// The messages only: the rules' text is what these tests pin.
 fn messages(problems: Vec<super::problem::Problem>) -> Vec<String> {
@@ -62,17 +64,20 @@ fn problems_with(doc: &Value, gates: &FeatureGates) -> Option<Vec<String>> {
     let kind = doc["kind"].as_str()?;
     let parse = |d: &Value| d.clone();
     Some(messages(match kind {
-        "RayCluster" => raycluster::validate(
-            &serde_json::from_value(parse(doc)).expect("RayCluster"),
+        "RayCluster" => for_webhook(
+            &serde_json::from_value::<crate::api::RayCluster>(parse(doc)).expect("RayCluster"),
             &gates,
         ),
-        "RayJob" => rayjob::validate(&serde_json::from_value(parse(doc)).expect("RayJob"), &gates),
-        "RayService" => rayservice::validate(
-            &serde_json::from_value(parse(doc)).expect("RayService"),
+        "RayJob" => for_webhook(
+            &serde_json::from_value::<crate::api::RayJob>(parse(doc)).expect("RayJob"),
             &gates,
         ),
-        "RayCronJob" => raycronjob::validate(
-            &serde_json::from_value(parse(doc)).expect("RayCronJob"),
+        "RayService" => for_webhook(
+            &serde_json::from_value::<crate::api::RayService>(parse(doc)).expect("RayService"),
+            &gates,
+        ),
+        "RayCronJob" => for_webhook(
+            &serde_json::from_value::<crate::api::RayCronJob>(parse(doc)).expect("RayCronJob"),
             &gates,
         ),
         "ServePipeline" => servepipeline::validate(
@@ -450,4 +455,163 @@ fn cron_schedules_and_durations() {
     assert!(!is_label_key("/x"));
     assert!(is_time_zone_name("America/Argentina/Buenos_Aires"));
     assert!(!is_time_zone_name("../etc/passwd"));
+}
+
+/// One rule, one definition: the duplicate-group rule of the RayCluster book reaches the
+/// webhook (every problem, led by the field) and the controller (KubeRay's first problem, in
+/// its words) from the same `Problems::both` call, for a RayCluster and for the cluster inside
+/// a RayJob.
+#[test]
+fn one_rule_reaches_the_webhook_and_the_controller() {
+    let mut spec = cluster_spec();
+    let group = spec["workerGroupSpecs"][0].clone();
+    spec["workerGroupSpecs"] = json!([group.clone(), group]);
+    let cluster: crate::api::RayCluster =
+        serde_json::from_value(object("RayCluster", "c", spec.clone())).expect("RayCluster");
+    let gates = gates();
+
+    let problems = raycluster::validate(&cluster, &gates)
+        .err()
+        .expect("a duplicate group is refused");
+    let webhook = problems.webhook();
+    assert_eq!(webhook.len(), 1, "{webhook:?}");
+    assert_eq!(webhook[0].field, "spec.workerGroupSpecs[1].groupName");
+    assert!(webhook[0].message.contains("duplicate worker group name"));
+    let controller = problems
+        .first_for_controller()
+        .expect("the controller refuses it");
+    assert_eq!(controller.field, webhook[0].field, "one rule, one field");
+    assert_eq!(controller.reason, webhook[0].reason);
+    assert_eq!(
+        controller.message,
+        "worker group name \"small\" is used more than once"
+    );
+    // The entry points each judge uses agree with the book.
+    assert_eq!(
+        messages(for_webhook(&cluster, &gates)),
+        [webhook[0].message.clone()]
+    );
+    assert_eq!(
+        for_controller(&cluster, &gates).err().map(|p| p.message),
+        Some(controller.message.clone())
+    );
+
+    // The same definition judges the cluster a RayJob makes.
+    let job: crate::api::RayJob = serde_json::from_value(object(
+        "RayJob",
+        "j",
+        json!({"entrypoint": "python job.py", "rayClusterSpec": spec}),
+    ))
+    .expect("RayJob");
+    let problems = rayjob::validate(&job, &gates).err().expect("refused");
+    assert_eq!(
+        problems.webhook()[0].field,
+        "spec.rayClusterSpec.workerGroupSpecs[1].groupName"
+    );
+    assert_eq!(
+        problems.first_for_controller().map(|p| p.message.as_str()),
+        Some("worker group name \"small\" is used more than once")
+    );
+    assert_eq!(
+        problems.first_for_controller().map(|p| p.reason),
+        Some(rayjob::reasons::INVALID_SPEC)
+    );
+}
+
+/// Where KubeRay's webhook and controller differ, the rule is tagged, not written twice: the
+/// controller alone reads the status and a worker group without replica bounds; the webhook
+/// alone asks for the history server's collector.
+#[test]
+fn tagged_rules_reach_only_their_judge() {
+    let gates = gates();
+    let mut unbounded = cluster_spec();
+    unbounded["workerGroupSpecs"][0]
+        .as_object_mut()
+        .expect("a group")
+        .remove("maxReplicas");
+    let cluster: crate::api::RayCluster =
+        serde_json::from_value(object("RayCluster", "c", unbounded)).expect("RayCluster");
+    let problems = raycluster::validate(&cluster, &gates)
+        .err()
+        .expect("refused");
+    assert!(
+        problems.is_clear_for(Judge::Webhook),
+        "{:?}",
+        problems.webhook()
+    );
+    assert!(
+        problems
+            .first_for_controller()
+            .is_some_and(|p| p.message.contains("must set minReplicas and maxReplicas"))
+    );
+    assert!(for_webhook(&cluster, &gates).is_empty());
+
+    let mut history = cluster_spec();
+    history["historyServerOptions"] = json!({});
+    let cluster: crate::api::RayCluster =
+        serde_json::from_value(object("RayCluster", "c", history)).expect("RayCluster");
+    let on = gates.clone().with(
+        super::feature_gates::gates::RAY_CLUSTER_HISTORY_SERVER,
+        true,
+    );
+    let problems = raycluster::validate(&cluster, &on).err().expect("refused");
+    assert!(problems.is_clear_for(Judge::Controller));
+    assert!(
+        messages(problems.into_vec())
+            .iter()
+            .any(|m| m.contains("collectorOptions is required"))
+    );
+    assert!(for_controller(&cluster, &on).is_ok());
+}
+
+/// What the controllers act on is what the book parsed: RayJob's mode, selected cluster,
+/// runtime environment and entrypoint resources; RayCronJob's schedule and zone; RayService's
+/// initializing timeout.
+#[test]
+fn validated_objects_carry_the_parsed_values() {
+    let gates = gates();
+    let job: crate::api::RayJob = serde_json::from_value(object(
+        "RayJob",
+        "j",
+        json!({"entrypoint": "python job.py", "submissionMode": "HTTPMode",
+            "clusterSelector": {"ray.io/cluster": "shared"},
+            "runtimeEnvYAML": "env_vars:\n  A: b\n",
+            "entrypointResources": "{\"Custom\": 1.5}"}),
+    ))
+    .expect("RayJob");
+    let valid = rayjob::validate(&job, &gates).expect("valid");
+    assert_eq!(valid.mode, crate::api::rayjob::JobSubmissionMode::HttpMode);
+    assert_eq!(valid.selected_cluster.as_deref(), Some("shared"));
+    assert_eq!(valid.runtime_env, Some(json!({"env_vars": {"A": "b"}})));
+    assert_eq!(
+        valid.entrypoint_resources,
+        Some(std::collections::BTreeMap::from([(
+            "Custom".to_owned(),
+            1.5
+        )]))
+    );
+
+    let cron: crate::api::RayCronJob = serde_json::from_value(object(
+        "RayCronJob",
+        "cj",
+        json!({"schedule": "*/5 * * * *", "timeZone": "Europe/Paris",
+            "jobTemplate": {"entrypoint": "python job.py", "rayClusterSpec": cluster_spec()}}),
+    ))
+    .expect("RayCronJob");
+    let valid = raycronjob::validate(&cron, &gates).expect("valid");
+    assert_eq!(valid.zone.iana_name(), Some("Europe/Paris"));
+    assert!(valid.schedule.time_zone.is_none());
+
+    let mut service = object(
+        "RayService",
+        "s",
+        json!({"rayClusterConfig": cluster_spec(), "serveConfigV2": "applications: []\n"}),
+    );
+    service["metadata"]["annotations"] = json!({"ray.io/initializing-timeout": "90s"});
+    let service: crate::api::RayService = serde_json::from_value(service).expect("RayService");
+    let valid = super::rayservice::validate(&service, &gates).expect("valid");
+    assert_eq!(
+        valid.initializing_timeout,
+        Some(std::time::Duration::from_secs(90))
+    );
 }

@@ -168,14 +168,16 @@ pub fn review(
             validation::servepipeline::validate(&p, gates)
         }),
         WebhookKind::RayCluster => typed(object, |c: RayCluster| {
-            validation::raycluster::validate(&c, gates)
+            validation::validated::for_webhook(&c, gates)
         }),
-        WebhookKind::RayJob => typed(object, |j: RayJob| validation::rayjob::validate(&j, gates)),
+        WebhookKind::RayJob => typed(object, |j: RayJob| {
+            validation::validated::for_webhook(&j, gates)
+        }),
         WebhookKind::RayService => typed(object, |s: RayService| {
-            validation::rayservice::validate(&s, gates)
+            validation::validated::for_webhook(&s, gates)
         }),
         WebhookKind::RayCronJob => typed(object, |c: RayCronJob| {
-            validation::raycronjob::validate(&c, gates)
+            validation::validated::for_webhook(&c, gates)
         }),
     };
     if problems.is_empty() {

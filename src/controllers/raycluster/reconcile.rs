@@ -53,7 +53,7 @@ pub(super) async fn reconcile(
 /// nothing is written; a spec change brings it back).
 async fn validate(cluster: &RayCluster, ctx: &Context) -> Result<Option<Action>, Error> {
     if let Err(invalid) =
-        crate::validation::raycluster::controller::validate(cluster, &ctx.config.feature_gates)
+        crate::validation::validated::for_controller(cluster, &ctx.config.feature_gates)
     {
         warn!(reason = invalid.reason, message = %invalid.message, "RayCluster refused");
         ctx.event(

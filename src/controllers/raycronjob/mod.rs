@@ -247,7 +247,12 @@ pub fn validate(
     cron: &RayCronJob,
     feature_gates: &crate::validation::feature_gates::FeatureGates,
 ) -> Result<(Schedule, TimeZone), String> {
-    crate::validation::raycronjob::controller_checks(cron, feature_gates).map_err(|p| p.message)
+    crate::validation::validated::for_controller(cron, feature_gates)
+        .map(|valid| {
+            let values = valid.into_values();
+            (values.schedule, values.zone)
+        })
+        .map_err(|p| p.message)
 }
 
 #[cfg(test)]

@@ -61,6 +61,7 @@ pub(super) fn cluster_name(status: &RayJobStatus) -> Result<String, Error> {
 /// The RayJob's cluster: the selected one (must exist) or the one it creates.
 pub(super) async fn ensure_cluster(
     job: &RayJob,
+    values: &RayJobValues,
     ctx: &Context,
     status: &RayJobStatus,
 ) -> Result<RayCluster, Error> {
@@ -72,7 +73,7 @@ pub(super) async fn ensure_cluster(
         .map_err(kube_err(format!("reading RayCluster {name}")))?
     {
         // A selected cluster is the user's to share; one the job makes must be the job's.
-        if build::selected_cluster(job).is_none()
+        if values.selected_cluster.is_none()
             && let Err(conflict) =
                 crate::k8s::check_controlled_by(&cluster, &job.uid().unwrap_or_default())
         {
@@ -80,7 +81,7 @@ pub(super) async fn ensure_cluster(
         }
         return Ok(cluster);
     }
-    if build::selected_cluster(job).is_some() {
+    if values.selected_cluster.is_some() {
         ctx.event(
             job,
             EventType::Warning,
@@ -91,7 +92,12 @@ pub(super) async fn ensure_cluster(
         .await;
         return Err(Error::ClusterNotFound(name));
     }
-    let desired = build::ray_cluster(job, &name, status.job_id.as_deref().unwrap_or_default())?;
+    let desired = build::ray_cluster(
+        job,
+        values,
+        &name,
+        status.job_id.as_deref().unwrap_or_default(),
+    )?;
     match crate::k8s::create_owned(&api, &desired, field_managers::RAYJOB).await {
         Ok(crate::k8s::Created::AlreadyOurs(found)) => Ok(found),
         Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
@@ -227,6 +233,7 @@ pub(super) async fn ensure_head_service(
 
 pub(super) async fn ensure_submitter(
     job: &RayJob,
+    values: &RayJobValues,
     ctx: &Context,
     status: &RayJobStatus,
     cluster: &RayCluster,
@@ -244,6 +251,7 @@ pub(super) async fn ensure_submitter(
     }
     let desired = build::submitter_job(
         job,
+        values,
         cluster,
         status.dashboard_url.as_deref().unwrap_or_default(),
         status.job_id.as_deref().unwrap_or_default(),

@@ -19,6 +19,7 @@ use crate::kuberay::keys::{annotations, labels, ports};
 use crate::kuberay::names;
 use crate::kuberay::spec::auth_enabled;
 use crate::ray::JobSubmitRequest;
+use crate::validation::rayjob::RayJobValues;
 
 /// Label on the RayCluster made for a RayJob: the submission mode.
 pub const JOB_SUBMISSION_MODE_LABEL: &str = "ray.io/job-submission-mode";
@@ -29,9 +30,10 @@ pub const DEFAULT_SUBMITTER_BACKOFF_LIMIT: i32 = 2;
 /// Value of `ray.io/originated-from-crd` on everything a RayJob creates.
 pub const ORIGINATED_FROM_RAYJOB: &str = "RayJob";
 
-/// The submission mode, defaulted as the API server does.
+/// The submission mode, defaulted as the API server does (for the passes that run whether or
+/// not the RayJob is valid; the others read `RayJobValues::mode`).
 pub fn mode(job: &RayJob) -> JobSubmissionMode {
-    crate::validation::rayjob::controller::mode(job)
+    crate::validation::rayjob::submission_mode(&job.spec)
 }
 
 /// The mode as written in the API (`HTTPMode`, …).
@@ -44,9 +46,10 @@ pub fn mode_str(mode: JobSubmissionMode) -> &'static str {
     }
 }
 
-/// The cluster named by `clusterSelector` (`ray.io/cluster`), if the RayJob uses one.
+/// The cluster named by `clusterSelector` (`ray.io/cluster`), if the RayJob uses one (for
+/// the passes that run whether or not the RayJob is valid, such as its deletion).
 pub fn selected_cluster(job: &RayJob) -> Option<&str> {
-    crate::validation::rayjob::controller::selected_cluster(job)
+    crate::validation::rayjob::selected_cluster(&job.spec)
 }
 
 /// `<rayjob>-<5 random>` through checkName, as KubeRay names generated clusters and job ids.
@@ -68,7 +71,12 @@ fn origin_labels(job: &RayJob) -> BTreeMap<String, String> {
 /// The RayCluster for `job` (§3.3): a copy of `rayClusterSpec`, the RayJob's labels and
 /// annotations plus the origin labels, owned by the RayJob. SidecarMode adds the submitter
 /// container to the head and forbids head restarts.
-pub fn ray_cluster(job: &RayJob, name: &str, job_id: &str) -> Result<RayCluster, Error> {
+pub fn ray_cluster(
+    job: &RayJob,
+    values: &RayJobValues,
+    name: &str,
+    job_id: &str,
+) -> Result<RayCluster, Error> {
     let spec = job
         .spec
         .ray_cluster_spec
@@ -78,18 +86,18 @@ pub fn ray_cluster(job: &RayJob, name: &str, job_id: &str) -> Result<RayCluster,
     cluster_labels.extend(origin_labels(job));
     cluster_labels.insert(
         JOB_SUBMISSION_MODE_LABEL.to_owned(),
-        mode_str(mode(job)).to_owned(),
+        mode_str(values.mode).to_owned(),
     );
     let mut cluster_annotations = job.annotations().clone();
     // kubectl's copy of the RayJob is no description of the cluster.
     cluster_annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     let mut cluster = RayCluster::new(name, spec);
-    if mode(job) == JobSubmissionMode::SidecarMode {
+    if values.mode == JobSubmissionMode::SidecarMode {
         cluster_annotations.insert(
             annotations::DISABLE_PROVISIONED_HEAD_RESTART.to_owned(),
             "true".to_owned(),
         );
-        let container = sidecar_container(job, &cluster, job_id)?;
+        let container = sidecar_container(job, values, &cluster, job_id)?;
         let head = cluster
             .spec
             .head_group_spec
@@ -115,29 +123,22 @@ pub fn dashboard_url(service: &str, namespace: &str, domain: &str, port: u16) ->
     format!("{service}.{namespace}.svc.{domain}:{port}")
 }
 
-/// `runtimeEnvYAML` as a JSON value (`None` when unset or empty).
-pub fn runtime_env(job: &RayJob) -> Result<Option<serde_json::Value>, Error> {
-    crate::validation::rayjob::controller::runtime_env(job).map_err(Error::Invalid)
-}
-
-/// `entrypointResources` as a map of resource name to amount.
-pub fn entrypoint_resources(job: &RayJob) -> Result<Option<BTreeMap<String, f64>>, Error> {
-    crate::validation::rayjob::controller::entrypoint_resources(job).map_err(Error::Invalid)
-}
-
 /// The HTTPMode submission (§8): zero or empty fields are left out.
-pub fn submit_request(job: &RayJob, job_id: &str) -> Result<JobSubmitRequest, Error> {
+pub fn submit_request(job: &RayJob, values: &RayJobValues, job_id: &str) -> JobSubmitRequest {
     let entrypoint = job.spec.entrypoint.clone().unwrap_or_default();
-    Ok(JobSubmitRequest {
+    JobSubmitRequest {
         entrypoint,
         submission_id: Some(job_id.to_owned()),
-        runtime_env: runtime_env(job)?,
+        runtime_env: values.runtime_env.clone(),
         metadata: job.spec.metadata.clone().filter(|m| !m.is_empty()),
         entrypoint_num_cpus: job.spec.entrypoint_num_cpus.filter(|n| *n > 0.0),
         entrypoint_num_gpus: job.spec.entrypoint_num_gpus.filter(|n| *n > 0.0),
         entrypoint_memory: None,
-        entrypoint_resources: entrypoint_resources(job)?.filter(|r| !r.is_empty()),
-    })
+        entrypoint_resources: values
+            .entrypoint_resources
+            .clone()
+            .filter(|r| !r.is_empty()),
+    }
 }
 
 /// Go's `strconv.Quote` for the ASCII JSON the command carries.
@@ -195,6 +196,7 @@ fn add_token_auth_env(container: &mut Container, cluster: &RayCluster) {
 /// The submitter's shell command (§3.4), one string for `/bin/bash -ce --`.
 pub fn submit_command(
     job: &RayJob,
+    values: &RayJobValues,
     submission_mode: JobSubmissionMode,
     address: &str,
     health_url: &str,
@@ -244,7 +246,7 @@ pub fn submit_command(
     if check_status {
         cmd.push("--no-wait".into());
     }
-    if let Some(env) = runtime_env(job)? {
+    if let Some(env) = &values.runtime_env {
         cmd.push("--runtime-env-json".into());
         cmd.push(go_quote(&env.to_string()));
     }
@@ -338,12 +340,18 @@ fn env(name: &str, value: &str) -> k8s_openapi::api::core::v1::EnvVar {
 
 /// The submitter container of SidecarMode: it shares the head's network, so it dials
 /// 127.0.0.1.
-fn sidecar_container(job: &RayJob, cluster: &RayCluster, job_id: &str) -> Result<Container, Error> {
+fn sidecar_container(
+    job: &RayJob,
+    values: &RayJobValues,
+    cluster: &RayCluster,
+    job_id: &str,
+) -> Result<Container, Error> {
     let port = head_dashboard_port(cluster);
     let address = format!("http://127.0.0.1:{port}");
     let health = format!("http://localhost:{port}/api/gcs_healthz");
     let command = submit_command(
         job,
+        values,
         JobSubmissionMode::SidecarMode,
         &address,
         &health,
@@ -370,6 +378,7 @@ fn sidecar_container(job: &RayJob, cluster: &RayCluster, job_id: &str) -> Result
 /// `ray job submit` against `dashboard_url` (host:port).
 pub fn submitter_job(
     job: &RayJob,
+    values: &RayJobValues,
     cluster: &RayCluster,
     dashboard_url: &str,
     job_id: &str,
@@ -403,6 +412,7 @@ pub fn submitter_job(
     let health = format!("{address}/api/gcs_healthz");
     let command = submit_command(
         job,
+        values,
         JobSubmissionMode::K8sJobMode,
         &address,
         &health,
@@ -451,7 +461,19 @@ pub fn submitter_job(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::validation::feature_gates::FeatureGates;
+    use crate::validation::problem::Problems;
+    use crate::validation::rayjob::rayjob_spec;
+    use crate::validation::validated::for_controller;
     use serde_json::json;
+
+    /// What the rule book parses from `job` (the builders' tests need not satisfy every rule).
+    fn values(job: &RayJob) -> RayJobValues {
+        let mut problems = Problems::new("", "");
+        let gates = FeatureGates::default();
+        rayjob_spec(&job.spec, "spec", job.annotations(), &gates, &mut problems)
+            .expect("the values parse")
+    }
 
     pub(crate) fn job(extra: serde_json::Value) -> RayJob {
         crate::api::test_support::rayjob(extra)
@@ -460,7 +482,7 @@ pub(crate) mod tests {
     #[test]
     fn cluster_copies_the_spec_and_carries_kuberays_labels() {
         let job = job(json!({"spec": {"submissionMode": "HTTPMode"}}));
-        let cluster = ray_cluster(&job, "rj-abcde", "rj-x").expect("builds");
+        let cluster = ray_cluster(&job, &values(&job), "rj-abcde", "rj-x").expect("builds");
         let l = cluster.labels();
         assert_eq!(l["team"], "a");
         assert_eq!(l[labels::ORIGINATED_FROM_CR_NAME], "rj");
@@ -481,7 +503,7 @@ pub(crate) mod tests {
     #[test]
     fn sidecar_mode_adds_the_submitter_to_the_head() {
         let job = job(json!({"spec": {"submissionMode": "SidecarMode"}}));
-        let cluster = ray_cluster(&job, "rj-abcde", "rj-x").expect("builds");
+        let cluster = ray_cluster(&job, &values(&job), "rj-abcde", "rj-x").expect("builds");
         let head = cluster
             .spec
             .head_group_spec
@@ -517,6 +539,7 @@ pub(crate) mod tests {
         let a = "http://127.0.0.1:8265";
         let command = submit_command(
             &job,
+            &values(&job),
             JobSubmissionMode::K8sJobMode,
             a,
             &format!("{a}/api/gcs_healthz"),
@@ -539,7 +562,7 @@ pub(crate) mod tests {
     #[test]
     fn head_service_is_the_clusters_under_the_rayjobs_name() {
         let job = job(json!({}));
-        let mut cluster = ray_cluster(&job, "rj-abcde", "rj-x").expect("builds");
+        let mut cluster = ray_cluster(&job, &values(&job), "rj-abcde", "rj-x").expect("builds");
         cluster.metadata.uid = Some("cluster-uid".into());
         let svc = head_service(&job, &cluster, &BuildOptions::default()).expect("builds");
         assert_eq!(svc.name_any(), "rj-head-svc");
@@ -591,9 +614,11 @@ pub(crate) mod tests {
         merged["spec"]["rayClusterSpec"]["authOptions"] =
             auth["spec"]["rayClusterSpec"]["authOptions"].clone();
         with_auth = serde_json::from_value(merged).expect("a RayJob");
-        let cluster = ray_cluster(&with_auth, "rj-abcde", "rj-x").expect("builds");
+        let cluster =
+            ray_cluster(&with_auth, &values(&with_auth), "rj-abcde", "rj-x").expect("builds");
         let submitter = submitter_job(
             &with_auth,
+            &values(&with_auth),
             &cluster,
             "rj-abcde-head-svc.ns.svc:8265",
             "rj-x",
@@ -607,13 +632,15 @@ pub(crate) mod tests {
                 Some(Some(("rj-abcde".to_owned(), "auth_token".to_owned())))
             )
         );
-        let sidecar = sidecar_container(&with_auth, &cluster, "rj-x").expect("builds");
+        let sidecar =
+            sidecar_container(&with_auth, &values(&with_auth), &cluster, "rj-x").expect("builds");
         assert_eq!(token_env(&sidecar).0.as_deref(), Some("token"));
 
         // Without token auth, no auth environment.
         let plain = job(json!({}));
-        let cluster = ray_cluster(&plain, "rj-abcde", "rj-x").expect("builds");
-        let submitter = submitter_job(&plain, &cluster, "x:8265", "rj-x").expect("builds");
+        let cluster = ray_cluster(&plain, &values(&plain), "rj-abcde", "rj-x").expect("builds");
+        let submitter =
+            submitter_job(&plain, &values(&plain), &cluster, "x:8265", "rj-x").expect("builds");
         let pod = submitter.spec.and_then(|s| s.template.spec).expect("pod");
         assert_eq!(token_env(&pod.containers[0]), (None, None));
     }
@@ -621,9 +648,10 @@ pub(crate) mod tests {
     #[test]
     fn submitter_job_has_kuberays_shape() {
         let job = job(json!({"spec": {"submitterConfig": {"backoffLimit": 5}}}));
-        let cluster = ray_cluster(&job, "rj-abcde", "rj-x").expect("builds");
+        let cluster = ray_cluster(&job, &values(&job), "rj-abcde", "rj-x").expect("builds");
         let submitter = submitter_job(
             &job,
+            &values(&job),
             &cluster,
             "rj-abcde-head-svc.ns.svc.cluster.local:8266",
             "rj-x",
@@ -671,7 +699,8 @@ pub(crate) mod tests {
             json!({"spec": {"submitterPodTemplate": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "mine", "image": "me", "command": ["sh", "-c", "true"]}]}}}}),
         );
-        let submitter = submitter_job(&custom, &cluster, "x:1", "id").expect("builds");
+        let submitter =
+            submitter_job(&custom, &values(&custom), &cluster, "x:1", "id").expect("builds");
         let c = &submitter
             .spec
             .as_ref()
@@ -697,13 +726,14 @@ pub(crate) mod tests {
         let job = job(
             json!({"spec": {"runtimeEnvYAML": "env_vars:\n  A: b\n", "entrypointNumCpus": 0.0}}),
         );
-        let request = submit_request(&job, "rj-x").expect("builds");
+        let request = submit_request(&job, &values(&job), "rj-x");
         assert_eq!(
             serde_json::to_value(&request).expect("json"),
             json!({"entrypoint": " python -c 'print(1)' ", "submission_id": "rj-x",
                    "runtime_env": {"env_vars": {"A": "b"}}})
         );
         let bad = self::job(json!({"spec": {"runtimeEnvYAML": "a: [b"}}));
-        assert!(submit_request(&bad, "x").is_err());
+        // A runtime environment that does not parse never reaches the builder.
+        assert!(for_controller(&bad, &FeatureGates::default()).is_err());
     }
 }

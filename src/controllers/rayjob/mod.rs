@@ -55,6 +55,8 @@ use crate::kuberay::spec::auth_enabled;
 use crate::ray::{
     DashboardClientOptions, DashboardError, DashboardLocator, HeadService, RayDashboardClient,
 };
+use crate::validation::rayjob::RayJobValues;
+use crate::validation::validated::for_controller;
 use transitions::{Cleanup, ClusterView};
 
 /// The finalizer that lets a deleted RayJob stop its Ray job first.

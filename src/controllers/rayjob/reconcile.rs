@@ -65,29 +65,30 @@ pub(super) async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action,
     status.succeeded.get_or_insert(0);
     status.failed.get_or_insert(0);
 
-    if let Err(invalid) =
-        crate::validation::rayjob::controller::validate(job, &ctx.config.feature_gates)
-    {
-        warn!(reason = invalid.reason, message = %invalid.message, "RayJob refused");
-        ctx.event(
-            job,
-            EventType::Warning,
-            invalid.reason,
-            "Validate",
-            invalid.message.clone(),
-        )
-        .await;
-        status.job_deployment_status = Some(JobDeploymentStatus::ValidationFailed);
-        status.reason = Some(JobFailedReason::ValidationFailed);
-        status.message = Some(invalid.message);
-        write_status(job, ctx, &before, &status).await?;
-        return Ok(Action::await_change());
-    }
+    let valid = match for_controller(job, &ctx.config.feature_gates) {
+        Ok(valid) => valid,
+        Err(invalid) => {
+            warn!(reason = invalid.reason, message = %invalid.message, "RayJob refused");
+            ctx.event(
+                job,
+                EventType::Warning,
+                invalid.reason,
+                "Validate",
+                invalid.message.clone(),
+            )
+            .await;
+            status.job_deployment_status = Some(JobDeploymentStatus::ValidationFailed);
+            status.reason = Some(JobFailedReason::ValidationFailed);
+            status.message = Some(invalid.message);
+            write_status(job, ctx, &before, &status).await?;
+            return Ok(Action::await_change());
+        }
+    };
 
     let now = now();
     let started_in = status.job_deployment_status;
     let action = match started_in {
-        None => start(job, ctx, &mut status, &now).await?,
+        None => start(job, &valid, ctx, &mut status, &now).await?,
         // A fixed spec brings a refused RayJob back (KubeRay leaves it stuck).
         Some(JobDeploymentStatus::ValidationFailed) => {
             status = RayJobStatus {
@@ -98,10 +99,10 @@ pub(super) async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action,
             Action::requeue(Duration::ZERO)
         }
         Some(JobDeploymentStatus::Initializing) => {
-            initializing(job, ctx, &mut status, &now).await?
+            initializing(job, &valid, ctx, &mut status, &now).await?
         }
         Some(JobDeploymentStatus::Waiting) => waiting(job, &mut status, &now, &ctx.config),
-        Some(JobDeploymentStatus::Running) => running(job, ctx, &mut status, &now).await?,
+        Some(JobDeploymentStatus::Running) => running(job, &valid, ctx, &mut status, &now).await?,
         Some(s @ (JobDeploymentStatus::Suspending | JobDeploymentStatus::Retrying)) => {
             tear_down(job, ctx, &mut status, s).await?
         }
@@ -143,6 +144,7 @@ pub(super) async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action,
 /// New: finalizer, job id and cluster name, then Initializing.
 pub(super) async fn start(
     job: &RayJob,
+    values: &RayJobValues,
     ctx: &Context,
     status: &mut RayJobStatus,
     now: &Time,
@@ -152,7 +154,7 @@ pub(super) async fn start(
         finalizers.push(FINALIZER.to_owned());
         set_finalizers(job, ctx, finalizers).await?;
     }
-    let mode = build::mode(job);
+    let mode = values.mode;
     if status.job_id.is_none() {
         status.job_id = match job.spec.job_id.clone().filter(|id| !id.is_empty()) {
             Some(id) => Some(id),
@@ -161,8 +163,8 @@ pub(super) async fn start(
         };
     }
     if status.ray_cluster_name.is_none() {
-        status.ray_cluster_name = Some(match build::selected_cluster(job) {
-            Some(name) => name.to_owned(),
+        status.ray_cluster_name = Some(match &values.selected_cluster {
+            Some(name) => name.clone(),
             None => build::generated_name(job, &crate::k8s::random_suffix()),
         });
     }
@@ -204,6 +206,7 @@ pub(super) fn check_deadlines(
 
 pub(super) async fn initializing(
     job: &RayJob,
+    values: &RayJobValues,
     ctx: &Context,
     status: &mut RayJobStatus,
     now: &Time,
@@ -215,7 +218,7 @@ pub(super) async fn initializing(
     if check_deadlines(job, status, now, true) {
         return Ok(Action::requeue(ctx.config.requeue));
     }
-    let cluster = ensure_cluster(job, ctx, status).await?;
+    let cluster = ensure_cluster(job, values, ctx, status).await?;
     status.ray_cluster_status = cluster.status.clone();
     if status.dashboard_url.is_none() {
         let ready = cluster.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Ready);
@@ -224,12 +227,12 @@ pub(super) async fn initializing(
         }
         status.dashboard_url = Some(dashboard_url_of(job, ctx, &cluster).await?);
     }
-    match build::mode(job) {
+    match values.mode {
         JobSubmissionMode::InteractiveMode => {
             status.job_deployment_status = Some(JobDeploymentStatus::Waiting);
         }
         JobSubmissionMode::K8sJobMode => {
-            ensure_submitter(job, ctx, status, &cluster).await?;
+            ensure_submitter(job, values, ctx, status, &cluster).await?;
             status.job_deployment_status = Some(JobDeploymentStatus::Running);
         }
         JobSubmissionMode::HttpMode | JobSubmissionMode::SidecarMode => {

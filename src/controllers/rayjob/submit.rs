@@ -108,10 +108,11 @@ pub(super) struct Submitter {
 
 pub(super) async fn submitter_state(
     job: &RayJob,
+    values: &RayJobValues,
     ctx: &Context,
     cluster: &RayCluster,
 ) -> Result<Option<Submitter>, Error> {
-    match build::mode(job) {
+    match values.mode {
         JobSubmissionMode::K8sJobMode => {
             let Some(submitter) = ctx
                 .submitters(job)
@@ -186,6 +187,7 @@ pub(super) async fn submitter_state(
 
 pub(super) async fn running(
     job: &RayJob,
+    values: &RayJobValues,
     ctx: &Context,
     status: &mut RayJobStatus,
     now: &Time,
@@ -232,12 +234,12 @@ pub(super) async fn running(
     }
 
     // The cluster comes back if it vanished (selected clusters must exist).
-    let cluster = ensure_cluster(job, ctx, status).await?;
+    let cluster = ensure_cluster(job, values, ctx, status).await?;
     status.ray_cluster_status = cluster.status.clone();
     ensure_head_service(job, ctx, &cluster).await?;
 
-    let mode = build::mode(job);
-    let Some(submitter) = submitter_state(job, ctx, &cluster).await? else {
+    let mode = values.mode;
+    let Some(submitter) = submitter_state(job, values, ctx, &cluster).await? else {
         transitions::fail(
             status,
             JobFailedReason::AppFailed,
@@ -304,7 +306,7 @@ pub(super) async fn running(
         }
         Err(e) if e.is_not_found() => match mode {
             JobSubmissionMode::HttpMode => {
-                let request = build::submit_request(job, &job_id)?;
+                let request = build::submit_request(job, values, &job_id);
                 match client.submit_job(&request).await {
                     Ok(id) => info!(job_id = %id, "submitted the Ray job"),
                     Err(DashboardError::JobAlreadyExists { .. }) => {}

@@ -12,6 +12,7 @@ use super::status::write_status_if_changed;
 use super::suspend::reconcile_suspend;
 use super::upgrade::Desired;
 use super::*;
+use crate::validation::validated::Validated;
 
 impl crate::controllers::frame::ReportPanic<RayService> for Context {
     fn report_panic(
@@ -62,9 +63,10 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     let clusters = ctx.owned_clusters(service);
 
     // Validate.
-    if let Some(action) = validate(service, ctx, &mut status, generation, &now).await? {
-        return Ok(action);
-    }
+    let valid = match validate(service, ctx, &mut status, generation, &now).await? {
+        Ok(valid) => valid,
+        Err(action) => return Ok(action),
+    };
 
     // Suspend.
     if let Some(action) = reconcile_suspend(service, ctx, &mut status, &clusters).await? {
@@ -81,6 +83,7 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
 
     // Build: the desired clusters and Services (pure).
     let mut desired = upgrade::desired(service, &status, &clusters, &ctx.config.build);
+    desired.initializing_timeout = valid.initializing_timeout;
 
     // Apply: clusters first, then Serve on the cluster it belongs to, then the traffic switch.
     let dangling_left =
@@ -165,10 +168,7 @@ async fn record_status(
             (now_active.is_none() && now_pending.is_some())
                 .then(|| "the RayCluster is being created".to_owned())
         });
-    let initializing_timeout = service
-        .annotations()
-        .get(crate::kuberay::keys::annotations::INITIALIZING_TIMEOUT)
-        .and_then(|t| crate::validation::duration::parse_seconds_or_duration(t).ok());
+    let initializing_timeout = desired.initializing_timeout;
     let timed_out = status::set_conditions(
         &mut status,
         &status::ConditionInputs {
@@ -216,41 +216,42 @@ async fn record_status(
 }
 
 /// The validate stage: a refused spec is named in an Event and the Ready condition, and the
-/// pass ends (`Some`) after the status is written.
+/// pass ends (`Err`) after the status is written; else the values parsed on the way.
 async fn validate(
     service: &RayService,
     ctx: &Context,
     status: &mut RayServiceStatus,
     generation: Option<i64>,
     now: &Time,
-) -> Result<Option<Action>, Error> {
-    let problems = crate::validation::rayservice::validate(service, &ctx.config.feature_gates);
-    if !problems.is_empty() {
-        let message = crate::validation::problem::join(&problems);
-        warn!(%message, "RayService refused");
-        ctx.event(
-            service,
-            EventType::Warning,
-            reasons::INVALID_SPEC,
-            "Validate",
-            message.clone(),
-        )
-        .await;
-        status::set(
-            status,
-            condition_types::READY,
-            FALSE,
-            condition_reasons::VALIDATION_FAILED,
-            &message,
-            generation,
-            now.clone(),
-        );
-        status.service_status = None;
-        status.observed_generation = generation;
-        write_status_if_changed(service, ctx, status.clone()).await?;
-        return Ok(Some(Action::await_change()));
-    }
-    Ok(None)
+) -> Result<Result<Validated<RayService>, Action>, Error> {
+    let problems = match crate::validation::rayservice::validate(service, &ctx.config.feature_gates)
+    {
+        Ok(valid) => return Ok(Ok(valid)),
+        Err(problems) => problems.into_vec(),
+    };
+    let message = crate::validation::problem::join(&problems);
+    warn!(%message, "RayService refused");
+    ctx.event(
+        service,
+        EventType::Warning,
+        reasons::INVALID_SPEC,
+        "Validate",
+        message.clone(),
+    )
+    .await;
+    status::set(
+        status,
+        condition_types::READY,
+        FALSE,
+        condition_reasons::VALIDATION_FAILED,
+        &message,
+        generation,
+        now.clone(),
+    );
+    status.service_status = None;
+    status.observed_generation = generation;
+    write_status_if_changed(service, ctx, status.clone()).await?;
+    Ok(Err(Action::await_change()))
 }
 
 /// After the initializing timeout: no cluster is active or pending, and every cluster goes.

@@ -38,6 +38,9 @@ pub(super) struct Desired {
     pub(super) update_in_place: Vec<(Arc<RayCluster>, Built<RayCluster>)>,
     /// The pass's plan of an incremental upgrade (set before Serve is reconciled).
     pub(super) incremental: Option<IncrementalPlan>,
+    /// `ray.io/initializing-timeout`, as the rule book parsed it (set by the reconcile, which
+    /// holds the validated values).
+    pub(super) initializing_timeout: Option<Duration>,
 }
 
 impl Desired {
@@ -149,6 +152,7 @@ pub(super) fn desired(
         create,
         update_in_place,
         incremental: None,
+        initializing_timeout: None,
     }
 }
 

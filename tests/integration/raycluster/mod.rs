@@ -19,7 +19,7 @@ use raypipe::controllers::raycluster::builders::pod::{WorkerReplica, head_pod, w
 use raypipe::controllers::raycluster::builders::{BuildOptions, service};
 use raypipe::controllers::raycluster::status::desired_workers;
 use raypipe::kuberay::{names, spec::spec_hash};
-use raypipe::validation::raycluster::controller as validate;
+use raypipe::validation::validated as validate;
 use serde_json::{Value, json};
 
 use crate::support::{self, assert_contains, eventually, fixture};
