@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import run
-from raypipe_runtime import engine
+from raypipe_runtime import engine, timeouts
 from raypipe_runtime.engine import Backpressure, Executor, Unavailable
 from raypipe_runtime.pointer import RawBody
 from raypipe_runtime.spec import parse_graph_text
@@ -681,7 +681,7 @@ def test_only_backpressure_sets_retry_after():
 
 def test_the_python_3_10_stand_in_for_asyncio_timeout_keeps_timeouts_and_deadlines(monkeypatch):
     # Ray 2.60 still runs on Python 3.10, which has no asyncio.timeout: the engine brings its own.
-    monkeypatch.setattr(engine, "_timeout_at", engine._Timeout)
+    monkeypatch.setattr(timeouts, "timeout_at", timeouts.TimeoutAt)
     test_node_timeout_names_the_node()
     test_the_request_deadline_bounds_every_call()
     test_a_node_timeout_beyond_the_deadline_ends_as_the_deadline()
