@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 from . import pointer as jp
 from .errors import GraphError
@@ -21,14 +21,20 @@ class _Dead:
 DEAD = _Dead()
 
 
-def assemble(node: NodeSpec, live: list[EdgeSpec], dead_optional: list[EdgeSpec],
-             values: Mapping[str, Any], ingress: str) -> Any:
+def assemble(
+    node: NodeSpec, live: list[EdgeSpec], dead_optional: list[EdgeSpec], values: Mapping[str, Any], ingress: str
+) -> Any:
     """The input document of `node`, fired with its `live` in-edges; `dead_optional` are its
     dead optional in-edges, which write their `if_missing` value when they have one."""
     data = [e for e in live if e.mode == "DATA"]
     fills = [e for e in dead_optional if e.mode == "DATA" and e.if_missing is not MISSING]
-    if (node.input_template is MISSING and len(data) == 1 and data[0].into == ""
-            and data[0].tensors is None and not fills):
+    if (
+        node.input_template is MISSING
+        and len(data) == 1
+        and data[0].into == ""
+        and data[0].tensors is None
+        and not fills
+    ):
         return take(node, data[0], values, ingress)
     document = copy.deepcopy(node.input_template) if node.input_template is not MISSING else {}
     writers = sorted([(e, True) for e in data] + [(e, False) for e in fills], key=lambda p: p[0].index)
@@ -63,8 +69,11 @@ def take(node: NodeSpec, e: EdgeSpec, values: Mapping[str, Any], ingress: str) -
             if found is None:
                 if e.optional:
                     return DEAD
-                raise GraphError(_select_code(e, ingress), node.name,
-                                 f"edge {e.label}: output tensor {tensor_name!r} of {e.source} is missing")
+                raise GraphError(
+                    _select_code(e, ingress),
+                    node.name,
+                    f"edge {e.label}: output tensor {tensor_name!r} of {e.source} is missing",
+                )
             renamed = dict(found)
             renamed["name"] = e.tensors.rename.get(tensor_name, tensor_name)
             tensors.append(renamed)
@@ -74,13 +83,15 @@ def take(node: NodeSpec, e: EdgeSpec, values: Mapping[str, Any], ingress: str) -
     try:
         found = jp.lookup(value, e.select)
     except jp.RawBodyError:
-        raise GraphError("INVALID_INPUT", node.name,
-                         f"edge {e.label} selects {e.select} but the request body is not JSON") from None
+        raise GraphError(
+            "INVALID_INPUT", node.name, f"edge {e.label} selects {e.select} but the request body is not JSON"
+        ) from None
     if found is jp.MISSING:
         if e.optional:
             return DEAD
-        raise GraphError(_select_code(e, ingress), node.name,
-                         f"edge {e.label}: {e.select} is not in the output of {e.source}")
+        raise GraphError(
+            _select_code(e, ingress), node.name, f"edge {e.label}: {e.select} is not in the output of {e.source}"
+        )
     return found
 
 
@@ -99,8 +110,7 @@ def _append_tensors(node: NodeSpec, e: EdgeSpec, document: Any, tensors: list) -
     return document
 
 
-def call_args(node: NodeSpec, document: Any, graph: GraphSpec,
-              headers: Optional[Mapping[str, str]]) -> tuple[tuple, dict]:
+def call_args(node: NodeSpec, document: Any, graph: GraphSpec, headers: Mapping[str, str] | None) -> tuple[tuple, dict]:
     """The positional and keyword arguments of a model node's call: the document itself
     (SINGLE_ARG) or its keys (KWARGS), plus `headers=` (a copy of `headers`) when given."""
     assert node.model is not None  # only model nodes are called
@@ -108,9 +118,14 @@ def call_args(node: NodeSpec, document: Any, graph: GraphSpec,
     args: tuple
     if node.model.call_style == "KWARGS":
         if not isinstance(document, dict) or not all(isinstance(k, str) and k.isidentifier() for k in document):
-            code = "INVALID_INPUT" if any(e.source == graph.ingress for e in graph.in_edges[node.name]) else "NODE_INPUT"
-            raise GraphError(code, node.name,
-                             f"{node.name} takes keyword arguments, but its input is not an object with identifier keys")
+            code = (
+                "INVALID_INPUT" if any(e.source == graph.ingress for e in graph.in_edges[node.name]) else "NODE_INPUT"
+            )
+            raise GraphError(
+                code,
+                node.name,
+                f"{node.name} takes keyword arguments, but its input is not an object with identifier keys",
+            )
         args, kwargs = (), dict(document)
     else:
         args = (document,)

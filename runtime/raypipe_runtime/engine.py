@@ -43,11 +43,9 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, Optional
+from typing import Any
 
-# The engine's public names, wherever they live now (app.py, router.py, metrics.py and the
-# tests import them from here).
-from .errors import (  # noqa: F401
+from .errors import (
     DEFAULT_RETRY_AFTER_S,
     MAX_MESSAGE,
     STATUS,
@@ -59,7 +57,7 @@ from .errors import (  # noqa: F401
     retry_after_seconds,
 )
 from .node_call import Caller
-from .observer import (  # noqa: F401
+from .observer import (
     OUTCOME_ERROR,
     OUTCOME_FALLBACK,
     OUTCOME_OK,
@@ -70,7 +68,7 @@ from .observer import (  # noqa: F401
     Observer,
     failure_outcome,
 )
-from .response import (  # noqa: F401
+from .response import (
     HEADER_FALLBACK,
     HEADER_GRAPH,
     HEADER_PARTIAL,
@@ -80,9 +78,49 @@ from .response import (  # noqa: F401
     HEADER_TRACE,
     Result,
 )
-from .scheduler import Run, canonical_json, sticky_choice  # noqa: F401
+from .scheduler import Run, canonical_json, sticky_choice
 from .spec import GraphSpec
-from .states import DONE, FAILED, PENDING, RUNNING, SKIPPED  # noqa: F401
+from .states import DONE, FAILED, PENDING, RUNNING, SKIPPED
+
+# The engine's public names, wherever they live (app.py, router.py, metrics.py and the tests
+# import them from here).
+__all__ = [
+    "DEFAULT_RETRY_AFTER_S",
+    "DONE",
+    "FAILED",
+    "HEADER_FALLBACK",
+    "HEADER_GRAPH",
+    "HEADER_PARTIAL",
+    "HEADER_RETRY_AFTER",
+    "HEADER_ROUTE",
+    "HEADER_SERVER_TIMING",
+    "HEADER_TRACE",
+    "MAX_MESSAGE",
+    "OUTCOMES",
+    "OUTCOME_ERROR",
+    "OUTCOME_FALLBACK",
+    "OUTCOME_OK",
+    "OUTCOME_SHADOW_FAILED",
+    "OUTCOME_SKIPPED",
+    "OUTCOME_TIMEOUT",
+    "PENDING",
+    "RUNNING",
+    "SKIPPED",
+    "STATUS",
+    "Backpressure",
+    "Caller",
+    "Executor",
+    "GraphError",
+    "Observer",
+    "Result",
+    "Unavailable",
+    "canonical_json",
+    "describe_exception",
+    "failure_outcome",
+    "http_status_of",
+    "retry_after_seconds",
+    "sticky_choice",
+]
 
 logger = logging.getLogger("raypipe_runtime")
 
@@ -97,11 +135,17 @@ class Executor:
     timings; without it and without a trace, no call is timed.
     """
 
-    def __init__(self, graph: GraphSpec, callers: Mapping[str, Caller], *,
-                 header_nodes=(), rng: Optional[random.Random] = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 observer: Optional[Observer] = None):
+    def __init__(
+        self,
+        graph: GraphSpec,
+        callers: Mapping[str, Caller],
+        *,
+        header_nodes=(),
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        observer: Observer | None = None,
+    ):
         missing = [n.name for n in graph.model_nodes() if n.name not in callers]
         if missing:
             raise ValueError(f"no caller for model node(s) {', '.join(missing)}")
@@ -115,11 +159,12 @@ class Executor:
         self._observer_broken = False
         self._tasks: set = set()
         # What every request would otherwise work out again.
-        self.initial_state = {name: PENDING for name in graph.nodes}
+        self.initial_state = dict.fromkeys(graph.nodes, PENDING)
         self.graph_header = f"{graph.name}@{graph.version}" if graph.version else graph.name
         self.deadline_s = graph.deadline_ms / 1000.0
-        self.scope_names = {name: (*[a for a in graph.order if a in graph.ancestors[name]], name)
-                            for name in graph.order}
+        self.scope_names = {
+            name: (*[a for a in graph.order if a in graph.ancestors[name]], name) for name in graph.order
+        }
         self.switch_routes = {}
         self.split_routes = {}
         for node in graph.nodes.values():
@@ -133,13 +178,13 @@ class Executor:
         prunable = set(_prunable(graph))
         self.prunable = tuple(name for name in graph.order if name in prunable)
 
-    async def run(self, request: Any, headers: Optional[Mapping[str, str]] = None) -> Result:
+    async def run(self, request: Any, headers: Mapping[str, str] | None = None) -> Result:
         """Runs one request (its parsed body) and returns the response. Never raises for graph
         or model failures (they become error responses); cancellation propagates."""
         run = Run(self, request, {k.lower(): v for k, v in (headers or {}).items()})
         return await run.execute()
 
-    async def wait_idle(self, timeout: Optional[float] = None) -> None:
+    async def wait_idle(self, timeout: float | None = None) -> None:
         """Waits for background work (shadow branches) of finished requests."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._tasks:

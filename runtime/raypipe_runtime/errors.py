@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 # Seconds a client is told to wait after a node's backpressure when Serve names no delay of
 # its own (`backpressure_config.retry_after_s`): a full queue drains within a few calls of the
@@ -40,15 +40,19 @@ class Backpressure(Exception):
     """Raised by a caller when the call was rejected because the queue was full.
     `retry_after_s`: how long the client should wait, when the deployment says."""
 
-    def __init__(self, message: str = "", retry_after_s: Optional[float] = None):
+    def __init__(self, message: str = "", retry_after_s: float | None = None):
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
 
-def retry_after_seconds(retry_after_s: Optional[float]) -> int:
+def retry_after_seconds(retry_after_s: float | None) -> int:
     """The `Retry-After` value (whole seconds, rounded up, as Serve does) for a delay."""
-    if isinstance(retry_after_s, (int, float)) and not isinstance(retry_after_s, bool) \
-            and math.isfinite(retry_after_s) and retry_after_s >= 0:
+    if (
+        isinstance(retry_after_s, (int, float))
+        and not isinstance(retry_after_s, bool)
+        and math.isfinite(retry_after_s)
+        and retry_after_s >= 0
+    ):
         return math.ceil(retry_after_s)
     return DEFAULT_RETRY_AFTER_S
 
@@ -56,8 +60,15 @@ def retry_after_seconds(retry_after_s: Optional[float]) -> int:
 class GraphError(Exception):
     """A request failure: {"error": {code, node, message, attempts}} with an HTTP status."""
 
-    def __init__(self, code: str, node: Optional[str], message: str, attempts: int = 0,
-                 status: Optional[int] = None, retry_after: Optional[int] = None):
+    def __init__(
+        self,
+        code: str,
+        node: str | None,
+        message: str,
+        attempts: int = 0,
+        status: int | None = None,
+        retry_after: int | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.node = node
@@ -80,9 +91,9 @@ class Failure:
     kind: str  # UNAVAILABLE, BACKPRESSURE, TIMEOUT, APP_ERROR, INPUT
     message: str
     attempts: int
-    status: Optional[int] = None
-    code: Optional[str] = None
-    retry_after: Optional[int] = None
+    status: int | None = None
+    code: str | None = None
+    retry_after: int | None = None
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -91,7 +102,7 @@ def describe_exception(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def http_status_of(exc: BaseException) -> Optional[int]:
+def http_status_of(exc: BaseException) -> int | None:
     """An HTTP status < 500 that a user exception carries (`status_code` or `status`)."""
     for attr in ("status_code", "status"):
         value = getattr(exc, attr, None)

@@ -9,7 +9,7 @@ import copy
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from . import timeouts
 from .assembly import call_args
@@ -34,11 +34,12 @@ logger = logging.getLogger("raypipe_runtime")
 
 Caller = Callable[..., Awaitable[Any]]
 
+
 class NodeTimeout(Exception):
     """A node's own timeout ended an attempt."""
 
 
-async def call_once(caller: Caller, args: tuple, kwargs: dict, timeout: Optional[float]) -> Any:
+async def call_once(caller: Caller, args: tuple, kwargs: dict, timeout: float | None) -> Any:
     """One call, bounded by `timeout` seconds when given; awaited directly when not."""
     if timeout is None:
         return await caller(*args, **kwargs)
@@ -52,9 +53,16 @@ async def call_once(caller: Caller, args: tuple, kwargs: dict, timeout: Optional
         raise
 
 
-async def attempts(node: NodeSpec, caller: Caller, args: tuple, kwargs: dict, *,
-                   remaining: Callable[[], float], rng: random.Random,
-                   sleep: Callable[[float], Awaitable[None]]) -> tuple[str, Any, int]:
+async def attempts(
+    node: NodeSpec,
+    caller: Caller,
+    args: tuple,
+    kwargs: dict,
+    *,
+    remaining: Callable[[], float],
+    rng: random.Random,
+    sleep: Callable[[float], Awaitable[None]],
+) -> tuple[str, Any, int]:
     """Calls the node until it answers or its retries end: ("ok", value, attempts),
     ("failed", Failure, attempts) or ("deadline", None, attempts). `remaining()` is the time
     left until the request deadline, which itself is enforced around the whole request (and
@@ -80,8 +88,9 @@ async def attempts(node: NodeSpec, caller: Caller, args: tuple, kwargs: dict, *,
         except Unavailable as exc:
             failure = Failure("UNAVAILABLE", describe_exception(exc), attempt)
         except Backpressure as exc:
-            failure = Failure("BACKPRESSURE", describe_exception(exc), attempt,
-                              retry_after=retry_after_seconds(exc.retry_after_s))
+            failure = Failure(
+                "BACKPRESSURE", describe_exception(exc), attempt, retry_after=retry_after_seconds(exc.retry_after_s)
+            )
         except Exception as exc:
             failure = Failure("APP_ERROR", describe_exception(exc), attempt, status=http_status_of(exc))
         if attempt >= retry.attempts or failure.kind not in retry.retry_on:
@@ -90,7 +99,9 @@ async def attempts(node: NodeSpec, caller: Caller, args: tuple, kwargs: dict, *,
         backoff = rng.uniform(0, cap) / 1000.0
         if remaining() <= backoff:
             return ("failed", failure, attempt)
-        logger.info("raypipe: retrying %s after %s (attempt %d of %d)", node.name, failure.kind, attempt, retry.attempts)
+        logger.info(
+            "raypipe: retrying %s after %s (attempt %d of %d)", node.name, failure.kind, attempt, retry.attempts
+        )
         await sleep(backoff)
 
 
@@ -134,13 +145,15 @@ async def _call_and_settle(run: Run, node: NodeSpec, document: Any) -> None:
     executor = run.x
     caller = executor.callers[name]
     if not run.timed:
-        kind, value, tries = await attempts(node, caller, args, kwargs, remaining=run.remaining,
-                                            rng=executor.rng, sleep=executor.sleep)
+        kind, value, tries = await attempts(
+            node, caller, args, kwargs, remaining=run.remaining, rng=executor.rng, sleep=executor.sleep
+        )
     else:
         started = _call_started(run, shadow)
         try:
-            kind, value, tries = await attempts(node, caller, args, kwargs, remaining=run.remaining,
-                                                rng=executor.rng, sleep=executor.sleep)
+            kind, value, tries = await attempts(
+                node, caller, args, kwargs, remaining=run.remaining, rng=executor.rng, sleep=executor.sleep
+            )
         except asyncio.CancelledError:
             _call_cancelled(run, name, shadow, started)
             raise
@@ -221,5 +234,13 @@ def node_failed(run: Run, node: NodeSpec, failure: Failure) -> None:
         run.fallbacks.append(name)
         return run.settle(name, DONE, copy.deepcopy(node.fallback_value))
     code = failure.code or FAILURE_CODES.get(failure.kind, "NODE_FAILED")
-    run.fail(GraphError(code, name, f"{name}: {failure.message}", failure.attempts, status=failure.status,
-                        retry_after=failure.retry_after))
+    run.fail(
+        GraphError(
+            code,
+            name,
+            f"{name}: {failure.message}",
+            failure.attempts,
+            status=failure.status,
+            retry_after=failure.retry_after,
+        )
+    )

@@ -14,8 +14,7 @@ OUTCOME_FALLBACK = "fallback"  # failed in any way; its fallback_value was used
 OUTCOME_SKIPPED = "skipped"  # never called (routed around, dead input, not sampled, not needed),
 #                             or its call was cancelled because nothing needed it any more
 OUTCOME_SHADOW_FAILED = "shadow_failed"  # a shadow node failed in any way (timeouts included)
-OUTCOMES = (OUTCOME_OK, OUTCOME_ERROR, OUTCOME_TIMEOUT, OUTCOME_FALLBACK, OUTCOME_SKIPPED,
-            OUTCOME_SHADOW_FAILED)
+OUTCOMES = (OUTCOME_OK, OUTCOME_ERROR, OUTCOME_TIMEOUT, OUTCOME_FALLBACK, OUTCOME_SKIPPED, OUTCOME_SHADOW_FAILED)
 
 
 def failure_outcome(node: NodeSpec, failure_kind: str, shadow: bool) -> str:

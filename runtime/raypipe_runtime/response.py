@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from .errors import GraphError
 from .spec import GraphSpec
@@ -27,11 +27,12 @@ class Result:
     status: int
     body: Any
     headers: dict = field(default_factory=dict)
-    error: Optional[GraphError] = None
+    error: GraphError | None = None
 
 
-def partial(graph: GraphSpec, soft_failed: list[str], state: Mapping[str, str],
-            edge_live: Mapping[int, bool]) -> list[str]:
+def partial(
+    graph: GraphSpec, soft_failed: list[str], state: Mapping[str, str], edge_live: Mapping[int, bool]
+) -> list[str]:
     """The nodes `x-raypipe-partial` names: soft-failed nodes, then the sources of the OUTPUT
     node's dead optional in-edges."""
     names = list(soft_failed)
@@ -43,12 +44,10 @@ def partial(graph: GraphSpec, soft_failed: list[str], state: Mapping[str, str],
     return names
 
 
-def trace(graph: GraphSpec, state: Mapping[str, str], info: Mapping[str, dict],
-          reasons: Mapping[str, str]) -> dict:
+def trace(graph: GraphSpec, state: Mapping[str, str], info: Mapping[str, dict], reasons: Mapping[str, str]) -> dict:
     """`x-raypipe-trace`: each node the request reached, its state, attempts, time and reason."""
     return {
-        name: {"state": state[name], **info.get(name, {}),
-               **({"reason": reasons[name]} if name in reasons else {})}
+        name: {"state": state[name], **info.get(name, {}), **({"reason": reasons[name]} if name in reasons else {})}
         for name in graph.order
         if state[name] != PENDING or name in info
     }

@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from . import node_call, timeouts
 from . import pointer as jp
@@ -60,8 +60,9 @@ class Run:
         self.g = executor.graph
         self.request = request
         self.headers = headers
-        self.forwarded = ({h: headers[h] for h in self.g.forward_headers if h in headers}
-                          if executor.header_nodes else {})
+        self.forwarded = (
+            {h: headers[h] for h in self.g.forward_headers if h in headers} if executor.header_nodes else {}
+        )
         self.trace = HEADER_TRACE in headers and headers[HEADER_TRACE].strip().lower() in ("1", "true", "yes")
         # Node calls are timed only for a trace or an observer; see Observer for the overhead.
         self.timed = self.trace or executor.observer is not None
@@ -81,8 +82,8 @@ class Run:
         self.info: dict = {}  # node name -> attempts and time, kept only for x-raypipe-trace
         self.ready: list = []  # (node, document) of model calls (not shadow) ready to start
         self.tasks: dict = {}  # node name -> task, for calls (not shadow) that run side by side
-        self.result: Optional[Result] = None
-        self.wake: Optional[asyncio.Future] = None  # the request's coroutine waits on tasks
+        self.result: Result | None = None
+        self.wake: asyncio.Future | None = None  # the request's coroutine waits on tasks
         self.loop = asyncio.get_running_loop()
         self.start = executor.clock()
         self.deadline = self.start + executor.deadline_s
@@ -169,8 +170,13 @@ class Run:
     def on_deadline(self) -> None:
         running = [n for n in self.g.order if self.state[n] == RUNNING and n not in self.g.shadow]
         waiting = f" while waiting for {', '.join(running)}" if running else ""
-        self.fail(GraphError("DEADLINE", running[0] if running else None,
-                             f"the request deadline of {self.g.deadline_ms} ms passed{waiting}"))
+        self.fail(
+            GraphError(
+                "DEADLINE",
+                running[0] if running else None,
+                f"the request deadline of {self.g.deadline_ms} ms passed{waiting}",
+            )
+        )
 
     def _cancel_non_shadow(self) -> None:
         for task in self.tasks.values():
@@ -203,7 +209,7 @@ class Run:
 
     # ---- the event loop of one request ------------------------------------------------------
 
-    def settle(self, name: str, state: str, value: Any = None, reason: Optional[str] = None) -> None:
+    def settle(self, name: str, state: str, value: Any = None, reason: str | None = None) -> None:
         """Records that a node finished (or was skipped), then lets its consumers proceed.
         Iterative (a queue), so long chains of routing nodes do not recurse."""
         queue = self.queue
@@ -220,7 +226,11 @@ class Run:
                     self.fail(error)
                 except Exception as exc:  # a bug here must not hang the request
                     logger.exception("raypipe: internal error while settling %s", item[0])
-                    self.fail(GraphError("INTERNAL", item[0], f"internal error of the graph runtime: {describe_exception(exc)}"))
+                    self.fail(
+                        GraphError(
+                            "INTERNAL", item[0], f"internal error of the graph runtime: {describe_exception(exc)}"
+                        )
+                    )
             if self.result is None and self.tasks and self.x.prunable:
                 self._prune()
         finally:
@@ -228,7 +238,7 @@ class Run:
         if self.ready or self.result is not None:
             self._wake()
 
-    def _apply(self, name: str, state: str, value: Any, reason: Optional[str]) -> None:
+    def _apply(self, name: str, state: str, value: Any, reason: str | None) -> None:
         prior = self.state[name]
         if prior in SETTLED:
             return
@@ -238,8 +248,12 @@ class Run:
         else:
             if reason:
                 self.reasons[name] = reason
-            if (state == SKIPPED and prior == PENDING and self.x.observer is not None
-                    and self.g.nodes[name].kind == "model"):
+            if (
+                state == SKIPPED
+                and prior == PENDING
+                and self.x.observer is not None
+                and self.g.nodes[name].kind == "model"
+            ):
                 self.observe_outcome(name, OUTCOME_SKIPPED)  # never called
         if name == self.g.output:
             self._finish()
@@ -270,7 +284,9 @@ class Run:
         if self.state[out] == DONE:
             self._respond(Result(200, self.values[out]))
         else:
-            self.fail(GraphError("OUTPUT_SKIPPED", out, f"the response could not be assembled: {self._skip_chain(out)}"))
+            self.fail(
+                GraphError("OUTPUT_SKIPPED", out, f"the response could not be assembled: {self._skip_chain(out)}")
+            )
 
     def _skip_chain(self, name: str) -> str:
         """Why a node was skipped, followed upstream to the first cause."""
@@ -280,9 +296,13 @@ class Run:
             seen.add(name)
             reason = self.reasons.get(name, "skipped")
             parts.append(f"{name} ({reason})")
-            dead = [e for e in self.g.in_edges[name]
-                    if not self.edge_live.get(e.index, True) and self.state[e.source] in (SKIPPED, FAILED)
-                    and not e.optional]
+            dead = [
+                e
+                for e in self.g.in_edges[name]
+                if not self.edge_live.get(e.index, True)
+                and self.state[e.source] in (SKIPPED, FAILED)
+                and not e.optional
+            ]
             if not dead:
                 dead = [e for e in self.g.in_edges[name] if self.state[e.source] in (SKIPPED, FAILED)]
             if not dead:
@@ -298,8 +318,9 @@ class Run:
         try:
             return pred.evaluate(predicate, scope)
         except jp.RawBodyError as e:
-            raise GraphError("INVALID_INPUT", node,
-                             f"{what} reads {e.args[0]} but the request body is not JSON") from None
+            raise GraphError(
+                "INVALID_INPUT", node, f"{what} reads {e.args[0]} but the request body is not JSON"
+            ) from None
 
     # ---- firing ------------------------------------------------------------------------------
 
@@ -396,7 +417,9 @@ class Run:
         if chosen is None:
             if node.on_no_match == "SKIP":
                 return self._skip(node.name, "no case matched")
-            raise GraphError("NO_ROUTE", node.name, f"no case of switch {node.name} matched the request and it has no default")
+            raise GraphError(
+                "NO_ROUTE", node.name, f"no case of switch {node.name} matched the request and it has no default"
+            )
         self._choose(node.name, chosen)
         self.settle(node.name, DONE, document)
 
@@ -410,8 +433,11 @@ class Run:
             try:
                 key = jp.lookup(scope, node.sticky_key)
             except jp.RawBodyError:
-                raise GraphError("INVALID_INPUT", node.name,
-                                 f"the sticky key {node.sticky_key} of split {node.name} reads a request body that is not JSON") from None
+                raise GraphError(
+                    "INVALID_INPUT",
+                    node.name,
+                    f"the sticky key {node.sticky_key} of split {node.name} reads a request body that is not JSON",
+                ) from None
             if key is not jp.MISSING:
                 point = sticky_choice(key, total)
         if point is None:

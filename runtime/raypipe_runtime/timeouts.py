@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any
 
 
 class TimeoutAt:
@@ -17,13 +17,14 @@ class TimeoutAt:
     def __init__(self, when: float):
         self._when = when
         self._expired = False
-        self._handle: Optional[asyncio.TimerHandle] = None
+        self._handle: asyncio.TimerHandle | None = None
 
     def expired(self) -> bool:
         return self._expired
 
     async def __aenter__(self) -> TimeoutAt:
         task = asyncio.current_task()
+        assert task is not None  # entered from a coroutine, which runs in a task
         self._handle = asyncio.get_running_loop().call_at(self._when, self._expire, task)
         return self
 
@@ -31,8 +32,9 @@ class TimeoutAt:
         self._expired = True
         task.cancel()
 
-    async def __aexit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
-                        tb: Optional[TracebackType]) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._handle is not None:
             self._handle.cancel()
         if self._expired and exc_type is asyncio.CancelledError:

@@ -348,7 +348,8 @@ mod tests {
     }
 
     /// build.rs embeds the package's `*.py` by listing its directory, so a new module travels
-    /// to Ray without being named anywhere.
+    /// to Ray without being named anywhere (and nothing of runtime/ outside it, such as
+    /// pyproject.toml).
     #[test]
     fn the_embedded_runtime_is_every_module_of_the_package() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/raypipe_runtime");
@@ -371,5 +372,17 @@ mod tests {
                 "{module} is not embedded"
             );
         }
+    }
+
+    #[test]
+    fn the_runtime_metadata_carries_raypipe_version() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/pyproject.toml");
+        let pyproject = std::fs::read_to_string(&path).expect("runtime/pyproject.toml");
+        let line = format!("version = \"{}\"", env!("CARGO_PKG_VERSION"));
+        assert!(
+            pyproject.lines().any(|l| l == line),
+            "{} should say `{line}` (raypipe's version, Cargo.toml)",
+            path.display()
+        );
     }
 }
