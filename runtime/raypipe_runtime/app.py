@@ -20,13 +20,13 @@ handed on as text, and reading inside it is a 400). The response is the OUTPUT n
 JSON with status 200, or `{"error": {code, node, message, attempts}}` with the status of the
 failure (400 INVALID_INPUT, 422 NO_ROUTE / OUTPUT_SKIPPED, a user exception's own 4xx
 `status_code`, 502 NODE_FAILED / UNAVAILABLE / SELECT_MISSING, 503 BACKPRESSURE with
-`Retry-After`, 504 TIMEOUT / DEADLINE). Headers: x-raypipe-graph, x-raypipe-route (switch/split choices), x-raypipe-partial
-(skipped optional parts), x-raypipe-fallback, and x-raypipe-trace when the request sends
-`x-raypipe-trace: 1` (then also a W3C `server-timing` header: each node's call time and the
-graph's `_overhead`, in ms). Each executor replica records per-node and per-graph metrics
-through Ray Serve's metrics API (metrics.py). The same answer is available by handle as
-`handle_request(body, headers)` -> (status, bytes, media type, headers), which the rollout
-router (router.py) calls on a version application that has no route of its own.
+`Retry-After`, 504 TIMEOUT / DEADLINE). Headers: x-raypipe-graph, x-raypipe-route (switch/split
+choices), x-raypipe-partial (skipped optional parts), x-raypipe-fallback, and x-raypipe-trace
+when the request sends `x-raypipe-trace: 1` (then also a W3C `server-timing` header: each node's
+call time and the graph's `_overhead`, in ms). Each executor replica records per-node and
+per-graph metrics through Ray Serve's metrics API (metrics.py). The same answer is available by
+handle as `handle_request(body, headers)` -> (status, bytes, media type, headers), which the
+rollout router (router.py) calls on a version application that has no route of its own.
 """
 
 from __future__ import annotations
@@ -36,11 +36,14 @@ import importlib
 import inspect
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import engine, metrics
 from .pointer import RawBody
 from .spec import ArgsError, GraphSpec, NodeSpec, parse_args
+
+if TYPE_CHECKING:
+    from ray.serve import Deployment
 
 logger = logging.getLogger("raypipe_runtime")
 
@@ -58,6 +61,14 @@ def import_attr(import_path: str):
     for part in attr_path.split("."):
         target = getattr(target, part)
     return target
+
+
+def serve_deployment(target: Any, **options: Any) -> Deployment:
+    """`serve.deployment(target, name=..., ...)`. Serve annotates the form with options only as
+    a decorator factory, but called with the class as well it returns the Deployment."""
+    from ray import serve
+
+    return cast("Deployment", serve.deployment(target, **options))
 
 
 def _node_field(graph: GraphSpec, node: NodeSpec, field: str) -> str:
@@ -84,7 +95,9 @@ def _takes_headers(fn) -> bool:
     except (TypeError, ValueError):
         return False
     return "headers" in params and params["headers"].kind in (
-        inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    )
 
 
 def bind_models(spec):
@@ -107,28 +120,38 @@ def bind_models(spec):
             problems.append((where, f"cannot import {model.import_path!r}: {engine.describe_exception(exc)}"))
             continue
         if isinstance(target, Application):
-            problems.append((where, f"{model.import_path!r} is an already bound application; "
-                                    "name the class (or @serve.deployment class) instead"))
+            problems.append(
+                (
+                    where,
+                    f"{model.import_path!r} is an already bound application; "
+                    "name the class (or @serve.deployment class) instead",
+                )
+            )
             continue
         if isinstance(target, serve.Deployment):
             deployment = target.options(name=node.name)
         elif inspect.isclass(target) or inspect.isfunction(target):
-            deployment = serve.deployment(target, name=node.name)
+            deployment = serve_deployment(target, name=node.name)
         else:
             problems.append((where, f"{model.import_path!r} is a {type(target).__name__}, not a class or function"))
             continue
         fn = _user_callable(target, model.method)
         if fn is None:
-            problems.append((_node_field(graph, node, "method"),
-                             f"{model.import_path!r} has no method {model.method!r}"))
+            problems.append(
+                (_node_field(graph, node, "method"), f"{model.import_path!r} has no method {model.method!r}")
+            )
             continue
         if graph.forward_headers and _takes_headers(fn):
             header_nodes.append(node.name)
         if node.name in spec.fused_nodes:
             if not isinstance(target, serve.Deployment):
                 continue  # constructed in each executor replica (GraphExecutor)
-            logger.warning("raypipe: node %r stays a deployment: %r is decorated with @serve.deployment, "
-                           "whose options are its own", node.name, model.import_path)
+            logger.warning(
+                "raypipe: node %r stays a deployment: %r is decorated with @serve.deployment, "
+                "whose options are its own",
+                node.name,
+                model.import_path,
+            )
         try:
             bound[node.name] = deployment.bind(*model.init_args, **model.init_kwargs)
         except Exception as exc:
@@ -140,17 +163,21 @@ def bind_models(spec):
 
 def build(args: dict):
     """Serve application builder: the graph in `args` -> the executor bound to every node."""
-    from ray import serve
-
     spec = parse_args(args)
     bound, header_nodes = bind_models(spec)
     # The executor mostly waits on its nodes, so it takes many requests at once (Ray's default
     # of 5 would cap the whole graph); the config's `deployments` entry overrides this.
-    executor = serve.deployment(GraphExecutor, name=spec.executor_deployment,
-                                max_ongoing_requests=EXECUTOR_MAX_ONGOING_REQUESTS)
-    logger.info("raypipe: built graph %r (%d nodes, %d model deployments, %d fused into %s)",
-                spec.graph.name, len(spec.graph.nodes), len(bound),
-                len(spec.graph.model_nodes()) - len(bound), spec.executor_deployment)
+    executor = serve_deployment(
+        GraphExecutor, name=spec.executor_deployment, max_ongoing_requests=EXECUTOR_MAX_ONGOING_REQUESTS
+    )
+    logger.info(
+        "raypipe: built graph %r (%d nodes, %d model deployments, %d fused into %s)",
+        spec.graph.name,
+        len(spec.graph.nodes),
+        len(bound),
+        len(spec.graph.model_nodes()) - len(bound),
+        spec.executor_deployment,
+    )
     return executor.bind(args, bound, header_nodes)
 
 
@@ -160,9 +187,15 @@ def _ray_caller(handle, method: str):
     from ray.serve import exceptions as sex
 
     target = handle.options(method_name=method) if method != "__call__" else handle
-    unavailable = (rex.ActorDiedError, rex.ActorUnavailableError, rex.RayActorError,
-                   rex.WorkerCrashedError, rex.NodeDiedError, rex.ActorUnschedulableError,
-                   sex.DeploymentUnavailableError)
+    unavailable: tuple[type[BaseException], ...] = (
+        rex.ActorDiedError,
+        rex.ActorUnavailableError,
+        rex.RayActorError,
+        rex.WorkerCrashedError,
+        rex.NodeDiedError,
+        rex.ActorUnschedulableError,
+        sex.DeploymentUnavailableError,
+    )
     # Serve 2.52 has no ReplicaUnavailableError (a replica lost mid-call surfaces there as one
     # of Ray's actor errors above); newer Serve raises it, so it is added where it exists.
     if hasattr(sex, "ReplicaUnavailableError"):
@@ -191,9 +224,11 @@ def _ray_caller(handle, method: str):
 def construct_fused(node: NodeSpec):
     """A fused node's model object in this process: the class constructed with the node's init
     arguments (a function is its own callable)."""
-    target = import_attr(node.model.import_path)
+    model = node.model
+    assert model is not None  # only model nodes are fused
+    target = import_attr(model.import_path)
     if inspect.isclass(target):
-        return target(*node.model.init_args, **node.model.init_kwargs)
+        return target(*model.init_args, **model.init_kwargs)
     return target
 
 
@@ -227,9 +262,9 @@ def encode_result(result: engine.Result):
     try:
         content = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except (TypeError, ValueError) as exc:
-        error = engine.GraphError("NODE_FAILED", None,
-                                  f"the response is not JSON-serialisable: {engine.describe_exception(exc)}",
-                                  status=500)
+        error = engine.GraphError(
+            "NODE_FAILED", None, f"the response is not JSON-serialisable: {engine.describe_exception(exc)}", status=500
+        )
         content = json.dumps(error.body()).encode("utf-8")
         return 500, content, "application/json", result.headers
     return result.status, content, "application/json", result.headers
@@ -249,11 +284,14 @@ class GraphExecutor:
                 obj = construct_fused(node)
             except Exception as exc:
                 # The replica does not start; Serve shows this message in the status.
-                raise RuntimeError(f"raypipe: fused node {node.name!r} ({node.model.import_path}) "
-                                   f"failed to construct: {engine.describe_exception(exc)}") from exc
+                raise RuntimeError(
+                    f"raypipe: fused node {node.name!r} ({node.model.import_path}) "
+                    f"failed to construct: {engine.describe_exception(exc)}"
+                ) from exc
             callers[node.name] = _local_caller(obj, node.model.method)
-        self.executor = engine.Executor(self.spec.graph, callers, header_nodes=header_nodes,
-                                        observer=metrics.ray_observer(self.spec.graph))
+        self.executor = engine.Executor(
+            self.spec.graph, callers, header_nodes=header_nodes, observer=metrics.ray_observer(self.spec.graph)
+        )
 
     async def handle_request(self, body: bytes, headers: dict):
         """One request as (status, content bytes, media type, response headers): what the HTTP
@@ -264,6 +302,5 @@ class GraphExecutor:
     async def __call__(self, request):
         from starlette.responses import Response
 
-        status, content, media_type, headers = await self.handle_request(await request.body(),
-                                                                         dict(request.headers))
+        status, content, media_type, headers = await self.handle_request(await request.body(), dict(request.headers))
         return Response(content=content, status_code=status, media_type=media_type, headers=headers)

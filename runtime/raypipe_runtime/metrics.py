@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from . import engine
 from .spec import GraphSpec
@@ -58,7 +58,7 @@ def label_tags(labels: dict) -> dict:
     """The graph's labels as metric tags: at most MAX_LABELS, `label_<key>` with every character
     a Prometheus label name cannot hold made `_`, values cut to MAX_LABEL_VALUE characters. Keys
     that become the same tag keep the first in key order."""
-    tags = {}
+    tags: dict[str, str] = {}
     for key in sorted(labels):
         if len(tags) >= MAX_LABELS:
             break
@@ -79,26 +79,35 @@ class MetricsObserver(engine.Observer):
     Counts wait for `flush()`, which a timer on the recording loop runs FLUSH_INTERVAL_S after
     the first count that found nothing pending."""
 
-    def __init__(self, graph: GraphSpec, counter: Callable, histogram: Callable,
-                 flush_interval_s: float = FLUSH_INTERVAL_S):
+    def __init__(
+        self, graph: GraphSpec, counter: Callable, histogram: Callable, flush_interval_s: float = FLUSH_INTERVAL_S
+    ):
         graph_tags = {"graph": graph.name, "version": graph.version, **label_tags(graph.labels)}
         keys = tuple(graph_tags)
-        self._node_requests = counter(NODE_REQUESTS, "Model node outcomes per request, by node and outcome.",
-                                      (*keys, "node", "outcome"))
-        self._node_latency = histogram(NODE_LATENCY, "Time of a model node's calls in ms, retries included.",
-                                       LATENCY_BOUNDS_MS, (*keys, "node"))
-        self._overhead = histogram(GRAPH_OVERHEAD, "Time per request the graph executor added on top of "
-                                   "its node calls, in ms.", OVERHEAD_BOUNDS_MS, keys)
-        self._graph_requests = counter(GRAPH_REQUESTS, "Requests the graph answered, by status class.",
-                                       (*keys, "status_class"))
+        self._node_requests = counter(
+            NODE_REQUESTS, "Model node outcomes per request, by node and outcome.", (*keys, "node", "outcome")
+        )
+        self._node_latency = histogram(
+            NODE_LATENCY, "Time of a model node's calls in ms, retries included.", LATENCY_BOUNDS_MS, (*keys, "node")
+        )
+        self._overhead = histogram(
+            GRAPH_OVERHEAD,
+            "Time per request the graph executor added on top of its node calls, in ms.",
+            OVERHEAD_BOUNDS_MS,
+            keys,
+        )
+        self._graph_requests = counter(
+            GRAPH_REQUESTS, "Requests the graph answered, by status class.", (*keys, "status_class")
+        )
         for metric in (self._node_requests, self._node_latency, self._overhead, self._graph_requests):
             metric.set_default_tags(dict(graph_tags))
         # Tag dicts made once: a record then costs no formatting.
         names = [node.name for node in graph.model_nodes()]
-        self._outcome_tags = {(name, outcome): {"node": name, "outcome": outcome}
-                              for name in names for outcome in engine.OUTCOMES}
+        self._outcome_tags = {
+            (name, outcome): {"node": name, "outcome": outcome} for name in names for outcome in engine.OUTCOMES
+        }
         self._node_tags = {name: {"node": name} for name in names}
-        self._status_tags = {}
+        self._status_tags: dict[int, dict[str, str]] = {}
         self._flush_interval_s = flush_interval_s
         self._outcome_counts: dict = {}  # (node, outcome) -> count not yet added to Ray's
         self._status_counts: dict = {}  # status -> count not yet added to Ray's
@@ -150,7 +159,7 @@ class MetricsObserver(engine.Observer):
                 logger.exception("raypipe: adding counts to the metrics failed; such failures are not logged again")
 
 
-def ray_observer(graph: GraphSpec) -> Optional[MetricsObserver]:
+def ray_observer(graph: GraphSpec) -> MetricsObserver | None:
     """The observer over `ray.serve.metrics`, or None (logged) when they cannot be made: the
     graph then runs without metrics rather than not at all."""
     try:

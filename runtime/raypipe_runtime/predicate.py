@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from . import pointer as jp
 
@@ -29,7 +29,18 @@ MAX_PREDICATE_NODES = 64
 MAX_PREDICATE_DEPTH = 8
 
 OPS = (
-    "EXISTS", "EQ", "NE", "LT", "LE", "GT", "GE", "IN", "CONTAINS", "PREFIX", "GLOB", "TRUTHY",
+    "EXISTS",
+    "EQ",
+    "NE",
+    "LT",
+    "LE",
+    "GT",
+    "GE",
+    "IN",
+    "CONTAINS",
+    "PREFIX",
+    "GLOB",
+    "TRUTHY",
 )
 _OP_NUMBERS = {i + 1: op for i, op in enumerate(OPS)}
 
@@ -81,7 +92,7 @@ def _join(prefix: str, part: str) -> str:
     return f"{prefix}.{part}" if prefix else part
 
 
-def parse_op(value) -> Optional[str]:
+def parse_op(value) -> str | None:
     """An Op from its text form: "EQ", "OP_EQ", "eq", or its number; None when unknown."""
     if isinstance(value, bool):
         return None
@@ -163,9 +174,7 @@ class _Parser:
                 return None
             if not items:
                 self.problem(where, "is an empty list; give at least one predicate")
-            parsed = tuple(
-                self.parse(item, f"{where}[{i}]", depth + 1, top_level) for i, item in enumerate(items)
-            )
+            parsed = tuple(self.parse(item, f"{where}[{i}]", depth + 1, top_level) for i, item in enumerate(items))
             return (AllOf if key == "all_of" else AnyOf)(parsed)
         if key == "negate":
             return Negate(self.parse(body, _join(at, "negate"), depth + 1, top_level))
@@ -199,7 +208,7 @@ class _Parser:
             return
         if top_level:
             if path == "":
-                self.problem(at, "path is empty; start it with the ingress or a node name, e.g. \"/request/field\"")
+                self.problem(at, 'path is empty; start it with the ingress or a node name, e.g. "/request/field"')
             else:
                 self.scoped_paths.append((at, path))
 
@@ -219,8 +228,14 @@ class _Parser:
             self.problem(value_at, "contains a number that is not finite")
         raw_op = body.get("op")
         op = parse_op(raw_op)
-        if raw_op is None or raw_op == 0 or (isinstance(raw_op, str) and raw_op.strip().upper() in ("UNSPECIFIED", "OP_UNSPECIFIED")):
-            self.problem(f"{at}.op", "is not set; choose EXISTS, EQ, NE, LT, LE, GT, GE, IN, CONTAINS, PREFIX, GLOB or TRUTHY")
+        if (
+            raw_op is None
+            or raw_op == 0
+            or (isinstance(raw_op, str) and raw_op.strip().upper() in ("UNSPECIFIED", "OP_UNSPECIFIED"))
+        ):
+            self.problem(
+                f"{at}.op", "is not set; choose EXISTS, EQ, NE, LT, LE, GT, GE, IN, CONTAINS, PREFIX, GLOB or TRUTHY"
+            )
             return None
         if op is None:
             self.problem(f"{at}.op", f"{raw_op!r} is not a known operator")
@@ -248,7 +263,8 @@ def parse(obj):
     if parser.nodes > MAX_PREDICATE_NODES:
         parser.problem(
             "",
-            f"has {parser.nodes} predicate nodes, more than the limit of {MAX_PREDICATE_NODES}; move the logic into a model node",
+            f"has {parser.nodes} predicate nodes, more than the limit of {MAX_PREDICATE_NODES}; "
+            "move the logic into a model node",
         )
     if parser.problems:
         raise PredicateError(parser.problems)
@@ -281,13 +297,13 @@ def json_eq(a, b) -> bool:
     if isinstance(a, str) and isinstance(b, str):
         return a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_eq(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(json_eq(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return len(a) == len(b) and all(k in b and json_eq(v, b[k]) for k, v in a.items())
     return False
 
 
-def _order(a, b) -> Optional[int]:
+def _order(a, b) -> int | None:
     """-1 / 0 / 1 for two numbers (exact, as Python compares int and float) or two strings (by
     code point); None for anything else (or NaN)."""
     if _is_number(a) and _is_number(b):

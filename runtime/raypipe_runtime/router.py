@@ -37,8 +37,8 @@ import math
 import random
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Optional
 
 from . import engine
 
@@ -56,19 +56,43 @@ STABLE, CANARY, RETRIED = "stable", "canary", "retried"
 ROLES = (STABLE, CANARY)
 
 # Upper bounds (ms) of the latency histogram; one more bucket counts everything above.
-BOUNDS_MS = (1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500,
-             2000, 3000, 5000, 10000, 30000)
+BOUNDS_MS = (
+    1,
+    2,
+    3,
+    5,
+    7.5,
+    10,
+    15,
+    20,
+    30,
+    50,
+    75,
+    100,
+    150,
+    200,
+    300,
+    500,
+    750,
+    1000,
+    1500,
+    2000,
+    3000,
+    5000,
+    10000,
+    30000,
+)
 
 REPORT_INTERVAL_S = 0.5
 REPORT_TIMEOUT_S = 5.0
-ROUTER_LISTED_S = 30.0        # the snapshot lists routers heard from this recently
-ROUTER_FORGOTTEN_S = 300.0    # after this the stats forget a silent router entirely
-LEDGER_GENERATIONS = 4        # generations one router keeps counters for
+ROUTER_LISTED_S = 30.0  # the snapshot lists routers heard from this recently
+ROUTER_FORGOTTEN_S = 300.0  # after this the stats forget a silent router entirely
+LEDGER_GENERATIONS = 4  # generations one router keeps counters for
 # A router's first calls to a version it has not called before reach replicas that are still
 # cold (first handle use, first request through each model): their latency says nothing about
 # the version, so they are counted as requests and errors but left out of its latency.
 WARMUP_CALLS = 5
-STATS_GENERATIONS = 8         # generations the stats deployment keeps
+STATS_GENERATIONS = 8  # generations the stats deployment keeps
 MAX_LABEL = 128
 MAX_APP_NAME = 253
 WARN_EVERY_S = 60.0
@@ -97,7 +121,7 @@ class Target:
 class RouterConfig:
     generation: str
     stable: Target
-    canary: Optional[Target]
+    canary: Target | None
     weight: float  # percent of requests sent to canary
     retry_on_stable: bool
 
@@ -106,6 +130,7 @@ class RouterConfig:
 
 
 # ---- config ---------------------------------------------------------------------------------
+
 
 def _printable(text: str) -> bool:
     # Labels end up in response headers and query strings: visible ASCII only.
@@ -135,26 +160,29 @@ def _object(value, allowed: tuple, where: str, problems: list) -> dict:
 
 def _target(value, where: str, problems: list, extra: tuple = ()) -> Target:
     obj = _object(value, ("app", "deployment", "version", *extra), where, problems)
-    return Target(app=_label(obj, "app", where, problems, MAX_APP_NAME),
-                  deployment=_label(obj, "deployment", where, problems),
-                  version=_label(obj, "version", where, problems))
+    return Target(
+        app=_label(obj, "app", where, problems, MAX_APP_NAME),
+        deployment=_label(obj, "deployment", where, problems),
+        version=_label(obj, "version", where, problems),
+    )
 
 
 def parse_router_args(args) -> None:
     """The application's args are constant: only the contract's version, so that a Serve code
     version (which hashes args) never changes and the router is never restarted by config."""
-    problems = []
+    problems: list[tuple[str, str]] = []
     obj = _object(args, ("api_version",), "args", problems)
     if obj.get("api_version") != ROUTER_API_VERSION:
-        problems.append(("args.api_version",
-                         f"is {obj.get('api_version')!r}; this router understands {ROUTER_API_VERSION!r}"[:200]))
+        problems.append(
+            ("args.api_version", f"is {obj.get('api_version')!r}; this router understands {ROUTER_API_VERSION!r}"[:200])
+        )
     if problems:
         raise RouterConfigError("application args", problems)
 
 
 def parse_config(raw) -> RouterConfig:
     """Checks the `raypipe-router` user_config; raises RouterConfigError naming every bad field."""
-    problems = []
+    problems: list[tuple[str, str]] = []
     where = "user_config"
     obj = _object(raw, ("generation", "stable", "canary", "retry_on_stable"), where, problems)
     generation = _label(obj, "generation", where, problems)
@@ -166,8 +194,7 @@ def parse_config(raw) -> RouterConfig:
         canary = _target(canary_obj, f"{where}.canary", problems, extra=("weight",))
         raw_weight = canary_obj.get("weight") if isinstance(canary_obj, dict) else None
         # The range check also refuses NaN and infinities (and never converts a huge int).
-        if (isinstance(raw_weight, bool) or not isinstance(raw_weight, (int, float))
-                or not 0 <= raw_weight <= 100):
+        if isinstance(raw_weight, bool) or not isinstance(raw_weight, (int, float)) or not 0 <= raw_weight <= 100:
             problems.append((f"{where}.canary.weight", f"must be a number from 0 to 100, not {raw_weight!r}"[:200]))
         else:
             weight = float(raw_weight)
@@ -178,8 +205,7 @@ def parse_config(raw) -> RouterConfig:
         problems.append((f"{where}.retry_on_stable", f"must be true or false, not {retry!r}"[:200]))
     if problems:
         raise RouterConfigError("user_config", problems)
-    return RouterConfig(generation=generation, stable=stable, canary=canary, weight=weight,
-                        retry_on_stable=retry)
+    return RouterConfig(generation=generation, stable=stable, canary=canary, weight=weight, retry_on_stable=retry)
 
 
 def choose_role(config: RouterConfig, draw: float) -> str:
@@ -190,6 +216,7 @@ def choose_role(config: RouterConfig, draw: float) -> str:
 
 
 # ---- counting -------------------------------------------------------------------------------
+
 
 def bucket_index(latency_ms: float) -> int:
     """The histogram bucket of a latency: the first bound it does not exceed, else overflow."""
@@ -206,7 +233,7 @@ class Counters:
         self.sum_ms = 0.0
         self.buckets = [0] * (len(BOUNDS_MS) + 1)
 
-    def record(self, latency_ms: Optional[float], failed: bool, retried: bool = False) -> None:
+    def record(self, latency_ms: float | None, failed: bool, retried: bool = False) -> None:
         """`latency_ms` None: a warm-up call, counted but not in the latency figures."""
         self.requests += 1
         self.errors += failed
@@ -230,11 +257,16 @@ class Counters:
         self.errors += values[1]
         self.retried += values[2]
         self.sum_ms += sum_ms
-        self.buckets = [a + b for a, b in zip(self.buckets, buckets)]
+        self.buckets = [a + b for a, b in zip(self.buckets, buckets, strict=True)]
 
     def to_dict(self) -> dict:
-        return {"requests": self.requests, "errors": self.errors, "retried": self.retried,
-                "sum_ms": round(self.sum_ms, 3), "buckets": list(self.buckets)}
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "retried": self.retried,
+            "sum_ms": round(self.sum_ms, 3),
+            "buckets": list(self.buckets),
+        }
 
 
 class Ledger:
@@ -242,8 +274,8 @@ class Ledger:
 
     def __init__(self, keep: int = LEDGER_GENERATIONS):
         self.keep = keep
-        self.generations: "OrderedDict[str, dict]" = OrderedDict()
-        self.calls_per_app: "OrderedDict[str, int]" = OrderedDict()
+        self.generations: OrderedDict[str, dict] = OrderedDict()
+        self.calls_per_app: OrderedDict[str, int] = OrderedDict()
 
     def warm(self, app: str) -> bool:
         """Counts a call to `app`; False for its first WARMUP_CALLS (see WARMUP_CALLS)."""
@@ -260,8 +292,7 @@ class Ledger:
         """The router now routes under `generation`: it becomes the newest kept."""
         self._roles(generation, newest=True)
 
-    def record(self, generation: str, role: str, latency_ms: Optional[float], failed: bool,
-               retried: bool = False) -> None:
+    def record(self, generation: str, role: str, latency_ms: float | None, failed: bool, retried: bool = False) -> None:
         self._roles(generation, newest=False)[role].record(latency_ms, failed, retried)
 
     def report(self) -> dict:
@@ -288,7 +319,7 @@ class StatsBook:
 
     def __init__(self, keep: int = STATS_GENERATIONS):
         self.keep = keep
-        self.by_generation: "OrderedDict[str, dict]" = OrderedDict()  # generation -> replica -> roles
+        self.by_generation: OrderedDict[str, dict] = OrderedDict()  # generation -> replica -> roles
         self.routers: dict = {}  # replica -> (seq, generation, heard at, config error)
 
     def accept(self, report: dict, now: float) -> None:
@@ -305,10 +336,14 @@ class StatsBook:
             return
         generation = report.get("generation")
         error = report.get("config_error")
-        self.routers[replica] = (seq, generation if isinstance(generation, str) else None, now,
-                                 error[:engine.MAX_MESSAGE] if isinstance(error, str) else None)
+        self.routers[replica] = (
+            seq,
+            generation if isinstance(generation, str) else None,
+            now,
+            error[: engine.MAX_MESSAGE] if isinstance(error, str) else None,
+        )
         counters = report.get("counters")
-        for gen, roles in (counters.items() if isinstance(counters, dict) else ()):
+        for gen, roles in counters.items() if isinstance(counters, dict) else ():
             if not isinstance(gen, str) or not isinstance(roles, dict):
                 continue
             if gen not in self.by_generation:
@@ -318,19 +353,26 @@ class StatsBook:
             self.by_generation[gen][replica] = roles
         self._forget(now)
 
-    def snapshot(self, generation: Optional[str], now: float) -> dict:
+    def snapshot(self, generation: str | None, now: float) -> dict:
         self._forget(now)
         totals = {role: Counters() for role in ROLES}
-        for roles in self.by_generation.get(generation, {}).values():
+        # Generations are strings: none asked for, none found.
+        reports = self.by_generation.get(generation, {}) if generation is not None else {}
+        for roles in reports.values():
             for role in ROLES:
                 if isinstance(roles.get(role), dict):
                     totals[role].add(roles[role])
-        routers = {replica: {"generation": gen, "age_s": round(now - at, 3),
-                             **({"config_error": error} if error else {})}
-                   for replica, (_, gen, at, error) in sorted(self.routers.items())
-                   if now - at <= ROUTER_LISTED_S}
-        return {"generation": generation, "bounds_ms": list(BOUNDS_MS), "routers": routers,
-                **{role: totals[role].to_dict() for role in ROLES}}
+        routers = {
+            replica: {"generation": gen, "age_s": round(now - at, 3), **({"config_error": error} if error else {})}
+            for replica, (_, gen, at, error) in sorted(self.routers.items())
+            if now - at <= ROUTER_LISTED_S
+        }
+        return {
+            "generation": generation,
+            "bounds_ms": list(BOUNDS_MS),
+            "routers": routers,
+            **{role: totals[role].to_dict() for role in ROLES},
+        }
 
     def _forget(self, now: float) -> None:
         for replica in [r for r, (_, _, at, _) in self.routers.items() if now - at > ROUTER_FORGOTTEN_S]:
@@ -351,15 +393,18 @@ def error_reply(code: str, message: str, status: int = 503) -> Reply:
 
 
 def no_config_reply() -> Reply:
-    return error_reply("UNAVAILABLE", "the rollout router has no configuration yet "
-                                      "(the operator has not set its user_config)")
+    return error_reply(
+        "UNAVAILABLE", "the rollout router has no configuration yet (the operator has not set its user_config)"
+    )
 
 
 def _unavailable_reply(target: Target, exc: BaseException) -> Reply:
     code = "BACKPRESSURE" if isinstance(exc, engine.Backpressure) else "UNAVAILABLE"
     status, content, media_type, headers = error_reply(
-        code, f"graph version {target.version!r} (application {target.app!r}) "
-              f"did not answer: {engine.describe_exception(exc)}")
+        code,
+        f"graph version {target.version!r} (application {target.app!r}) "
+        f"did not answer: {engine.describe_exception(exc)}",
+    )
     if isinstance(exc, engine.Backpressure):
         # As the executor answers its own backpressure: when to come back.
         headers = {**headers, "retry-after": str(engine.retry_after_seconds(exc.retry_after_s))}
@@ -385,8 +430,9 @@ def _labelled(reply: Reply, target: Target, rollout: str) -> Reply:
     return status, content, media_type, {**headers, HEADER_VERSION: target.version, HEADER_ROLLOUT: rollout}
 
 
-async def route_request(config: RouterConfig, ledger: Ledger, call: VersionCall, body: bytes,
-                        headers: dict, draw: float) -> Reply:
+async def route_request(
+    config: RouterConfig, ledger: Ledger, call: VersionCall, body: bytes, headers: dict, draw: float
+) -> Reply:
     """Sends one request to the version `draw` picks; a failed canary answer is re-sent to
     stable when the config says so. Counts every version call under the config's generation
     (a retry counts as a stable request too, and as `retried` on canary)."""
@@ -408,6 +454,7 @@ async def route_request(config: RouterConfig, ledger: Ledger, call: VersionCall,
 
 # ---- the Serve deployments ------------------------------------------------------------------
 
+
 class RolloutRouter:
     """The ingress deployment `raypipe-router`: routes by its user_config, counts, reports."""
 
@@ -420,12 +467,12 @@ class RolloutRouter:
         self.replica = serve.get_replica_context().replica_tag
         self.report_to_stats = _ray_caller(stats, "report")
         self.stats_snapshot = _ray_caller(stats, "snapshot")
-        self.config: Optional[RouterConfig] = None
-        self.config_error: Optional[str] = None  # why the latest user_config was refused
+        self.config: RouterConfig | None = None
+        self.config_error: str | None = None  # why the latest user_config was refused
         self.ledger = Ledger()
         self.callers: dict = {}  # (app, deployment) -> caller of the version's handle_request
         self.seq = 0
-        self.reporter: Optional[asyncio.Task] = None
+        self.reporter: asyncio.Task | None = None
         self.last_warning = -math.inf
 
     async def reconfigure(self, user_config) -> None:
@@ -437,7 +484,7 @@ class RolloutRouter:
             # Serve stops a replica whose reconfigure raises (and its replacements fail the
             # same way), which would take the pipeline's route down: keep routing by the last
             # good config and say why in every report instead.
-            self.config_error = str(error)[:engine.MAX_MESSAGE]
+            self.config_error = str(error)[: engine.MAX_MESSAGE]
             logger.error("raypipe router: keeping generation %s: %s", self.config.generation, error)
             self._ensure_reporter()
             return
@@ -448,10 +495,18 @@ class RolloutRouter:
         self.config = config
         for target in (config.stable, config.canary):
             await self._prefetch(target)
-        canary = (f"canary {config.canary.version} ({config.canary.app}) at {config.weight:g}%"
-                  if config.canary else "no canary")
-        logger.info("raypipe router: generation %s: stable %s (%s), %s", config.generation,
-                    config.stable.version, config.stable.app, canary)
+        canary = (
+            f"canary {config.canary.version} ({config.canary.app}) at {config.weight:g}%"
+            if config.canary
+            else "no canary"
+        )
+        logger.info(
+            "raypipe router: generation %s: stable %s (%s), %s",
+            config.generation,
+            config.stable.version,
+            config.stable.app,
+            canary,
+        )
         self._ensure_reporter()
 
     async def __call__(self, request):
@@ -463,8 +518,14 @@ class RolloutRouter:
         elif self.config is None:
             reply = no_config_reply()
         else:
-            reply = await route_request(self.config, self.ledger, self._call_version,
-                                        await request.body(), dict(request.headers), random.random())
+            reply = await route_request(
+                self.config,
+                self.ledger,
+                self._call_version,
+                await request.body(),
+                dict(request.headers),
+                random.random(),
+            )
         status, content, media_type, headers = reply
         return Response(content=content, status_code=status, media_type=media_type, headers=headers)
 
@@ -482,17 +543,17 @@ class RolloutRouter:
             try:
                 # It asks the controller whether the deployment exists (a blocking ray.get):
                 # off the event loop, and only until the handle is cached.
-                handle = await asyncio.to_thread(serve.get_deployment_handle, target.deployment,
-                                                 app_name=target.app)
+                handle = await asyncio.to_thread(serve.get_deployment_handle, target.deployment, app_name=target.app)
             except KeyError:
-                raise engine.Unavailable(f"application {target.app!r} has no deployment "
-                                         f"{target.deployment!r}") from None
+                raise engine.Unavailable(
+                    f"application {target.app!r} has no deployment {target.deployment!r}"
+                ) from None
             caller = _ray_caller(handle, VERSION_METHOD)
             if self.config is not None and key in _callable_targets(self.config):
                 self.callers[key] = caller
         return caller
 
-    async def _prefetch(self, target: Optional[Target]) -> None:
+    async def _prefetch(self, target: Target | None) -> None:
         """Resolves a version's handle ahead of its first request (so that request's latency
         is the version's own); a version that is not there yet is resolved when called."""
         if target is None:
@@ -502,7 +563,7 @@ class RolloutRouter:
         except Exception as exc:
             logger.info("raypipe router: %s", engine.describe_exception(exc)[:300])
 
-    async def _rollout_snapshot(self, generation: Optional[str]) -> Reply:
+    async def _rollout_snapshot(self, generation: str | None) -> Reply:
         if not generation and self.config is not None:
             generation = self.config.generation
         try:
@@ -511,16 +572,23 @@ class RolloutRouter:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return error_reply("UNAVAILABLE", f"the rollout statistics ({STATS_DEPLOYMENT}) did not "
-                                              f"answer: {engine.describe_exception(exc)}")
+            return error_reply(
+                "UNAVAILABLE",
+                f"the rollout statistics ({STATS_DEPLOYMENT}) did not answer: {engine.describe_exception(exc)}",
+            )
         return 200, json.dumps(snapshot).encode("utf-8"), "application/json", {}
 
     async def _send_report(self) -> None:
         self.seq += 1
-        await self.report_to_stats({"replica": self.replica, "seq": self.seq,
-                                    "generation": self.config.generation if self.config else None,
-                                    "config_error": self.config_error,
-                                    "counters": self.ledger.report()})
+        await self.report_to_stats(
+            {
+                "replica": self.replica,
+                "seq": self.seq,
+                "generation": self.config.generation if self.config else None,
+                "config_error": self.config_error,
+                "counters": self.ledger.report(),
+            }
+        )
 
     def _ensure_reporter(self) -> None:
         if self.reporter is None or self.reporter.done():
@@ -538,8 +606,11 @@ class RolloutRouter:
                 now = time.monotonic()
                 if now - self.last_warning >= WARN_EVERY_S:
                     self.last_warning = now
-                    logger.warning("raypipe router: reporting to %s failed (requests are not "
-                                   "affected): %s", STATS_DEPLOYMENT, engine.describe_exception(exc)[:300])
+                    logger.warning(
+                        "raypipe router: reporting to %s failed (requests are not affected): %s",
+                        STATS_DEPLOYMENT,
+                        engine.describe_exception(exc)[:300],
+                    )
 
 
 def _callable_targets(config: RouterConfig) -> set:
@@ -555,22 +626,19 @@ class RolloutStats:
     async def report(self, report: dict) -> None:
         self.book.accept(report, time.monotonic())
 
-    async def snapshot(self, generation: Optional[str] = None) -> dict:
+    async def snapshot(self, generation: str | None = None) -> dict:
         return self.book.snapshot(generation, time.monotonic())
 
 
 def build(args: dict):
     """Serve application builder: the router bound to its stats deployment."""
-    from ray import serve
-
-    from .app import EXECUTOR_MAX_ONGOING_REQUESTS
+    from .app import EXECUTOR_MAX_ONGOING_REQUESTS, serve_deployment
 
     parse_router_args(args)
     # Both mostly wait or do little per call, so like the executor they take many at once, and
     # reserve a tenth of a CPU rather than Serve's default of a whole one. The Serve config's
     # `deployments` entries override both.
-    light = {"max_ongoing_requests": EXECUTOR_MAX_ONGOING_REQUESTS,
-             "ray_actor_options": {"num_cpus": LIGHT_NUM_CPUS}}
-    stats = serve.deployment(RolloutStats, name=STATS_DEPLOYMENT, num_replicas=1, **light)
-    router = serve.deployment(RolloutRouter, name=ROUTER_DEPLOYMENT, **light)
+    light = {"max_ongoing_requests": EXECUTOR_MAX_ONGOING_REQUESTS, "ray_actor_options": {"num_cpus": LIGHT_NUM_CPUS}}
+    stats = serve_deployment(RolloutStats, name=STATS_DEPLOYMENT, num_replicas=1, **light)
+    router = serve_deployment(RolloutRouter, name=ROUTER_DEPLOYMENT, **light)
     return router.bind(args, stats.bind())

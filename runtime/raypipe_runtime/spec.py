@@ -16,7 +16,7 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from . import pointer as jp
 from . import predicate as pred
@@ -30,7 +30,9 @@ DEFAULT_MAX_BACKOFF_MS = 2_000
 MISSING = jp.MISSING  # "key absent" for JSON-valued fields where null is a value
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)?$")
+_IMPORT_PATH = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)?$"
+)
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 KINDS = ("input", "model", "switch", "split", "output")
@@ -73,12 +75,12 @@ class EdgeSpec:
     target: str
     mode: str = "DATA"
     select: str = ""
-    tensors: Optional[TensorSpec] = None
+    tensors: TensorSpec | None = None
     into: str = ""
     optional: bool = False
     if_missing: Any = MISSING
     when: Any = None
-    weight: Optional[int] = None
+    weight: int | None = None
     order: int = 0
 
     @property
@@ -99,7 +101,7 @@ class ModelSpec:
 class NodeSpec:
     name: str
     kind: str
-    model: Optional[ModelSpec] = None
+    model: ModelSpec | None = None
     on_no_match: str = "UNSPECIFIED"
     sticky_key: str = ""
     join: str = "ALL"
@@ -107,7 +109,7 @@ class NodeSpec:
     fallback_value: Any = MISSING
     timeout_ms: int = 0
     retry: RetrySpec = field(default_factory=RetrySpec)
-    shadow_percent: Optional[int] = None
+    shadow_percent: int | None = None
     input_template: Any = MISSING
 
 
@@ -162,10 +164,12 @@ def _enum(value, allowed, prefix, where, problems, default):
     if isinstance(value, str):
         name = value.strip().upper()
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
         if name in allowed:
             return name
-    problems.add(where, f"unknown value {value!r} (expected one of {', '.join(a for a in allowed if a != 'UNSPECIFIED')})")
+    problems.add(
+        where, f"unknown value {value!r} (expected one of {', '.join(a for a in allowed if a != 'UNSPECIFIED')})"
+    )
     return default
 
 
@@ -217,8 +221,11 @@ def _pointer(obj, key, where, problems) -> str:
 def parse_args(args) -> RuntimeArgs:
     """Parses and checks the application's args; raises ArgsError naming every bad field."""
     problems = _Problems()
-    top = _keys(args, ("api_version", "executor_deployment", "graph", "fused_nodes"), "args", problems) \
-        if args is not None else {}
+    top = (
+        _keys(args, ("api_version", "executor_deployment", "graph", "fused_nodes"), "args", problems)
+        if args is not None
+        else {}
+    )
     if args is None:
         problems.add("args", "is missing: the application needs the graph in its args")
     api_version = top.get("api_version")
@@ -241,10 +248,17 @@ def parse_args(args) -> RuntimeArgs:
     fused = _fused_nodes(top.get("fused_nodes"), graph, problems)
     if problems.items:
         raise ArgsError(problems.items)
-    return RuntimeArgs(api_version=api_version, executor_deployment=executor, graph=graph, fused_nodes=fused)
+    # api_version is API_VERSION here: anything else is a problem above. `graph: null` still
+    # gets here as None, naming no problem (as before the type check; it fails later, in build).
+    return RuntimeArgs(
+        api_version=API_VERSION,
+        executor_deployment=executor,
+        graph=graph,  # type: ignore[arg-type]
+        fused_nodes=fused,
+    )
 
 
-def _fused_nodes(value, graph: Optional[GraphSpec], problems: _Problems) -> frozenset:
+def _fused_nodes(value, graph: GraphSpec | None, problems: _Problems) -> frozenset:
     """`args.fused_nodes`: distinct names of model nodes of the graph (absent or null = none)."""
     if value is None:
         return frozenset()
@@ -265,22 +279,40 @@ def parse_graph_text(graph_obj) -> GraphSpec:
     graph = parse_graph(graph_obj, problems, "graph")
     if problems.items:
         raise ArgsError(problems.items)
-    return graph
+    return graph  # type: ignore[return-value]  # None for a null graph, as in parse_args
 
 
 _GRAPH_KEYS = (
-    "name", "version", "ingress", "nodes", "edges", "deadline_ms", "forward_headers", "labels",
+    "name",
+    "version",
+    "ingress",
+    "nodes",
+    "edges",
+    "deadline_ms",
+    "forward_headers",
+    "labels",
     # Not part of the wiring raypipe renders into args, but part of the graph's text form:
     # accepted (and ignored) so a whole graph file can be given to the runtime too.
-    "route_prefix", "runtime_env", "executor", "fuse",
+    "route_prefix",
+    "runtime_env",
+    "executor",
+    "fuse",
 )
 _NODE_KEYS = (
-    "name", "description", "join", "on_error", "fallback_value", "timeout_ms", "retry", "shadow",
+    "name",
+    "description",
+    "join",
+    "on_error",
+    "fallback_value",
+    "timeout_ms",
+    "retry",
+    "shadow",
     "input_template",
-) + KINDS
+    *KINDS,
+)
 
 
-def parse_graph(obj, problems: _Problems, where: str) -> Optional[GraphSpec]:
+def parse_graph(obj, problems: _Problems, where: str) -> GraphSpec | None:
     g = _keys(obj, _GRAPH_KEYS, where, problems)
     if not isinstance(obj, dict):
         return None
@@ -322,20 +354,28 @@ def parse_graph(obj, problems: _Problems, where: str) -> Optional[GraphSpec]:
             edges.append(edge)
 
     graph = GraphSpec(
-        name=name, version=version, ingress=ingress, nodes=nodes, edges=edges,
-        deadline_ms=deadline_ms, forward_headers=tuple(h.lower() for h in headers), labels=dict(labels),
+        name=name,
+        version=version,
+        ingress=ingress,
+        nodes=nodes,
+        edges=edges,
+        deadline_ms=deadline_ms,
+        forward_headers=tuple(h.lower() for h in headers),
+        labels=dict(labels),
     )
     _check_structure(graph, problems, where)
     return graph
 
 
-def _parse_node(raw, where, problems) -> Optional[NodeSpec]:
+def _parse_node(raw, where, problems) -> NodeSpec | None:
     n = _keys(raw, _NODE_KEYS, where, problems)
     if not isinstance(raw, dict):
         return None
     name = n.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        problems.add(f"{where}.name", f"is {name!r}; a node name is 1-63 of [A-Za-z0-9_.-], starting with a letter or digit")
+        problems.add(
+            f"{where}.name", f"is {name!r}; a node name is 1-63 of [A-Za-z0-9_.-], starting with a letter or digit"
+        )
         return None
     where = f'{where} ("{name}")'
     kinds = [k for k in KINDS if k in n]
@@ -349,7 +389,9 @@ def _parse_node(raw, where, problems) -> Optional[NodeSpec]:
         _keys(body, (), f"{where}.{kind}", problems)
     elif kind == "switch":
         s = _keys(body, ("on_no_match",), f"{where}.switch", problems)
-        node.on_no_match = _enum(s.get("on_no_match"), NO_MATCHES, "NO_MATCH_", f"{where}.switch.on_no_match", problems, "UNSPECIFIED")
+        node.on_no_match = _enum(
+            s.get("on_no_match"), NO_MATCHES, "NO_MATCH_", f"{where}.switch.on_no_match", problems, "UNSPECIFIED"
+        )
     elif kind == "split":
         s = _keys(body, ("sticky_key",), f"{where}.split", problems)
         node.sticky_key = _pointer(s, "sticky_key", f"{where}.split", problems)
@@ -385,13 +427,14 @@ def _parse_node(raw, where, problems) -> Optional[NodeSpec]:
 def _parse_model(body, where, problems) -> ModelSpec:
     # `deployment` and `fuse` are accepted (and ignored) like the graph-level keys above: which
     # nodes are fused is decided by the renderer and arrives as `args.fused_nodes`.
-    m = _keys(body, ("import_path", "init_args", "init_kwargs", "method", "call_style", "deployment", "fuse"),
-              where, problems)
+    m = _keys(
+        body, ("import_path", "init_args", "init_kwargs", "method", "call_style", "deployment", "fuse"), where, problems
+    )
     if m.get("fuse") is not None and not isinstance(m["fuse"], bool):
         problems.add(f"{where}.fuse", f"must be true or false, not {pred._type_name(m['fuse'])}")
     import_path = _str(m, "import_path", where, problems)
     if not _IMPORT_PATH.match(import_path) or (":" not in import_path and "." not in import_path):
-        problems.add(f"{where}.import_path", f"is {import_path!r}; write \"package.module:Class\"")
+        problems.add(f"{where}.import_path", f'is {import_path!r}; write "package.module:Class"')
     init_args = m.get("init_args") or []
     if not isinstance(init_args, list):
         problems.add(f"{where}.init_args", "must be a list")
@@ -434,10 +477,22 @@ def _parse_retry(body, where, problems) -> RetrySpec:
     return RetrySpec(attempts, initial, maximum, frozenset(retry_on))
 
 
-_EDGE_KEYS = ("source", "target", "mode", "select", "tensors", "into", "optional", "if_missing", "when", "weight", "order")
+_EDGE_KEYS = (
+    "source",
+    "target",
+    "mode",
+    "select",
+    "tensors",
+    "into",
+    "optional",
+    "if_missing",
+    "when",
+    "weight",
+    "order",
+)
 
 
-def _parse_edge(raw, index, where, problems, nodes) -> Optional[EdgeSpec]:
+def _parse_edge(raw, index, where, problems, nodes) -> EdgeSpec | None:
     e = _keys(raw, _EDGE_KEYS, where, problems)
     if not isinstance(raw, dict):
         return None
@@ -529,15 +584,20 @@ def _check_structure(graph: GraphSpec, problems: _Problems, where: str) -> None:
             if len(defaults) > 1:
                 problems.add(f"{where}.nodes ({node.name})", "a switch has at most one default edge (without when)")
             if not defaults and node.on_no_match == "UNSPECIFIED":
-                problems.add(f"{where}.nodes ({node.name}).switch.on_no_match", "must be ERROR or SKIP when the switch has no default edge")
+                problems.add(
+                    f"{where}.nodes ({node.name}).switch.on_no_match",
+                    "must be ERROR or SKIP when the switch has no default edge",
+                )
         data_in = [e for e in graph.in_edges[node.name] if e.mode == "DATA"]
         if node.join == "ALL" and any(e.into == "" and e.tensors is None for e in data_in) and len(data_in) > 1:
-            problems.add(f"{where}.nodes ({node.name})", "an edge with an empty `into` must be the node's only data edge")
+            problems.add(
+                f"{where}.nodes ({node.name})", "an edge with an empty `into` must be the node's only data edge"
+            )
 
     # Topological order (Kahn; ties by declaration order) and cycle detection.
     indegree = {name: len(graph.in_edges[name]) for name in nodes}
     position = {name: i for i, name in enumerate(nodes)}
-    ready = sorted((n for n, d in indegree.items() if d == 0), key=position.get)
+    ready = sorted((n for n, d in indegree.items() if d == 0), key=position.__getitem__)
     order = []
     while ready:
         name = ready.pop(0)
@@ -547,13 +607,13 @@ def _check_structure(graph: GraphSpec, problems: _Problems, where: str) -> None:
             indegree[edge.target] -= 1
             if indegree[edge.target] == 0:
                 newly.append(edge.target)
-        ready = sorted(set(ready) | set(newly), key=position.get)
+        ready = sorted(set(ready) | set(newly), key=position.__getitem__)
     if len(order) != len(nodes):
         stuck = [n for n in nodes if n not in order]
         problems.add(f"{where}.edges", f"form a cycle through {', '.join(stuck)}")
         return
     graph.order = order
-    ancestors = {}
+    ancestors: dict[str, frozenset[str]] = {}
     for name in order:
         acc = set()
         for edge in graph.in_edges[name]:

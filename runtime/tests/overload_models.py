@@ -6,7 +6,6 @@ Importable by Serve replicas: the test's Ray head has this directory on its PYTH
 import asyncio
 
 import ray
-
 from samples.models import Preprocess
 
 GATE_NAME = "raypipe-test-gate"

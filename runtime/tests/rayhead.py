@@ -93,7 +93,9 @@ def _free(port: int) -> bool:
 
 def pick_ports() -> dict:
     low, high = _ephemeral_range()
-    start_low, start_high = (20000, low - WORKER_PORT_COUNT) if low - WORKER_PORT_COUNT > 20000 else (high + 1, 65535 - WORKER_PORT_COUNT)
+    start_low, start_high = (
+        (20000, low - WORKER_PORT_COUNT) if low - WORKER_PORT_COUNT > 20000 else (high + 1, 65535 - WORKER_PORT_COUNT)
+    )
     blocks = max(1, (start_high - start_low) // WORKER_PORT_COUNT)
     seed = os.getpid() * 7919
     for attempt in range(64):
@@ -114,9 +116,19 @@ def pick_ports() -> dict:
     finally:
         for s in held:
             s.close()
-    names = ("gcs", "dashboard", "agent_http", "agent_grpc", "runtime_env_agent", "metrics",
-             "client_server", "node_manager", "object_manager", "serve_http")
-    result = dict(zip(names, ports))
+    names = (
+        "gcs",
+        "dashboard",
+        "agent_http",
+        "agent_grpc",
+        "runtime_env_agent",
+        "metrics",
+        "client_server",
+        "node_manager",
+        "object_manager",
+        "serve_http",
+    )
+    result = dict(zip(names, ports, strict=True))
     result["min_worker"], result["max_worker"] = first, first + WORKER_PORT_COUNT - 1
     return result
 
@@ -126,7 +138,7 @@ def _proc_stat(pid: int):
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     return {"state": fields[0], "ppid": int(fields[1]), "pgrp": int(fields[2]), "start": int(fields[19])}
 
 
@@ -157,21 +169,41 @@ class RayHead:
         env.update(serve_env())
         p = self.ports
         args = [
-            str(self.ray), "start", "--head", "--block",
-            f"--node-ip-address={LOOPBACK}", f"--port={p['gcs']}",
-            "--include-dashboard=true", f"--dashboard-host={LOOPBACK}", f"--dashboard-port={p['dashboard']}",
-            f"--dashboard-agent-listen-port={p['agent_http']}", f"--dashboard-agent-grpc-port={p['agent_grpc']}",
-            f"--runtime-env-agent-port={p['runtime_env_agent']}", f"--metrics-export-port={p['metrics']}",
-            f"--ray-client-server-port={p['client_server']}", f"--node-manager-port={p['node_manager']}",
+            str(self.ray),
+            "start",
+            "--head",
+            "--block",
+            f"--node-ip-address={LOOPBACK}",
+            f"--port={p['gcs']}",
+            "--include-dashboard=true",
+            f"--dashboard-host={LOOPBACK}",
+            f"--dashboard-port={p['dashboard']}",
+            f"--dashboard-agent-listen-port={p['agent_http']}",
+            f"--dashboard-agent-grpc-port={p['agent_grpc']}",
+            f"--runtime-env-agent-port={p['runtime_env_agent']}",
+            f"--metrics-export-port={p['metrics']}",
+            f"--ray-client-server-port={p['client_server']}",
+            f"--node-manager-port={p['node_manager']}",
             f"--object-manager-port={p['object_manager']}",
-            f"--min-worker-port={p['min_worker']}", f"--max-worker-port={p['max_worker']}",
-            f"--temp-dir={self.dir}", "--object-store-memory=200000000", f"--num-cpus={num_cpus}",
-            "--disable-usage-stats", "--log-style=record", "--log-color=false",
+            f"--min-worker-port={p['min_worker']}",
+            f"--max-worker-port={p['max_worker']}",
+            f"--temp-dir={self.dir}",
+            "--object-store-memory=200000000",
+            f"--num-cpus={num_cpus}",
+            "--disable-usage-stats",
+            "--log-style=record",
+            "--log-color=false",
         ]
         self.log = open(self.dir / "head.log", "wb")
-        self.process = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(
+            args,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         self.root_pid = self.process.pid
         _LIVE_HEADS.add(self)
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -261,8 +293,10 @@ class RayHead:
                 hex_ip, hex_port = cols[1].split(":")
                 raw = bytes.fromhex(hex_ip)
                 # /proc stores each 32-bit word in host (little-endian) order.
-                ip = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-                found.append((socket.inet_ntop(socket.AF_INET if width == 8 else socket.AF_INET6, ip), int(hex_port, 16)))
+                ip = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                found.append(
+                    (socket.inet_ntop(socket.AF_INET if width == 8 else socket.AF_INET6, ip), int(hex_port, 16))
+                )
         return found
 
     def stop(self) -> None:

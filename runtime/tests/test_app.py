@@ -4,21 +4,20 @@ import copy
 import os
 
 import pytest
-
 from conftest import rendered_args
 
 try:
-    from ray import serve
+    from ray import serve  # noqa: F401 (importing it is the check that Ray is here)
     from ray.serve.deployment import Application
 except ImportError:  # pragma: no cover
     if os.environ.get("RAYPIPE_REQUIRE_RAY") == "1":
         raise
     pytest.skip("ray[serve] is not installed in this interpreter", allow_module_level=True)
 
-from raypipe_runtime.app import bind_models, build, encode_result, parse_body  # noqa: E402
-from raypipe_runtime.engine import Result  # noqa: E402
-from raypipe_runtime.pointer import RawBody  # noqa: E402
-from raypipe_runtime.spec import ArgsError, parse_args  # noqa: E402
+from raypipe_runtime.app import bind_models, build, encode_result, parse_body
+from raypipe_runtime.engine import Result
+from raypipe_runtime.pointer import RawBody
+from raypipe_runtime.spec import ArgsError, parse_args
 
 
 def test_build_binds_one_deployment_per_model_node_named_after_it():

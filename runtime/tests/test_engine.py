@@ -6,9 +6,9 @@ import random
 import time
 
 import pytest
-
 from conftest import run
-from raypipe_runtime import engine
+
+from raypipe_runtime import engine, timeouts
 from raypipe_runtime.engine import Backpressure, Executor, Unavailable
 from raypipe_runtime.pointer import RawBody
 from raypipe_runtime.spec import parse_graph_text
@@ -24,7 +24,7 @@ def graph(nodes, edges, output=None, **top):
         "version": "3",
         "ingress": "request",
         "nodes": [{"name": "request", "input": {}}, *nodes, {"name": "response", "output": {}, **(output or {})}],
-        "edges": [dict(zip(("source", "target"), e)) if isinstance(e, tuple) else e for e in edges],
+        "edges": [dict(zip(("source", "target"), e, strict=False)) if isinstance(e, tuple) else e for e in edges],
         **top,
     }
     return parse_graph_text(text)
@@ -81,10 +81,13 @@ def test_sequence_passes_values_whole():
 def test_fan_out_runs_branches_concurrently_and_fans_in_by_key():
     g = graph(
         [model("a"), model("b"), model("c")],
-        [("request", "a"), ("request", "b"),
-         {"source": "a", "target": "c", "into": "/left"},
-         {"source": "b", "target": "c", "into": "/right/value"},
-         ("c", "response")],
+        [
+            ("request", "a"),
+            ("request", "b"),
+            {"source": "a", "target": "c", "into": "/left"},
+            {"source": "b", "target": "c", "into": "/right/value"},
+            ("c", "response"),
+        ],
     )
     rec = Recorder()
     ex = Executor(g, {"a": rec.fn("a", 1, delay=0.3), "b": rec.fn("b", 2, delay=0.3), "c": rec.fn("c", lambda d: d)})
@@ -99,11 +102,25 @@ def test_fan_out_runs_branches_concurrently_and_fans_in_by_key():
 def test_switch_takes_the_first_matching_case_by_order_then_the_default():
     g = graph(
         [{"name": "s", "switch": {}}, model("low"), model("high"), model("other")],
-        [("request", "s"),
-         {"source": "s", "target": "high", "order": 1, "when": {"compare": {"path": "/request/n", "op": "GT", "value": 10}}},
-         {"source": "s", "target": "low", "order": 0, "when": {"compare": {"path": "/request/n", "op": "GT", "value": 0}}},
-         {"source": "s", "target": "other"},
-         ("low", "response"), ("high", "response"), ("other", "response")],
+        [
+            ("request", "s"),
+            {
+                "source": "s",
+                "target": "high",
+                "order": 1,
+                "when": {"compare": {"path": "/request/n", "op": "GT", "value": 10}},
+            },
+            {
+                "source": "s",
+                "target": "low",
+                "order": 0,
+                "when": {"compare": {"path": "/request/n", "op": "GT", "value": 0}},
+            },
+            {"source": "s", "target": "other"},
+            ("low", "response"),
+            ("high", "response"),
+            ("other", "response"),
+        ],
         output={"join": "ANY"},
     )
     ex = Executor(g, {n: Recorder().fn(n, n) for n in ("low", "high", "other")})
@@ -115,9 +132,11 @@ def test_switch_takes_the_first_matching_case_by_order_then_the_default():
 
 def test_switch_without_a_match_fails_with_no_route_or_skips():
     nodes = [{"name": "s", "switch": {"on_no_match": "ERROR"}}, model("m")]
-    edges = [("request", "s"),
-             {"source": "s", "target": "m", "when": {"compare": {"path": "/request/go", "op": "TRUTHY"}}},
-             ("m", "response")]
+    edges = [
+        ("request", "s"),
+        {"source": "s", "target": "m", "when": {"compare": {"path": "/request/go", "op": "TRUTHY"}}},
+        ("m", "response"),
+    ]
     ex = Executor(graph(nodes, edges), {"m": Recorder().fn("m", 1)})
     result = run(ex.run({"go": False}))
     assert result.status == 422
@@ -135,11 +154,15 @@ def test_switch_without_a_match_fails_with_no_route_or_skips():
 def split_graph(sticky=""):
     return graph(
         [{"name": "sp", "split": {"sticky_key": sticky} if sticky else {}}, model("a"), model("b"), model("c")],
-        [("request", "sp"),
-         {"source": "sp", "target": "a", "weight": 3},
-         {"source": "sp", "target": "b", "weight": 1},
-         {"source": "sp", "target": "c", "weight": 0},
-         ("a", "response"), ("b", "response"), ("c", "response")],
+        [
+            ("request", "sp"),
+            {"source": "sp", "target": "a", "weight": 3},
+            {"source": "sp", "target": "b", "weight": 1},
+            {"source": "sp", "target": "c", "weight": 0},
+            ("a", "response"),
+            ("b", "response"),
+            ("c", "response"),
+        ],
         output={"join": "ANY"},
     )
 
@@ -177,11 +200,14 @@ def test_shadow_never_delays_or_breaks_the_response():
         [("request", "main"), ("main", "response"), ("request", "shadow"), ("shadow", "after_shadow")],
     )
     rec = Recorder()
-    ex = Executor(g, {
-        "main": rec.fn("main", "ok"),
-        "shadow": rec.fn("shadow", "seen", delay=0.3),
-        "after_shadow": rec.fn("after_shadow", None, fail=RuntimeError("shadow boom")),
-    })
+    ex = Executor(
+        g,
+        {
+            "main": rec.fn("main", "ok"),
+            "shadow": rec.fn("shadow", "seen", delay=0.3),
+            "after_shadow": rec.fn("after_shadow", None, fail=RuntimeError("shadow boom")),
+        },
+    )
 
     async def scenario():
         started = time.monotonic()
@@ -197,8 +223,10 @@ def test_shadow_never_delays_or_breaks_the_response():
 
 
 def test_shadow_sampling():
-    g = graph([model("main"), model("shadow", shadow={"sample_percent": 10})],
-              [("request", "main"), ("main", "response"), ("request", "shadow")])
+    g = graph(
+        [model("main"), model("shadow", shadow={"sample_percent": 10})],
+        [("request", "main"), ("main", "response"), ("request", "shadow")],
+    )
     rec = Recorder()
     ex = Executor(g, {"main": rec.fn("main", 1), "shadow": rec.fn("shadow", 2)}, rng=random.Random(3))
 
@@ -218,13 +246,18 @@ def test_shadow_sampling():
 def test_join_all_runs_without_a_dead_optional_edge_and_reports_it():
     g = graph(
         [model("a"), model("b", on_error="SKIP"), model("c")],
-        [("request", "a"), ("request", "b"),
-         {"source": "a", "target": "c", "into": "/a"},
-         {"source": "b", "target": "c", "into": "/b", "optional": True, "if_missing": "none"},
-         ("c", "response")],
+        [
+            ("request", "a"),
+            ("request", "b"),
+            {"source": "a", "target": "c", "into": "/a"},
+            {"source": "b", "target": "c", "into": "/b", "optional": True, "if_missing": "none"},
+            ("c", "response"),
+        ],
     )
     rec = Recorder()
-    ex = Executor(g, {"a": rec.fn("a", 1), "b": rec.fn("b", 2, fail=ValueError("bad b")), "c": rec.fn("c", lambda d: d)})
+    ex = Executor(
+        g, {"a": rec.fn("a", 1), "b": rec.fn("b", 2, fail=ValueError("bad b")), "c": rec.fn("c", lambda d: d)}
+    )
     result = run(ex.run({}))
     assert result.status == 200
     assert result.body == {"a": 1, "b": "none"}
@@ -234,9 +267,13 @@ def test_join_all_runs_without_a_dead_optional_edge_and_reports_it():
 def test_join_all_is_skipped_without_hanging_when_a_required_edge_dies():
     g = graph(
         [model("a"), model("b", on_error="SKIP"), model("c")],
-        [("request", "a"), ("request", "b"),
-         {"source": "a", "target": "c", "into": "/a"}, {"source": "b", "target": "c", "into": "/b"},
-         ("c", "response")],
+        [
+            ("request", "a"),
+            ("request", "b"),
+            {"source": "a", "target": "c", "into": "/a"},
+            {"source": "b", "target": "c", "into": "/b"},
+            ("c", "response"),
+        ],
     )
     rec = Recorder()
     ex = Executor(g, {"a": rec.fn("a", 1, delay=5), "b": rec.fn("b", 2, fail=ValueError("bad b")), "c": rec.fn("c", 3)})
@@ -251,9 +288,11 @@ def test_join_all_is_skipped_without_hanging_when_a_required_edge_dies():
 
 
 def test_join_any_takes_the_first_and_cancels_the_loser():
-    g = graph([model("fast"), model("slow")],
-              [("request", "fast"), ("request", "slow"), ("fast", "response"), ("slow", "response")],
-              output={"join": "ANY"})
+    g = graph(
+        [model("fast"), model("slow")],
+        [("request", "fast"), ("request", "slow"), ("fast", "response"), ("slow", "response")],
+        output={"join": "ANY"},
+    )
     rec = Recorder()
     ex = Executor(g, {"fast": rec.fn("fast", "fast", delay=0.05), "slow": rec.fn("slow", "slow", delay=5)})
 
@@ -270,10 +309,16 @@ def test_join_any_takes_the_first_and_cancels_the_loser():
 def test_guarded_edge_and_order_edge():
     g = graph(
         [model("first"), model("gated")],
-        [("request", "first"),
-         {"source": "first", "target": "gated", "mode": "ORDER"},
-         {"source": "request", "target": "gated", "when": {"compare": {"path": "/request/ok", "op": "EQ", "value": True}}},
-         ("gated", "response")],
+        [
+            ("request", "first"),
+            {"source": "first", "target": "gated", "mode": "ORDER"},
+            {
+                "source": "request",
+                "target": "gated",
+                "when": {"compare": {"path": "/request/ok", "op": "EQ", "value": True}},
+            },
+            ("gated", "response"),
+        ],
     )
     rec = Recorder()
     ex = Executor(g, {"first": rec.fn("first", "ignored", delay=0.05), "gated": rec.fn("gated", lambda d: d)})
@@ -293,16 +338,25 @@ def test_node_timeout_names_the_node():
     ex = Executor(g, {"slow": rec.fn("slow", 1, delay=5)})
     result = run(ex.run({}))
     assert result.status == 504
-    assert result.body["error"] == {"code": "TIMEOUT", "node": "slow",
-                                    "message": "slow: attempt 1 timed out after 50 ms", "attempts": 1}
+    assert result.body["error"] == {
+        "code": "TIMEOUT",
+        "node": "slow",
+        "message": "slow: attempt 1 timed out after 50 ms",
+        "attempts": 1,
+    }
     assert rec.cancelled == ["slow"]
 
 
 def test_timeout_of_a_soft_node_only_skips_it():
-    g = graph([model("main"), model("extra", timeout_ms=50, on_error="SKIP")],
-              [("request", "main"), ("request", "extra"),
-               {"source": "main", "target": "response", "into": "/main"},
-               {"source": "extra", "target": "response", "into": "/extra", "optional": True}])
+    g = graph(
+        [model("main"), model("extra", timeout_ms=50, on_error="SKIP")],
+        [
+            ("request", "main"),
+            ("request", "extra"),
+            {"source": "main", "target": "response", "into": "/main"},
+            {"source": "extra", "target": "response", "into": "/extra", "optional": True},
+        ],
+    )
     ex = Executor(g, {"main": Recorder().fn("main", 1), "extra": Recorder().fn("extra", 2, delay=5)})
     result = run(ex.run({}))
     assert (result.status, result.body, result.headers["x-raypipe-partial"]) == (200, {"main": 1}, "extra")
@@ -336,9 +390,15 @@ def test_retries_the_listed_classes_with_backoff():
     async def fake_sleep(seconds):
         sleeps.append(seconds)
 
-    g = graph([model("m", retry={"attempts": 3, "initial_backoff_ms": 100, "max_backoff_ms": 150,
-                                 "retry_on": ["UNAVAILABLE"]})],
-              [("request", "m"), ("m", "response")])
+    g = graph(
+        [
+            model(
+                "m",
+                retry={"attempts": 3, "initial_backoff_ms": 100, "max_backoff_ms": 150, "retry_on": ["UNAVAILABLE"]},
+            )
+        ],
+        [("request", "m"), ("m", "response")],
+    )
     ex = Executor(g, {"m": flaky}, sleep=fake_sleep, rng=random.Random(4))
     result = run(ex.run({"x": 1}, {"x-raypipe-trace": "1"}))
     assert (result.status, result.body) == (200, "finally")
@@ -354,16 +414,20 @@ def test_app_errors_are_not_retried_unless_opted_in():
         calls.append(1)
         raise KeyError("model weights")
 
-    g = graph([model("m", retry={"attempts": 4, "retry_on": ["UNAVAILABLE", "TIMEOUT"]})],
-              [("request", "m"), ("m", "response")])
+    g = graph(
+        [model("m", retry={"attempts": 4, "retry_on": ["UNAVAILABLE", "TIMEOUT"]})],
+        [("request", "m"), ("m", "response")],
+    )
     result = run(Executor(g, {"m": broken}).run({}))
     assert len(calls) == 1
     assert result.status == 502
     assert result.body["error"]["attempts"] == 1
 
     calls.clear()
-    g = graph([model("m", retry={"attempts": 4, "initial_backoff_ms": 1, "max_backoff_ms": 2, "retry_on": ["APP_ERROR"]})],
-              [("request", "m"), ("m", "response")])
+    g = graph(
+        [model("m", retry={"attempts": 4, "initial_backoff_ms": 1, "max_backoff_ms": 2, "retry_on": ["APP_ERROR"]})],
+        [("request", "m"), ("m", "response")],
+    )
     result = run(Executor(g, {"m": broken}).run({}))
     assert len(calls) == 4
     assert result.body["error"]["attempts"] == 4
@@ -376,9 +440,16 @@ def test_retries_stop_at_the_deadline():
         calls.append(1)
         raise Unavailable("down")
 
-    g = graph([model("m", retry={"attempts": 10, "initial_backoff_ms": 200, "max_backoff_ms": 200,
-                                 "retry_on": ["UNAVAILABLE"]})],
-              [("request", "m"), ("m", "response")], deadline_ms=300)
+    g = graph(
+        [
+            model(
+                "m",
+                retry={"attempts": 10, "initial_backoff_ms": 200, "max_backoff_ms": 200, "retry_on": ["UNAVAILABLE"]},
+            )
+        ],
+        [("request", "m"), ("m", "response")],
+        deadline_ms=300,
+    )
 
     class Max(random.Random):
         def uniform(self, a, b):
@@ -400,18 +471,26 @@ def test_a_failed_node_is_named_and_its_error_never_flows_on():
     ex = Executor(g, {"a": rec.fn("a", None, fail=ValueError("weights missing")), "b": rec.fn("b", 1)})
     result = run(ex.run({}))
     assert result.status == 502
-    assert result.body == {"error": {"code": "NODE_FAILED", "node": "a",
-                                     "message": "a: ValueError: weights missing", "attempts": 1}}
+    assert result.body == {
+        "error": {"code": "NODE_FAILED", "node": "a", "message": "a: ValueError: weights missing", "attempts": 1}
+    }
     assert rec.names() == ["a"]
 
 
 def test_a_failure_cancels_work_in_flight():
-    g = graph([model("bad"), model("slow")],
-              [("request", "bad"), ("request", "slow"),
-               {"source": "bad", "target": "response", "into": "/bad"},
-               {"source": "slow", "target": "response", "into": "/slow"}])
+    g = graph(
+        [model("bad"), model("slow")],
+        [
+            ("request", "bad"),
+            ("request", "slow"),
+            {"source": "bad", "target": "response", "into": "/bad"},
+            {"source": "slow", "target": "response", "into": "/slow"},
+        ],
+    )
     rec = Recorder()
-    ex = Executor(g, {"bad": rec.fn("bad", None, delay=0.05, fail=RuntimeError("x")), "slow": rec.fn("slow", 1, delay=5)})
+    ex = Executor(
+        g, {"bad": rec.fn("bad", None, delay=0.05, fail=RuntimeError("x")), "slow": rec.fn("slow", 1, delay=5)}
+    )
 
     async def scenario():
         result = await ex.run({})
@@ -426,11 +505,14 @@ class NotFound(Exception):
     status_code = 404
 
 
-@pytest.mark.parametrize("exc,status,code", [
-    (NotFound("no such user"), 404, "NODE_FAILED"),
-    (Backpressure("queue full"), 503, "BACKPRESSURE"),
-    (Unavailable("replica died"), 502, "UNAVAILABLE"),
-])
+@pytest.mark.parametrize(
+    "exc,status,code",
+    [
+        (NotFound("no such user"), 404, "NODE_FAILED"),
+        (Backpressure("queue full"), 503, "BACKPRESSURE"),
+        (Unavailable("replica died"), 502, "UNAVAILABLE"),
+    ],
+)
 def test_status_codes(exc, status, code):
     g = graph([model("m")], [("request", "m"), ("m", "response")])
     result = run(Executor(g, {"m": Recorder().fn("m", None, fail=exc)}).run({}))
@@ -440,17 +522,22 @@ def test_status_codes(exc, status, code):
 
 
 def test_fallback_value_replaces_a_failed_output():
-    g = graph([model("m", on_error="FALLBACK", fallback_value={"label": "unknown"})],
-              [("request", "m"), ("m", "response")])
+    g = graph(
+        [model("m", on_error="FALLBACK", fallback_value={"label": "unknown"})], [("request", "m"), ("m", "response")]
+    )
     result = run(Executor(g, {"m": Recorder().fn("m", None, fail=RuntimeError("x"))}).run({}))
     assert (result.status, result.body, result.headers["x-raypipe-fallback"]) == (200, {"label": "unknown"}, "m")
 
 
 def test_a_body_that_is_not_json_is_invalid_input_where_read():
-    g = graph([{"name": "s", "switch": {"on_no_match": "ERROR"}}, model("m")],
-              [("request", "s"),
-               {"source": "s", "target": "m", "when": {"compare": {"path": "/request/x", "op": "EXISTS"}}},
-               ("m", "response")])
+    g = graph(
+        [{"name": "s", "switch": {"on_no_match": "ERROR"}}, model("m")],
+        [
+            ("request", "s"),
+            {"source": "s", "target": "m", "when": {"compare": {"path": "/request/x", "op": "EXISTS"}}},
+            ("m", "response"),
+        ],
+    )
     result = run(Executor(g, {"m": Recorder().fn("m", 1)}).run(RawBody("plain text")))
     assert result.status == 400
     assert result.body["error"]["code"] == "INVALID_INPUT"
@@ -461,8 +548,10 @@ def test_a_body_that_is_not_json_is_invalid_input_where_read():
 
 
 def test_a_select_that_misses_fails_the_target_unless_optional():
-    g = graph([model("a"), model("b")],
-              [("request", "a"), {"source": "a", "target": "b", "select": "/result"}, ("b", "response")])
+    g = graph(
+        [model("a"), model("b")],
+        [("request", "a"), {"source": "a", "target": "b", "select": "/result"}, ("b", "response")],
+    )
     result = run(Executor(g, {"a": Recorder().fn("a", {"other": 1}), "b": Recorder().fn("b", 1)}).run({}))
     assert result.status == 502
     assert result.body["error"]["code"] == "SELECT_MISSING"
@@ -476,11 +565,20 @@ def test_a_select_that_misses_fails_the_target_unless_optional():
 def test_template_select_into_if_missing_and_kwargs():
     g = graph(
         [model("a"), model("k", input_template={"mode": "fast", "opts": {"n": 1}})],
-        [("request", "a"),
-         {"source": "a", "target": "k", "select": "/pred/0", "into": "/opts/first"},
-         {"source": "request", "target": "k", "select": "/user", "into": "/user"},
-         {"source": "request", "target": "k", "select": "/absent", "into": "/extra", "optional": True, "if_missing": 0},
-         ("k", "response")],
+        [
+            ("request", "a"),
+            {"source": "a", "target": "k", "select": "/pred/0", "into": "/opts/first"},
+            {"source": "request", "target": "k", "select": "/user", "into": "/user"},
+            {
+                "source": "request",
+                "target": "k",
+                "select": "/absent",
+                "into": "/extra",
+                "optional": True,
+                "if_missing": 0,
+            },
+            ("k", "response"),
+        ],
     )
     g.nodes["k"].model.call_style = "KWARGS"
     rec = Recorder()
@@ -493,9 +591,11 @@ def test_template_select_into_if_missing_and_kwargs():
 def test_tensor_selection_appends_renamed_inputs():
     g = graph(
         [model("a"), model("b")],
-        [("request", "a"),
-         {"source": "a", "target": "b", "tensors": {"names": ["OUT1"], "rename": {"OUT1": "IN0"}}},
-         ("b", "response")],
+        [
+            ("request", "a"),
+            {"source": "a", "target": "b", "tensors": {"names": ["OUT1"], "rename": {"OUT1": "IN0"}}},
+            ("b", "response"),
+        ],
     )
     outputs = {"outputs": [{"name": "OUT0", "data": [0]}, {"name": "OUT1", "data": [1, 2]}]}
     ex = Executor(g, {"a": Recorder().fn("a", outputs), "b": Recorder().fn("b", lambda d: d)})
@@ -503,8 +603,9 @@ def test_tensor_selection_appends_renamed_inputs():
 
 
 def test_forward_headers_reach_nodes_that_take_them():
-    g = graph([model("a"), model("b")], [("request", "a"), ("a", "b"), ("b", "response")],
-              forward_headers=["x-request-id"])
+    g = graph(
+        [model("a"), model("b")], [("request", "a"), ("a", "b"), ("b", "response")], forward_headers=["x-request-id"]
+    )
     rec = Recorder()
     ex = Executor(g, {"a": rec.fn("a", 1), "b": rec.fn("b", lambda d, headers: headers)}, header_nodes=["b"])
     result = run(ex.run({}, {"X-Request-Id": "r-1", "Authorization": "secret"}))
@@ -562,18 +663,26 @@ def count_tasks(coro_factory):
 
 
 def test_a_straight_path_runs_in_the_request_coroutine_and_fan_out_in_tasks():
-    chain = graph([model("a"), model("b", timeout_ms=1000), model("c")],
-                  [("request", "a"), ("a", "b"), ("b", "c"), ("c", "response")])
+    chain = graph(
+        [model("a"), model("b", timeout_ms=1000), model("c")],
+        [("request", "a"), ("a", "b"), ("b", "c"), ("c", "response")],
+    )
     rec = Recorder()
     ex = Executor(chain, {n: rec.fn(n, lambda d: d + 1) for n in "abc"})
     result, created = count_tasks(lambda: ex.run(0))
     assert (result.status, result.body) == (200, 3)
     assert created == []
 
-    fan = graph([model("a"), model("b"), model("c")],
-                [("request", "a"), ("request", "b"),
-                 {"source": "a", "target": "c", "into": "/a"}, {"source": "b", "target": "c", "into": "/b"},
-                 ("c", "response")])
+    fan = graph(
+        [model("a"), model("b"), model("c")],
+        [
+            ("request", "a"),
+            ("request", "b"),
+            {"source": "a", "target": "c", "into": "/a"},
+            {"source": "b", "target": "c", "into": "/b"},
+            ("c", "response"),
+        ],
+    )
     ex = Executor(fan, {"a": rec.fn("a", 1), "b": rec.fn("b", 2), "c": rec.fn("c", lambda d: d)})
     result, created = count_tasks(lambda: ex.run({}))
     assert result.body == {"a": 1, "b": 2}
@@ -583,13 +692,26 @@ def test_a_straight_path_runs_in_the_request_coroutine_and_fan_out_in_tasks():
 def test_a_call_that_becomes_ready_beside_running_work_never_delays_the_response():
     # fast -> after_fast races slow into a join ANY: after_fast must not wait for slow, and
     # the response must not wait for slow either.
-    g = graph([model("fast"), model("after_fast"), model("slow")],
-              [("request", "fast"), ("fast", "after_fast"), ("request", "slow"),
-               ("after_fast", "response"), ("slow", "response")],
-              output={"join": "ANY"})
+    g = graph(
+        [model("fast"), model("after_fast"), model("slow")],
+        [
+            ("request", "fast"),
+            ("fast", "after_fast"),
+            ("request", "slow"),
+            ("after_fast", "response"),
+            ("slow", "response"),
+        ],
+        output={"join": "ANY"},
+    )
     rec = Recorder()
-    ex = Executor(g, {"fast": rec.fn("fast", 1, delay=0.01), "after_fast": rec.fn("after_fast", "won", delay=0.01),
-                      "slow": rec.fn("slow", "lost", delay=5)})
+    ex = Executor(
+        g,
+        {
+            "fast": rec.fn("fast", 1, delay=0.01),
+            "after_fast": rec.fn("after_fast", "won", delay=0.01),
+            "slow": rec.fn("slow", "lost", delay=5),
+        },
+    )
 
     async def scenario():
         result = await ex.run({})
@@ -607,16 +729,25 @@ def test_a_cancellation_the_callee_raises_itself_is_a_failure_of_the_node():
     async def gives_up(doc):
         raise asyncio.CancelledError()
 
-    for edges in ([("request", "m"), ("m", "response")],  # awaited inline
-                  [("request", "m"), ("request", "n"),  # in a task beside another call
-                   {"source": "m", "target": "response", "into": "/m"},
-                   {"source": "n", "target": "response", "into": "/n"}]):
+    for edges in (
+        [("request", "m"), ("m", "response")],  # awaited inline
+        [
+            ("request", "m"),
+            ("request", "n"),  # in a task beside another call
+            {"source": "m", "target": "response", "into": "/m"},
+            {"source": "n", "target": "response", "into": "/n"},
+        ],
+    ):
         nodes = [model("m")] + ([model("n")] if len(edges) > 2 else [])
         ex = Executor(graph(nodes, edges), {"m": gives_up, "n": Recorder().fn("n", 1)})
         result = run(ex.run({}))
         assert result.status == 502, result.body
-        assert result.body["error"] == {"code": "UNAVAILABLE", "node": "m",
-                                        "message": "m: the call was cancelled", "attempts": 1}
+        assert result.body["error"] == {
+            "code": "UNAVAILABLE",
+            "node": "m",
+            "message": "m: the call was cancelled",
+            "attempts": 1,
+        }
 
 
 def test_a_timeout_error_of_the_model_itself_is_an_application_error():
@@ -641,8 +772,11 @@ def test_a_node_timeout_beyond_the_deadline_ends_as_the_deadline():
 
 
 def test_a_shadow_call_is_bounded_by_the_request_deadline():
-    g = graph([model("main"), model("shadow", shadow={})],
-              [("request", "main"), ("main", "response"), ("request", "shadow")], deadline_ms=100)
+    g = graph(
+        [model("main"), model("shadow", shadow={})],
+        [("request", "main"), ("main", "response"), ("request", "shadow")],
+        deadline_ms=100,
+    )
     rec = Recorder()
     ex = Executor(g, {"main": rec.fn("main", "ok"), "shadow": rec.fn("shadow", 1, delay=5)})
 
@@ -662,8 +796,10 @@ def test_a_shadow_call_is_bounded_by_the_request_deadline():
 def test_backpressure_answers_503_naming_the_node_with_retry_after(retry_after_s, header):
     g = graph([model("a"), model("busy")], [("request", "a"), ("a", "busy"), ("busy", "response")])
     rec = Recorder()
-    full = Backpressure("Request dropped due to backpressure (num_queued_requests=4, max_queued_requests=4).",
-                        retry_after_s=retry_after_s)
+    full = Backpressure(
+        "Request dropped due to backpressure (num_queued_requests=4, max_queued_requests=4).",
+        retry_after_s=retry_after_s,
+    )
     result = run(Executor(g, {"a": rec.fn("a", 1), "busy": rec.fn("busy", None, fail=full)}).run({}))
     assert result.status == 503
     assert result.body["error"]["code"] == "BACKPRESSURE"
@@ -681,7 +817,7 @@ def test_only_backpressure_sets_retry_after():
 
 def test_the_python_3_10_stand_in_for_asyncio_timeout_keeps_timeouts_and_deadlines(monkeypatch):
     # Ray 2.60 still runs on Python 3.10, which has no asyncio.timeout: the engine brings its own.
-    monkeypatch.setattr(engine, "_timeout_at", engine._Timeout)
+    monkeypatch.setattr(timeouts, "timeout_at", timeouts.TimeoutAt)
     test_node_timeout_names_the_node()
     test_the_request_deadline_bounds_every_call()
     test_a_node_timeout_beyond_the_deadline_ends_as_the_deadline()

@@ -3,12 +3,12 @@
 node behind a handle: per-node timeout (async and plain methods), retries, errors naming the
 node (a user 4xx kept), fallback, shadow sampling, per-node metrics; plus the args checks."""
 
+import itertools
 import json
 import os
 import threading
 
 import pytest
-
 from conftest import run
 
 try:
@@ -18,10 +18,11 @@ except ImportError:  # pragma: no cover
         raise
     pytest.skip("ray[serve] is not installed in this interpreter", allow_module_level=True)
 
-import fused_models  # noqa: E402
-from raypipe_runtime import engine, metrics  # noqa: E402
-from raypipe_runtime.app import GraphExecutor, bind_models  # noqa: E402
-from raypipe_runtime.spec import ArgsError, parse_args  # noqa: E402
+import fused_models
+
+from raypipe_runtime import engine, metrics
+from raypipe_runtime.app import GraphExecutor, bind_models
+from raypipe_runtime.spec import ArgsError, parse_args
 
 
 class RecordingObserver(engine.Observer):
@@ -64,10 +65,11 @@ def args_of(nodes, edges, fused=None, **graph):
         "api_version": "raypipe.v1",
         "executor_deployment": "raypipe-executor",
         "graph": {
-            "name": "fused", "version": "1", "ingress": "request",
+            "name": "fused",
+            "version": "1",
+            "ingress": "request",
             "nodes": [{"name": "request", "input": {}}, *nodes, {"name": "response", "output": {}}],
-            "edges": [{"source": s, "target": t, **(e[2] if len(e) > 2 else {})} for e in edges
-                      for s, t in [e[:2]]],
+            "edges": [{"source": s, "target": t, **(e[2] if len(e) > 2 else {})} for e in edges for s, t in [e[:2]]],
             **graph,
         },
         "fused_nodes": names if fused is None else fused,
@@ -76,7 +78,7 @@ def args_of(nodes, edges, fused=None, **graph):
 
 def chain(*nodes):
     names = ["request", *[n["name"] for n in nodes], "response"]
-    return list(zip(names, names[1:]))
+    return list(itertools.pairwise(names))
 
 
 def call(executor, body, headers=None):
@@ -85,8 +87,11 @@ def call(executor, body, headers=None):
 
 
 def test_a_fused_chain_runs_in_process_and_constructs_each_model_once(observer):
-    nodes = [model("add", "AsyncAdd", init={"amount": 3}), model("double", "SyncDouble", "predict"),
-             model("fn", "plain_function")]
+    nodes = [
+        model("add", "AsyncAdd", init={"amount": 3}),
+        model("double", "SyncDouble", "predict"),
+        model("fn", "plain_function"),
+    ]
     args = args_of(nodes, chain(*nodes))
     bound, _ = bind_models(parse_args(args))
     assert bound == {}  # no deployment for any of them
@@ -120,8 +125,14 @@ def test_the_node_timeout_ends_async_and_plain_calls(observer):
 
 
 def test_retries_call_the_fused_model_again(observer):
-    nodes = [model("flaky", "Flaky", init={"failures": 2},
-                   retry={"attempts": 3, "initial_backoff_ms": 1, "max_backoff_ms": 2, "retry_on": ["APP_ERROR"]})]
+    nodes = [
+        model(
+            "flaky",
+            "Flaky",
+            init={"failures": 2},
+            retry={"attempts": 3, "initial_backoff_ms": 1, "max_backoff_ms": 2, "retry_on": ["APP_ERROR"]},
+        )
+    ]
     executor = GraphExecutor(args_of(nodes, chain(*nodes)), {}, [])
     status, body, headers = call(executor, {"x": 1}, {"x-raypipe-trace": "1"})
     assert (status, body) == (200, {"x": 1})
@@ -133,8 +144,12 @@ def test_errors_name_the_fused_node_and_keep_a_user_4xx(observer):
     nodes = [model("boom", "Raises")]
     status, body, _ = call(GraphExecutor(args_of(nodes, chain(*nodes)), {}, []), 1)
     assert status == 502
-    assert body["error"] == {"code": "NODE_FAILED", "node": "boom",
-                             "message": "boom: RuntimeError: model exploded", "attempts": 1}
+    assert body["error"] == {
+        "code": "NODE_FAILED",
+        "node": "boom",
+        "message": "boom: RuntimeError: model exploded",
+        "attempts": 1,
+    }
     nodes = [model("taken", "Raises", init={"conflict": True})]
     status, body, _ = call(GraphExecutor(args_of(nodes, chain(*nodes)), {}, []), 1)
     assert (status, body["error"]["node"]) == (409, "taken")
@@ -164,8 +179,11 @@ def test_fallback_and_shadow_of_fused_nodes(observer):
 
 def test_a_fused_model_that_cannot_start_names_its_node(observer):
     nodes = [model("broken", "BrokenAtStart")]
-    with pytest.raises(RuntimeError, match=r"fused node 'broken' \(fused_models:BrokenAtStart\) failed to "
-                                           r"construct: RuntimeError: weights are missing"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"fused node 'broken' \(fused_models:BrokenAtStart\) failed to "
+        r"construct: RuntimeError: weights are missing",
+    ):
         GraphExecutor(args_of(nodes, chain(*nodes)), {}, [])
 
 

@@ -6,12 +6,12 @@ import asyncio
 import logging
 
 import pytest
-
 from conftest import run
+from test_engine import Recorder, graph, model
+
 from raypipe_runtime import engine, metrics
 from raypipe_runtime.engine import Executor
 from raypipe_runtime.spec import parse_graph_text
-from test_engine import Recorder, graph, model
 
 
 class FakeObserver(engine.Observer):
@@ -78,33 +78,51 @@ def every_outcome_graph():
     fallback, shadow shadow_failed; the switch takes `left`, so `right` is skipped."""
     always = {"compare": {"path": "/request/x", "op": "EQ", "value": 1}}
     return graph(
-        [model("main"), model("soft", on_error="SKIP"), model("slow", timeout_ms=50, on_error="SKIP"),
-         model("fb", on_error="FALLBACK", fallback_value=0), model("shadow", shadow={}),
-         {"name": "s", "switch": {}}, model("left"), model("right")],
-        [("request", "main"), ("request", "soft"), ("request", "slow"), ("request", "fb"),
-         ("request", "shadow"), ("request", "s"),
-         {"source": "s", "target": "left", "when": always}, {"source": "s", "target": "right"},
-         {"source": "main", "target": "response", "into": "/main"},
-         {"source": "soft", "target": "response", "into": "/soft", "optional": True},
-         {"source": "slow", "target": "response", "into": "/slow", "optional": True},
-         {"source": "fb", "target": "response", "into": "/fb"},
-         {"source": "left", "target": "response", "into": "/left", "optional": True},
-         {"source": "right", "target": "response", "into": "/right", "optional": True}],
+        [
+            model("main"),
+            model("soft", on_error="SKIP"),
+            model("slow", timeout_ms=50, on_error="SKIP"),
+            model("fb", on_error="FALLBACK", fallback_value=0),
+            model("shadow", shadow={}),
+            {"name": "s", "switch": {}},
+            model("left"),
+            model("right"),
+        ],
+        [
+            ("request", "main"),
+            ("request", "soft"),
+            ("request", "slow"),
+            ("request", "fb"),
+            ("request", "shadow"),
+            ("request", "s"),
+            {"source": "s", "target": "left", "when": always},
+            {"source": "s", "target": "right"},
+            {"source": "main", "target": "response", "into": "/main"},
+            {"source": "soft", "target": "response", "into": "/soft", "optional": True},
+            {"source": "slow", "target": "response", "into": "/slow", "optional": True},
+            {"source": "fb", "target": "response", "into": "/fb"},
+            {"source": "left", "target": "response", "into": "/left", "optional": True},
+            {"source": "right", "target": "response", "into": "/right", "optional": True},
+        ],
     )
 
 
 def test_every_model_node_reports_one_outcome_per_request():
     rec = Recorder()
     observer = FakeObserver()
-    ex = Executor(every_outcome_graph(), {
-        "main": rec.fn("main", 1),
-        "soft": rec.fn("soft", fail=RuntimeError("soft boom")),
-        "slow": rec.fn("slow", 2, delay=5),
-        "fb": rec.fn("fb", fail=RuntimeError("fb boom")),
-        "shadow": rec.fn("shadow", fail=RuntimeError("shadow boom")),
-        "left": rec.fn("left", 3),
-        "right": rec.fn("right", 4),
-    }, observer=observer)
+    ex = Executor(
+        every_outcome_graph(),
+        {
+            "main": rec.fn("main", 1),
+            "soft": rec.fn("soft", fail=RuntimeError("soft boom")),
+            "slow": rec.fn("slow", 2, delay=5),
+            "fb": rec.fn("fb", fail=RuntimeError("fb boom")),
+            "shadow": rec.fn("shadow", fail=RuntimeError("shadow boom")),
+            "left": rec.fn("left", 3),
+            "right": rec.fn("right", 4),
+        },
+        observer=observer,
+    )
 
     async def scenario():
         result = await ex.run({"x": 1})
@@ -113,9 +131,17 @@ def test_every_model_node_reports_one_outcome_per_request():
 
     result = run(scenario())
     assert (result.status, result.body) == (200, {"main": 1, "fb": 0, "left": 3})
-    assert sorted(observer.outcomes) == sorted([
-        ("main", "ok"), ("soft", "error"), ("slow", "timeout"), ("fb", "fallback"),
-        ("shadow", "shadow_failed"), ("left", "ok"), ("right", "skipped")])
+    assert sorted(observer.outcomes) == sorted(
+        [
+            ("main", "ok"),
+            ("soft", "error"),
+            ("slow", "timeout"),
+            ("fb", "fallback"),
+            ("shadow", "shadow_failed"),
+            ("left", "ok"),
+            ("right", "skipped"),
+        ]
+    )
     assert sorted(name for name, _ in observer.calls) == ["fb", "left", "main", "shadow", "slow", "soft"]
     slow_ms = next(ms for name, ms in observer.calls if name == "slow")
     assert 45 <= slow_ms < 1000, slow_ms
@@ -125,8 +151,9 @@ def test_every_model_node_reports_one_outcome_per_request():
 def test_a_failed_request_counts_the_failing_node_and_not_the_nodes_it_never_reached():
     g = graph([model("a"), model("b")], [("request", "a"), ("a", "b"), ("b", "response")])
     observer = FakeObserver()
-    ex = Executor(g, {"a": Recorder().fn("a", fail=RuntimeError("boom")), "b": Recorder().fn("b", 1)},
-                  observer=observer)
+    ex = Executor(
+        g, {"a": Recorder().fn("a", fail=RuntimeError("boom")), "b": Recorder().fn("b", 1)}, observer=observer
+    )
     assert run(ex.run({})).status == 502
     assert observer.outcomes == [("a", "error")]
     assert [status for status, _ in observer.requests] == [502]
@@ -141,13 +168,18 @@ def test_the_deadline_is_a_timeout_and_a_lost_race_is_skipped_untimed():
     assert [name for name, _ in observer.calls] == ["a"]
     assert [status for status, _ in observer.requests] == [504]
 
-    race = graph([model("fast"), model("slow")],
-                 [("request", "fast"), ("request", "slow"), ("fast", "response"), ("slow", "response")],
-                 output={"join": "ANY"})
+    race = graph(
+        [model("fast"), model("slow")],
+        [("request", "fast"), ("request", "slow"), ("fast", "response"), ("slow", "response")],
+        output={"join": "ANY"},
+    )
     observer = FakeObserver()
     # fast suspends, as a call over a handle does, so slow's call has started when it is cut.
-    ex = Executor(race, {"fast": Recorder().fn("fast", 1, delay=0.01), "slow": Recorder().fn("slow", 2, delay=5)},
-                  observer=observer)
+    ex = Executor(
+        race,
+        {"fast": Recorder().fn("fast", 1, delay=0.01), "slow": Recorder().fn("slow", 2, delay=5)},
+        observer=observer,
+    )
     assert run(ex.run({})).body == 1
     assert sorted(observer.outcomes) == [("fast", "ok"), ("slow", "skipped")]
     assert [name for name, _ in observer.calls] == ["fast"]
@@ -158,18 +190,28 @@ def test_overhead_is_wall_time_outside_node_calls_with_overlapping_calls_counted
     # Fan-out: a and b start together; the fake clock moves only when told, so b's call spans
     # a's 10 ms, the 1 ms the executor spends on a's outcome and its own 30 ms (41 ms); then c
     # takes 20 ms. The calls sum to 71 ms but cover 61 ms; each outcome costs the executor 1 ms.
-    g = graph([model("a"), model("b"), model("c")],
-              [("request", "a"), ("request", "b"),
-               {"source": "a", "target": "c", "into": "/a"}, {"source": "b", "target": "c", "into": "/b"},
-               ("c", "response")])
+    g = graph(
+        [model("a"), model("b"), model("c")],
+        [
+            ("request", "a"),
+            ("request", "b"),
+            {"source": "a", "target": "c", "into": "/a"},
+            {"source": "b", "target": "c", "into": "/b"},
+            ("c", "response"),
+        ],
+    )
     observer = FakeObserver(clock, step_s=0.001)
-    ex = Executor(g, {"a": ticking(clock, "a", 0.010), "b": ticking(clock, "b", 0.030),
-                      "c": ticking(clock, "c", 0.020)}, clock=clock, observer=observer)
+    ex = Executor(
+        g,
+        {"a": ticking(clock, "a", 0.010), "b": ticking(clock, "b", 0.030), "c": ticking(clock, "c", 0.020)},
+        clock=clock,
+        observer=observer,
+    )
     started = clock.now
     result = run(ex.run({}, {"x-raypipe-trace": "1"}))
     wall_ms = (clock.now - started) * 1000
     assert result.status == 200
-    (status, overhead_ms), = observer.requests
+    ((_status, overhead_ms),) = observer.requests
     # a's outcome (1 ms) overlaps b's call; b's and c's outcomes are the executor's own time.
     assert overhead_ms == pytest.approx(2.0, abs=1e-6)
     assert dict(observer.calls)["b"] == pytest.approx(41.0, abs=1e-6)
@@ -194,10 +236,11 @@ class Broken(engine.Observer):
 
 
 def test_a_failing_observer_never_fails_a_request_and_is_logged_once(caplog):
-    g = graph([model("a"), model("b", on_error="FALLBACK", fallback_value=7)],
-              [("request", "a"), ("a", "b"), ("b", "response")])
-    ex = Executor(g, {"a": Recorder().fn("a", 1), "b": Recorder().fn("b", fail=RuntimeError("x"))},
-                  observer=Broken())
+    g = graph(
+        [model("a"), model("b", on_error="FALLBACK", fallback_value=7)],
+        [("request", "a"), ("a", "b"), ("b", "response")],
+    )
+    ex = Executor(g, {"a": Recorder().fn("a", 1), "b": Recorder().fn("b", fail=RuntimeError("x"))}, observer=Broken())
     with caplog.at_level(logging.ERROR, logger="raypipe_runtime"):
         answers = [run(ex.run({})) for _ in range(3)]
     assert [(r.status, r.body) for r in answers] == [(200, 7)] * 3
@@ -244,30 +287,52 @@ class FakeRegistry:
 
 
 def labelled_graph(labels):
-    return parse_graph_text({
-        "name": "pipe", "version": "v7", "ingress": "request", "labels": labels,
-        "nodes": [{"name": "request", "input": {}}, model("a"), model("b", on_error="SKIP"),
-                  {"name": "response", "output": {}}],
-        "edges": [{"source": "request", "target": "a"}, {"source": "request", "target": "b"},
-                  {"source": "a", "target": "response", "into": "/a"},
-                  {"source": "b", "target": "response", "into": "/b", "optional": True}],
-    })
+    return parse_graph_text(
+        {
+            "name": "pipe",
+            "version": "v7",
+            "ingress": "request",
+            "labels": labels,
+            "nodes": [
+                {"name": "request", "input": {}},
+                model("a"),
+                model("b", on_error="SKIP"),
+                {"name": "response", "output": {}},
+            ],
+            "edges": [
+                {"source": "request", "target": "a"},
+                {"source": "request", "target": "b"},
+                {"source": "a", "target": "response", "into": "/a"},
+                {"source": "b", "target": "response", "into": "/b", "optional": True},
+            ],
+        }
+    )
 
 
 def test_the_metrics_carry_graph_version_node_outcome_and_bounded_labels():
     registry = FakeRegistry()
     labels = {"team": "search", "tier": "x" * 100, "cost.center": "42", "a": "1", "b": "2", "z-last": "dropped"}
     observer = metrics.MetricsObserver(labelled_graph(labels), registry.counter, registry.histogram)
-    ex = Executor(labelled_graph(labels), {"a": Recorder().fn("a", 1), "b": Recorder().fn("b", fail=ValueError())},
-                  observer=observer)
+    ex = Executor(
+        labelled_graph(labels),
+        {"a": Recorder().fn("a", 1), "b": Recorder().fn("b", fail=ValueError())},
+        observer=observer,
+    )
     for _ in range(2):
         assert run(ex.run({})).status == 200
     requests = registry.metrics["raypipe_node_requests"]
     assert requests.records == []  # counts wait for the flush
     observer.flush()
 
-    graph_tags = {"graph": "pipe", "version": "v7", "label_a": "1", "label_b": "2", "label_cost_center": "42",
-                  "label_team": "search", "label_tier": "x" * 64}
+    graph_tags = {
+        "graph": "pipe",
+        "version": "v7",
+        "label_a": "1",
+        "label_b": "2",
+        "label_cost_center": "42",
+        "label_team": "search",
+        "label_tier": "x" * 64,
+    }
     assert requests.kind == "counter"
     assert sorted((v, t["node"], t["outcome"]) for v, t in requests.records) == [(2, "a", "ok"), (2, "b", "error")]
     assert all({k: t[k] for k in graph_tags} == graph_tags for _, t in requests.records)
@@ -283,8 +348,7 @@ def test_the_metrics_carry_graph_version_node_outcome_and_bounded_labels():
 
 def test_counts_reach_the_counters_on_a_timer_and_a_failing_flush_is_logged_once(caplog):
     registry = FakeRegistry()
-    observer = metrics.MetricsObserver(labelled_graph({}), registry.counter, registry.histogram,
-                                       flush_interval_s=0.05)
+    observer = metrics.MetricsObserver(labelled_graph({}), registry.counter, registry.histogram, flush_interval_s=0.05)
 
     async def scenario():
         observer.node_outcome("a", "ok")
@@ -321,7 +385,15 @@ def test_label_tags_are_few_short_and_valid_names():
 
 def test_status_classes():
     assert [metrics.status_class(s) for s in (200, 204, 400, 422, 502, 504, 99, 600)] == [
-        "2xx", "2xx", "4xx", "4xx", "5xx", "5xx", "other", "other"]
+        "2xx",
+        "2xx",
+        "4xx",
+        "4xx",
+        "5xx",
+        "5xx",
+        "other",
+        "other",
+    ]
 
 
 def test_metrics_that_cannot_be_made_leave_the_graph_without_an_observer(monkeypatch, caplog):

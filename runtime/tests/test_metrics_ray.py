@@ -12,7 +12,6 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import rendered
 from loopback_http import post
 from rayhead import LOOPBACK
@@ -25,7 +24,7 @@ except ImportError:  # pragma: no cover - depends on the interpreter
         raise
     pytest.skip("ray[serve] is not installed in this interpreter", allow_module_level=True)
 
-from test_ray_serve import head, put_config, wait_running  # noqa: E402,F401 (head: a fixture)
+from test_ray_serve import head, put_config, wait_running  # noqa: F401 (head: a fixture)
 
 APP = "metrics"
 REQUESTS = 6
@@ -47,12 +46,20 @@ def metrics_config(head):
     model_b = next(n for n in graph["nodes"] if n["name"] == "model_b")
     model_b["model"]["init_kwargs"]["error_share"] = 1.0
     graph["nodes"] += [
-        {"name": "slow", "model": {"import_path": "samples.models:Classifier",
-                                   "init_kwargs": {"label": "slow", "delay_ms": 1000}},
-         "timeout_ms": 200, "on_error": "SKIP"},
-        {"name": "audit", "model": {"import_path": "samples.models:Classifier",
-                                    "init_kwargs": {"label": "audit", "error_share": 1.0}},
-         "shadow": {}},
+        {
+            "name": "slow",
+            "model": {"import_path": "samples.models:Classifier", "init_kwargs": {"label": "slow", "delay_ms": 1000}},
+            "timeout_ms": 200,
+            "on_error": "SKIP",
+        },
+        {
+            "name": "audit",
+            "model": {
+                "import_path": "samples.models:Classifier",
+                "init_kwargs": {"label": "audit", "error_share": 1.0},
+            },
+            "shadow": {},
+        },
     ]
     graph["edges"] += [
         {"source": "preprocess", "target": "slow"},
@@ -76,8 +83,10 @@ def scrape(head) -> dict:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if "raypipe_" in sample.name and sample.labels.get("application") == APP:
-                key = (sample.name, frozenset((k, v) for k, v in sample.labels.items()
-                                              if k in ("node", "outcome", "status_class")))
+                key = (
+                    sample.name,
+                    frozenset((k, v) for k, v in sample.labels.items() if k in ("node", "outcome", "status_class")),
+                )
                 found[key] = found.get(key, 0) + sample.value
                 found.setdefault(("tags", sample.name), dict(sample.labels))
     return found
@@ -101,17 +110,27 @@ def test_node_outcomes_latency_and_overhead_reach_the_ray_metrics_port(head):
         assert status == 200, body
 
     expected = {
-        ("preprocess", "ok"): REQUESTS, ("model_a", "ok"): REQUESTS, ("model_b", "error"): REQUESTS,
-        ("slow", "timeout"): REQUESTS, ("audit", "shadow_failed"): REQUESTS, ("combine", "ok"): REQUESTS,
+        ("preprocess", "ok"): REQUESTS,
+        ("model_a", "ok"): REQUESTS,
+        ("model_b", "error"): REQUESTS,
+        ("slow", "timeout"): REQUESTS,
+        ("audit", "shadow_failed"): REQUESTS,
+        ("combine", "ok"): REQUESTS,
     }
     # Ray's metrics agent exports what replicas recorded a few seconds later: poll.
     deadline = time.monotonic() + 90
     while True:
         found = scrape(head)
-        outcomes = {(dict(tags)["node"], dict(tags)["outcome"]): value
-                    for (name, tags), value in found.items() if name == NODE_REQUESTS}
-        done = (outcomes == expected and count(found, GRAPH_REQUESTS, status_class="2xx") == REQUESTS
-                and count(found, OVERHEAD_COUNT) == REQUESTS)
+        outcomes = {
+            (dict(tags)["node"], dict(tags)["outcome"]): value
+            for (name, tags), value in found.items()
+            if name == NODE_REQUESTS
+        }
+        done = (
+            outcomes == expected
+            and count(found, GRAPH_REQUESTS, status_class="2xx") == REQUESTS
+            and count(found, OVERHEAD_COUNT) == REQUESTS
+        )
         if done or time.monotonic() > deadline:
             break
         time.sleep(2)
@@ -121,5 +140,10 @@ def test_node_outcomes_latency_and_overhead_reach_the_ray_metrics_port(head):
     for node in ("preprocess", "model_a", "model_b", "slow", "audit", "combine"):
         assert count(found, LATENCY_COUNT, node=node) == REQUESTS, node
     tags = found[("tags", NODE_REQUESTS)]
-    assert (tags["graph"], tags["version"], tags["label_team"], tags["label_tier"]) == ("ensemble", "1", "search", "gold")
+    assert (tags["graph"], tags["version"], tags["label_team"], tags["label_tier"]) == (
+        "ensemble",
+        "1",
+        "search",
+        "gold",
+    )
     assert tags["deployment"] == "raypipe-executor"

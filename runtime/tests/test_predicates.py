@@ -4,8 +4,8 @@ evaluator (src/graph/predicate.rs) does on the same files."""
 import json
 
 import pytest
-
 from conftest import VECTORS
+
 from raypipe_runtime import pointer as jp
 from raypipe_runtime import predicate as P
 

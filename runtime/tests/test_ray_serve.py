@@ -11,11 +11,10 @@ RAYPIPE_REQUIRE_RAY=1 (set by tests/integration/runtime.rs) turns that into a fa
 
 import os
 import time
-from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as FuturesTimeout
 
 import pytest
-
 from conftest import REPO_ROOT, RUNTIME_DIR, rendered
 from loopback_http import post, request
 from rayhead import LOOPBACK, RayHead, loopback_env
@@ -24,7 +23,7 @@ from rayhead import LOOPBACK, RayHead, loopback_env
 assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == loopback_env()["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]
 
 try:
-    import ray  # noqa: F401
+    import ray
     from ray import serve
 except ImportError:  # pragma: no cover - depends on the interpreter
     if os.environ.get("RAYPIPE_REQUIRE_RAY") == "1":
@@ -41,10 +40,8 @@ def head():
     try:
         head.wait_started()
         # The address is given, so ray.init only connects (it never starts a Ray of its own).
-        ray.init(address=head.gcs_address, _node_ip_address=LOOPBACK, logging_level="warning",
-                 log_to_driver=False)
-        serve.start(http_options={"host": LOOPBACK, "port": head.ports["serve_http"]},
-                    proxy_location="HeadOnly")
+        ray.init(address=head.gcs_address, _node_ip_address=LOOPBACK, logging_level="warning", log_to_driver=False)
+        serve.start(http_options={"host": LOOPBACK, "port": head.ports["serve_http"]}, proxy_location="HeadOnly")
         yield head
     finally:
         # Only when connected: serve.shutdown() would otherwise start a local Ray of its own.
@@ -62,8 +59,7 @@ def test_ensemble_answers_over_http(head):
 
     (app,) = rendered("ensemble")["applications"]
     started = time.monotonic()
-    serve.run(build(app["args"]), name=app["name"], route_prefix=app["route_prefix"],
-              blocking=False)
+    serve.run(build(app["args"]), name=app["name"], route_prefix=app["route_prefix"], blocking=False)
     deploy_s = time.monotonic() - started
     url = head.serve_url + app["route_prefix"]
 
@@ -96,8 +92,9 @@ def test_ensemble_answers_over_http(head):
 
 def put_config(head, config):
     """PUTs a Serve config to the head's dashboard, the way raypipe's RayService controller does."""
-    status, body, _ = request("PUT", f"http://{LOOPBACK}:{head.ports['dashboard']}/api/serve/applications/",
-                              config, timeout=60)
+    status, body, _ = request(
+        "PUT", f"http://{LOOPBACK}:{head.ports['dashboard']}/api/serve/applications/", config, timeout=60
+    )
     assert status == 200, body
 
 
@@ -154,8 +151,10 @@ def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
             except FuturesTimeout:
                 pass
             turned_away = list(answers)
-            assert turned_away, ("no request was turned away while the node was saturated; Serve logged:\n"
-                                 + head.serve_log_lines(r"backpressure|max_queued|at capacity|queue"))
+            assert turned_away, (
+                "no request was turned away while the node was saturated; Serve logged:\n"
+                + head.serve_log_lines(r"backpressure|max_queued|at capacity|queue")
+            )
         finally:
             ray.get(gate.open.remote())
         answers = [future.result() for future in pending]
@@ -226,8 +225,10 @@ def test_an_overloaded_fused_pipeline_is_turned_away_at_its_executor(head):
                         break
             except FuturesTimeout:
                 pass
-            assert turned_away, ("no request was turned away while the fused executor was saturated; "
-                                 "Serve logged:\n" + head.serve_log_lines(r"backpressure|max_queued|queue"))
+            assert turned_away, (
+                "no request was turned away while the fused executor was saturated; "
+                "Serve logged:\n" + head.serve_log_lines(r"backpressure|max_queued|queue")
+            )
         finally:
             ray.get(gate.open.remote())
         answers = [future.result() for future in pending]

@@ -5,20 +5,33 @@ import copy
 import json
 
 import pytest
-
 from conftest import run
+
 from raypipe_runtime import engine
-from raypipe_runtime.router import (BOUNDS_MS, CANARY, HEADER_ROLLOUT, HEADER_VERSION,
-                                    ROUTER_LISTED_S, STABLE, Counters, Ledger,
-                                    RouterConfigError, StatsBook, Target, bucket_index,
-                                    choose_role, no_config_reply, parse_config,
-                                    parse_router_args, route_request)
+from raypipe_runtime.router import (
+    BOUNDS_MS,
+    CANARY,
+    HEADER_ROLLOUT,
+    HEADER_VERSION,
+    ROUTER_LISTED_S,
+    STABLE,
+    Counters,
+    Ledger,
+    RouterConfigError,
+    StatsBook,
+    Target,
+    bucket_index,
+    choose_role,
+    no_config_reply,
+    parse_config,
+    parse_router_args,
+    route_request,
+)
 
 CONFIG = {
     "generation": "3f2a9c1b0d4e-2",
     "stable": {"app": "pipe--aaaaaaaaaaaa", "deployment": "raypipe-executor", "version": "v1"},
-    "canary": {"app": "pipe--bbbbbbbbbbbb", "deployment": "raypipe-executor", "version": "v2",
-               "weight": 10.0},
+    "canary": {"app": "pipe--bbbbbbbbbbbb", "deployment": "raypipe-executor", "version": "v2", "weight": 10.0},
     "retry_on_stable": True,
 }
 
@@ -39,6 +52,7 @@ def problems_of(raw) -> dict:
 
 
 # ---- config -----------------------------------------------------------------------------------
+
 
 def test_config_of_the_contract_parses():
     parsed = config()
@@ -65,9 +79,13 @@ def test_malformed_configs_name_every_field():
     bad["retry_on_stable"] = "yes"
     bad["extra"] = 1
     problems = problems_of(bad)
-    assert set(problems) == {"user_config.generation", "user_config.stable.version",
-                             "user_config.canary.weight", "user_config.retry_on_stable",
-                             "user_config.extra"}
+    assert set(problems) == {
+        "user_config.generation",
+        "user_config.stable.version",
+        "user_config.canary.weight",
+        "user_config.retry_on_stable",
+        "user_config.extra",
+    }
     assert "0 to 100" in problems["user_config.canary.weight"]
 
     for weight in (True, float("nan"), float("inf"), 10**400, -1, "10", None):
@@ -88,6 +106,7 @@ def test_router_args_carry_only_the_contract_version():
 
 
 # ---- the choice and the counting ---------------------------------------------------------------
+
 
 def test_choice_follows_the_weight():
     assert choose_role(config(canary_changes={"weight": 0}), 0.0) == STABLE
@@ -127,8 +146,14 @@ def test_counters_record_and_merge():
     total.add({**d, "buckets": [1, 2]})
     total.add({**d, "sum_ms": 10**400})
     total.add({**d, "buckets": [float("inf")] * 25})
-    assert total.to_dict() == {**d, "requests": 6, "errors": 2, "retried": 2, "sum_ms": 80025.0,
-                               "buckets": [2 * b for b in d["buckets"]]}
+    assert total.to_dict() == {
+        **d,
+        "requests": 6,
+        "errors": 2,
+        "retried": 2,
+        "sum_ms": 80025.0,
+        "buckets": [2 * b for b in d["buckets"]],
+    }
 
 
 def test_ledger_reports_current_and_previous_generation_and_keeps_four():
@@ -150,6 +175,7 @@ def test_ledger_reports_current_and_previous_generation_and_keeps_four():
 
 
 # ---- the stats merge ---------------------------------------------------------------------------
+
 
 def report(replica, seq, generation, counts):
     """A router's report with `counts` = {generation: {role: [latency ms, ...]}}."""
@@ -174,8 +200,7 @@ def test_stats_sum_the_latest_report_of_every_router():
     assert snap["generation"] == "g1" and snap["bounds_ms"] == list(BOUNDS_MS)
     assert snap[STABLE]["requests"] == 3 and snap[STABLE]["sum_ms"] == 11.0
     assert (snap[CANARY]["requests"], snap[CANARY]["errors"]) == (1, 1)
-    assert snap["routers"] == {"r1": {"generation": "g1", "age_s": 0.5},
-                               "r2": {"generation": "g1", "age_s": 0.4}}
+    assert snap["routers"] == {"r1": {"generation": "g1", "age_s": 0.5}, "r2": {"generation": "g1", "age_s": 0.4}}
     json.dumps(snap)  # what the router sends back as its HTTP answer
 
     # r1 moves on to g2 and reports both; g1's sums stay, g2 starts from its own counts.
@@ -203,8 +228,13 @@ def test_stats_are_bounded_and_tolerate_junk():
     assert list(book.by_generation) == ["g2", "g3", "g4"]
     assert book.snapshot("g0", now=5.0)[STABLE] == Counters().to_dict()
     assert book.snapshot("unknown", now=5.0)[CANARY]["requests"] == 0
-    for junk in (None, {}, {"replica": "r9", "seq": True}, {"replica": "r9", "seq": 1, "counters": [1]},
-                 {"replica": "r9", "seq": 2, "counters": {"g4": {STABLE: "x", CANARY: {"requests": "many"}}}}):
+    for junk in (
+        None,
+        {},
+        {"replica": "r9", "seq": True},
+        {"replica": "r9", "seq": 1, "counters": [1]},
+        {"replica": "r9", "seq": 2, "counters": {"g4": {STABLE: "x", CANARY: {"requests": "many"}}}},
+    ):
         book.accept(junk, now=5.0)
     assert book.snapshot("g4", now=5.0)[STABLE]["requests"] == 1
     assert book.snapshot(None, now=1000.0)["routers"] == {}
@@ -212,6 +242,7 @@ def test_stats_are_bounded_and_tolerate_junk():
 
 
 # ---- routing one request -----------------------------------------------------------------------
+
 
 class Versions:
     """Fake version calls: each app answers with a status (or raises) and records its calls."""
@@ -234,7 +265,9 @@ A, B = CONFIG["stable"]["app"], CONFIG["canary"]["app"]
 def routed(cfg, versions, draw, ledger=None):
     ledger = ledger or Ledger()
     ledger.activate(cfg.generation)
-    status, content, media, headers = run(route_request(cfg, ledger, versions, b'{"x": 1}', {"x-request-id": "7"}, draw))
+    status, content, _media, headers = run(
+        route_request(cfg, ledger, versions, b'{"x": 1}', {"x-request-id": "7"}, draw)
+    )
     return status, json.loads(content), headers, ledger.report()[cfg.generation]
 
 
@@ -267,13 +300,14 @@ def test_a_failed_canary_without_retry_answers_the_client():
     assert (status, headers[HEADER_ROLLOUT]) == (502, "canary")
     assert (counts[CANARY]["errors"], counts[CANARY]["retried"], counts[STABLE]["requests"]) == (1, 0, 0)
 
-    status, body, headers, _ = routed(config(retry_on_stable=False),
-                                      Versions({A: 200, B: engine.Backpressure("queue full")}), draw=0.0)
+    status, body, headers, _ = routed(
+        config(retry_on_stable=False), Versions({A: 200, B: engine.Backpressure("queue full")}), draw=0.0
+    )
     assert (status, body["error"]["code"], headers[HEADER_VERSION]) == (503, "BACKPRESSURE", "v2")
     assert headers["retry-after"] == "1", "Serve gave no retry_after_s: one second"
-    status, _, headers, _ = routed(config(retry_on_stable=False),
-                                   Versions({A: 200, B: engine.Backpressure("full", retry_after_s=2.5)}),
-                                   draw=0.0)
+    status, _, headers, _ = routed(
+        config(retry_on_stable=False), Versions({A: 200, B: engine.Backpressure("full", retry_after_s=2.5)}), draw=0.0
+    )
     assert (status, headers["retry-after"]) == (503, "3")
 
 
@@ -303,9 +337,14 @@ def test_stable_unavailable_is_503_in_the_engine_shape():
 
 
 def test_no_config_answer():
-    status, content, media, headers = no_config_reply()
+    status, content, media, _headers = no_config_reply()
     body = json.loads(content)
-    assert (status, media, body["error"]["code"], body["error"]["node"]) == (503, "application/json", "UNAVAILABLE", None)
+    assert (status, media, body["error"]["code"], body["error"]["node"]) == (
+        503,
+        "application/json",
+        "UNAVAILABLE",
+        None,
+    )
     assert "no configuration yet" in body["error"]["message"]
 
 
@@ -315,7 +354,11 @@ def test_build_binds_the_router_to_its_stats_deployment():
 
     router = build({"api_version": "raypipe.router.v1"})._bound_deployment
     stats = router._replica_config.init_args[1]._bound_deployment
-    assert (router.name, router.max_ongoing_requests, router.ray_actor_options["num_cpus"]) == ("raypipe-router", 100, 0.1)
+    assert (router.name, router.max_ongoing_requests, router.ray_actor_options["num_cpus"]) == (
+        "raypipe-router",
+        100,
+        0.1,
+    )
     assert (stats.name, stats.num_replicas, stats.ray_actor_options["num_cpus"]) == ("raypipe-rollout-stats", 1, 0.1)
     with pytest.raises(RouterConfigError):
         build({"api_version": "raypipe.v1"})

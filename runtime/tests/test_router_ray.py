@@ -15,10 +15,10 @@ import time
 from collections import Counter
 
 import pytest
-
 from conftest import REPO_ROOT, RUNTIME_DIR, rendered
 from loopback_http import post, request
 from rayhead import LOOPBACK, RayHead
+
 from raypipe_runtime.router import WARMUP_CALLS
 
 # This driver only speaks HTTP (the dashboard's Serve API, the route): Ray itself is needed by
@@ -45,23 +45,31 @@ def version_app(name: str, failing: bool) -> dict:
 
 
 def router_config(generation: str, weight: float, retry: bool, stable_app: str = STABLE_APP) -> dict:
-    return {"generation": generation, "retry_on_stable": retry,
-            "stable": {"app": stable_app, "deployment": "raypipe-executor", "version": "v1"},
-            "canary": {"app": CANARY_APP, "deployment": "raypipe-executor", "version": "v2",
-                       "weight": weight}}
+    return {
+        "generation": generation,
+        "retry_on_stable": retry,
+        "stable": {"app": stable_app, "deployment": "raypipe-executor", "version": "v1"},
+        "canary": {"app": CANARY_APP, "deployment": "raypipe-executor", "version": "v2", "weight": weight},
+    }
 
 
 def serve_config(head: RayHead, user_config: dict) -> dict:
     # As src/serve/rollout.rs renders it (the router's CPU share is the code's default).
-    router = {"name": PIPELINE, "route_prefix": ROUTE, "import_path": "raypipe_runtime.router:build",
-              "args": {"api_version": "raypipe.router.v1"},
-              "deployments": [{"name": "raypipe-router", "user_config": user_config,
-                               "num_replicas": ROUTER_REPLICAS},
-                              {"name": "raypipe-rollout-stats", "num_replicas": 1}]}
-    return {"proxy_location": "HeadOnly",
-            "http_options": {"host": LOOPBACK, "port": head.ports["serve_http"]},
-            "applications": [version_app(STABLE_APP, failing=False),
-                             version_app(CANARY_APP, failing=True), router]}
+    router = {
+        "name": PIPELINE,
+        "route_prefix": ROUTE,
+        "import_path": "raypipe_runtime.router:build",
+        "args": {"api_version": "raypipe.router.v1"},
+        "deployments": [
+            {"name": "raypipe-router", "user_config": user_config, "num_replicas": ROUTER_REPLICAS},
+            {"name": "raypipe-rollout-stats", "num_replicas": 1},
+        ],
+    }
+    return {
+        "proxy_location": "HeadOnly",
+        "http_options": {"host": LOOPBACK, "port": head.ports["serve_http"]},
+        "applications": [version_app(STABLE_APP, failing=False), version_app(CANARY_APP, failing=True), router],
+    }
 
 
 class Rollout:
@@ -80,8 +88,9 @@ class Rollout:
         self.wait_for(lambda: self.router_generations() == {generation}, f"every router on {generation}")
 
     def put(self, user_config: dict) -> None:
-        status, body, _ = request("PUT", f"{self.dashboard}/api/serve/applications/",
-                                  serve_config(self.head, user_config))
+        status, body, _ = request(
+            "PUT", f"{self.dashboard}/api/serve/applications/", serve_config(self.head, user_config)
+        )
         assert status == 200, body
 
     def snapshot(self, generation=None) -> dict:
@@ -126,8 +135,10 @@ class Rollout:
 
     def apps(self):
         _, body, _ = request("GET", f"{self.dashboard}/api/serve/applications/?api_type=declarative")
-        return {name: (app.get("status"), app.get("message", "")[:500])
-                for name, app in ((body or {}).get("applications") or {}).items()}
+        return {
+            name: (app.get("status"), app.get("message", "")[:500])
+            for name, app in ((body or {}).get("applications") or {}).items()
+        }
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +147,9 @@ def rollout():
     try:
         head.wait_started()
         deployed = Rollout(head)
-        deployed.wait_for(lambda: request("GET", f"{deployed.dashboard}/api/version")[0] == 200,
-                          "the dashboard")
+        deployed.wait_for(lambda: request("GET", f"{deployed.dashboard}/api/version")[0] == 200, "the dashboard")
         deployed.apply(router_config("g0", weight=0, retry=True))
-        deployed.wait_for(lambda: {s for s, _ in deployed.apps().values()} == {"RUNNING"},
-                          "every application RUNNING")
+        deployed.wait_for(lambda: {s for s, _ in deployed.apps().values()} == {"RUNNING"}, "every application RUNNING")
         yield deployed
     finally:
         head.stop()

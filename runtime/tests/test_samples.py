@@ -4,8 +4,8 @@ documented in samples/graphs/README.md."""
 import random
 
 import pytest
-
 from conftest import rendered_args, run
+
 from raypipe_runtime.app import import_attr
 from raypipe_runtime.engine import Executor, sticky_choice
 from raypipe_runtime.spec import parse_args

@@ -5,8 +5,8 @@ and clear errors, naming the field, for args the runtime cannot run."""
 import copy
 
 import pytest
-
 from conftest import SAMPLES, rendered, rendered_args
+
 from raypipe_runtime.spec import API_VERSION, ArgsError, parse_args
 
 
@@ -102,7 +102,7 @@ def test_structural_problems_are_refused():
 
 
 def test_missing_args_are_explained():
-    problems, text = problems_of(None)
+    problems, _text = problems_of(None)
     assert "args" in problems
     problems, _ = problems_of({"api_version": "raypipe.v1", "executor_deployment": "x"})
     assert "args.graph" in problems

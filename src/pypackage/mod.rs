@@ -346,4 +346,43 @@ mod tests {
         );
         assert!(runtime().file_name.starts_with("raypipe_runtime-"));
     }
+
+    /// build.rs embeds the package's `*.py` by listing its directory, so a new module travels
+    /// to Ray without being named anywhere (and nothing of runtime/ outside it, such as
+    /// pyproject.toml).
+    #[test]
+    fn the_embedded_runtime_is_every_module_of_the_package() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/raypipe_runtime");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .expect("the runtime's directory")
+            .map(|e| {
+                e.expect("a directory entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|name| name.ends_with(".py"))
+            .collect();
+        on_disk.sort();
+        let embedded: Vec<String> = RUNTIME_FILES.iter().map(|(p, _)| p.to_string()).collect();
+        assert_eq!(embedded, on_disk);
+        for module in ["engine.py", "scheduler.py", "node_call.py", "assembly.py"] {
+            assert!(
+                embedded.iter().any(|p| p == module),
+                "{module} is not embedded"
+            );
+        }
+    }
+
+    #[test]
+    fn the_runtime_metadata_carries_raypipe_version() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/pyproject.toml");
+        let pyproject = std::fs::read_to_string(&path).expect("runtime/pyproject.toml");
+        let line = format!("version = \"{}\"", env!("CARGO_PKG_VERSION"));
+        assert!(
+            pyproject.lines().any(|l| l == line),
+            "{} should say `{line}` (raypipe's version, Cargo.toml)",
+            path.display()
+        );
+    }
 }

@@ -66,6 +66,19 @@ pub const RAY_RELEASES: &[RayRelease] = &[
 /// The `pytest` the venv also gets, for the graph runtime's tests (`runtime/tests`).
 pub const PYTEST_VERSION: &str = "9.2.0";
 
+/// The `ruff` (lint and format check) the venv also gets, for the graph runtime
+/// (`runtime/pyproject.toml`; `.ci/run` runs it).
+pub const RUFF_VERSION: &str = "0.17.5";
+
+/// The `mypy` the venv also gets, for the graph runtime; beside Ray, so it reads Ray's own
+/// annotations.
+pub const MYPY_VERSION: &str = "2.4.1";
+
+/// The test tools every venv gets, as its marker names them.
+fn test_tools() -> String {
+    format!("pytest=={PYTEST_VERSION} ruff=={RUFF_VERSION} mypy=={MYPY_VERSION}")
+}
+
 /// The provisioning script, embedded so it works from any directory.
 pub const PROVISION_RAY_SCRIPT: &str = include_str!("provision-ray.sh");
 
@@ -138,11 +151,11 @@ pub fn locate_ray_version(version: &str) -> Result<PathBuf, DevEnvError> {
     }
 }
 
-/// Whether a venv's marker (`ray[serve]==V pytest==P python=X[ constraints=a,b]`, written by
-/// the script) names this release, its constraints and the pinned pytest.
+/// Whether a venv's marker (`ray[serve]==V pytest==P ruff==R mypy==M python=X[ constraints=a,b]`,
+/// written by the script) names this release, its constraints and the pinned test tools.
 fn marker_matches(marker: &str, release: &RayRelease) -> bool {
     let marker = marker.trim_end();
-    let prefix = format!("ray[serve]=={} pytest=={PYTEST_VERSION} ", release.version);
+    let prefix = format!("ray[serve]=={} {} ", release.version, test_tools());
     let constraints_ok = if release.constraints.is_empty() {
         !marker.contains(" constraints=")
     } else {
@@ -155,8 +168,9 @@ fn marker_matches(marker: &str, release: &RayRelease) -> bool {
 /// stderr.
 pub fn provision_ray(release: &RayRelease, venv: &Path) -> Result<(), DevEnvError> {
     eprintln!(
-        "raypipe: installing ray[serve]=={} and pytest=={PYTEST_VERSION} from PyPI into {} — the first time takes about a minute, later runs reuse it",
+        "raypipe: installing ray[serve]=={} and {} from PyPI into {} — the first time takes about a minute, later runs reuse it",
         release.version,
+        test_tools(),
         venv.display()
     );
     let constraints = release.constraints.join(" ");
@@ -167,6 +181,8 @@ pub fn provision_ray(release: &RayRelease, venv: &Path) -> Result<(), DevEnvErro
         &[
             ("RAY_VERSION", release.version),
             ("PYTEST_VERSION", PYTEST_VERSION),
+            ("RUFF_VERSION", RUFF_VERSION),
+            ("MYPY_VERSION", MYPY_VERSION),
             ("RAY_CONSTRAINTS", &constraints),
         ],
     )
@@ -299,23 +315,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_venv_is_reused_only_for_its_own_release_constraints_and_pytest() {
+    fn a_venv_is_reused_only_for_its_own_release_constraints_and_test_tools() {
         let newest = ray_release(RAY_VERSION).expect("the default is pinned");
         let oldest = ray_release(RAY_VERSION_OLDEST).expect("the oldest is pinned");
-        let plain = format!("ray[serve]=={RAY_VERSION} pytest=={PYTEST_VERSION} python=3.11.7\n");
+        let tools = test_tools();
+        let plain = format!("ray[serve]=={RAY_VERSION} {tools} python=3.11.7\n");
         assert!(marker_matches(&plain, &newest));
         assert!(!marker_matches(&plain, &oldest));
         let constrained = format!(
-            "ray[serve]=={RAY_VERSION_OLDEST} pytest=={PYTEST_VERSION} python=3.11.7 constraints=protobuf<7\n"
+            "ray[serve]=={RAY_VERSION_OLDEST} {tools} python=3.11.7 constraints=protobuf<7\n"
         );
         assert!(marker_matches(&constrained, &oldest));
         // The same Ray built before its constraints were known is rebuilt.
-        let unconstrained =
-            format!("ray[serve]=={RAY_VERSION_OLDEST} pytest=={PYTEST_VERSION} python=3.11.7\n");
+        let unconstrained = format!("ray[serve]=={RAY_VERSION_OLDEST} {tools} python=3.11.7\n");
         assert!(!marker_matches(&unconstrained, &oldest));
         let old_pytest = format!("ray[serve]=={RAY_VERSION} pytest=8.0.0 python=3.11.7\n");
         assert!(!marker_matches(&old_pytest, &newest));
+        // A venv from before the lint tools gets them (in place, by the script).
+        let no_lints =
+            format!("ray[serve]=={RAY_VERSION} pytest=={PYTEST_VERSION} python=3.11.7\n");
+        assert!(!marker_matches(&no_lints, &newest));
         assert_ne!(venv_dir_for(RAY_VERSION), venv_dir_for(RAY_VERSION_OLDEST));
         assert!(ray_release("2.40.0").is_none());
+    }
+
+    /// `.ci/run` provisions the venv with the script's own defaults (no Rust build needed), so
+    /// they must be the pins above.
+    #[test]
+    fn the_script_defaults_are_the_pinned_versions() {
+        for (name, pinned) in [
+            ("RAY_VERSION", RAY_VERSION),
+            ("PYTEST_VERSION", PYTEST_VERSION),
+            ("RUFF_VERSION", RUFF_VERSION),
+            ("MYPY_VERSION", MYPY_VERSION),
+        ] {
+            let default = format!("{name}=${{{name}:-{pinned}}}");
+            assert!(
+                PROVISION_RAY_SCRIPT.lines().any(|line| line == default),
+                "provision-ray.sh should default {name} to {pinned} (`{default}`)"
+            );
+        }
     }
 }
