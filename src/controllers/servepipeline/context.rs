@@ -22,6 +22,9 @@ pub struct Context {
     pub(super) secrets: Store<PartialObjectMeta<Secret>>,
     /// Per pipeline, reset when its uid changes (see `frame::memory`).
     pub(super) state: ObjectMemory<Option<PipelineState>>,
+    /// Per pipeline, the resourceVersion a status write of this controller was planned from,
+    /// and when: until the cache moves past it, a pass would plan from the older copy.
+    pub(super) status_written: ObjectMemory<Option<(String, std::time::Instant)>>,
     /// Per pipeline, the last ended rollout counted in the rollouts metric.
     pub(super) counted_rollout: ObjectMemory<Option<String>>,
     pub(super) frame: Frame<ServePipeline>,

@@ -126,6 +126,7 @@ pub async fn run(
         config,
         secrets: secret_store,
         state: ObjectMemory::new(),
+        status_written: ObjectMemory::new(),
         counted_rollout: ObjectMemory::new(),
         frame,
         fetches,

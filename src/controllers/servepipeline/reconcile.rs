@@ -29,6 +29,11 @@ pub(super) async fn reconcile(
     if pipeline.meta().deletion_timestamp.is_some() {
         return Ok(forget(&pipeline, &ctx));
     }
+    if status::cache_is_behind(&ctx, &pipeline) {
+        // Its watch event brings the pipeline back with the status this controller wrote.
+        ctx.frame.keep_failures(&pipeline);
+        return Ok(Action::requeue(status::CACHE_CATCH_UP));
+    }
     let spec = crate::validation::servepipeline::validated(&pipeline);
     let observed = observe::observe(&pipeline, &ctx, &spec).await?;
     let now = crate::k8s::now();

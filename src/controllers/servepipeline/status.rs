@@ -2,7 +2,7 @@
 //! apply) when it changed; the Events, once per transition (a graph newly applied, a new
 //! problem); an ended rollout counted once; and the pipeline's memory for the next pass.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
@@ -23,8 +23,31 @@ pub(super) async fn write_if_changed(
 ) -> Result<(), Error> {
     if pipeline.status.as_ref() != Some(status) {
         write(&ctx.client, pipeline, status).await?;
+        let planned_from = pipeline.resource_version().unwrap_or_default();
+        ctx.status_written
+            .with(pipeline, |w| *w = Some((planned_from, Instant::now())));
     }
     Ok(())
+}
+
+/// How soon a pass that found the cache behind looks again (the watch event usually comes first).
+pub(super) const CACHE_CATCH_UP: Duration = Duration::from_millis(500);
+/// How long a pass waits for the cache at most: a write the server kept as a no-op leaves the
+/// resourceVersion where it was, and the pipeline must not wait for it forever.
+const CACHE_CATCH_UP_LIMIT: Duration = Duration::from_secs(5);
+
+/// Whether the cached pipeline is still the copy this controller's last status write was
+/// planned from: a pass on it would decide again what that pass decided (a canary started
+/// twice, its Event published twice).
+pub(super) fn cache_is_behind(ctx: &Context, pipeline: &ServePipeline) -> bool {
+    let current = pipeline.resource_version().unwrap_or_default();
+    ctx.status_written
+        .peek(pipeline, |written| {
+            written.as_ref().is_some_and(|(planned_from, at)| {
+                *planned_from == current && at.elapsed() < CACHE_CATCH_UP_LIMIT
+            })
+        })
+        .unwrap_or(false)
 }
 
 /// Server-side applies the pipeline's status.
