@@ -26,6 +26,7 @@ mod rayservice_samples;
 mod release;
 mod rollout;
 mod runtime;
+mod s3_code;
 mod samples;
 mod servepipeline;
 mod source;

@@ -46,7 +46,13 @@ impl RayHead {
         } else {
             private_mount_command(&options.private_mounts, args)?
         };
-        let process = ManagedProcess::start("ray-head", &program, &args, &log)?;
+        let process = ManagedProcess::start_with_env(
+            "ray-head",
+            &program,
+            &args,
+            &options.credential_env.pairs(),
+            &log,
+        )?;
         let root_pid = process.pid();
         write_private(&dir.join("ray-start.pid"), &root_pid.to_string())?;
         let head = RayHead {
@@ -314,10 +320,11 @@ impl RayHead {
             ));
             let args = env_command(env, &python, ray_args);
             let log = self.dir.join(format!("worker-{index}.log"));
-            let process = ManagedProcess::start(
+            let process = ManagedProcess::start_with_env(
                 &format!("ray-worker-{index}"),
                 Path::new("/usr/bin/env"),
                 &args,
+                &options.credential_env.pairs(),
                 &log,
             )?;
             let root_pid = process.pid();

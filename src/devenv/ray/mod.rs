@@ -1,7 +1,8 @@
 //! Real Ray heads on 127.0.0.1 for tests and `raypipe dev`.
 //!
 //! Ray comes from PyPI: a pinned `ray[serve]` in a virtualenv cached outside the repository
-//! (`<raypipe cache>/ray/venv-<version>`, filled once by the embedded `provision-ray.sh`).
+//! (`<raypipe cache>/ray/venv-<version>`, filled once by the embedded `provision-ray.sh`; the
+//! embedded `add-storage-clients.sh` adds the pinned boto3 Ray's `s3://` downloader imports).
 //! Each [`RayHead`] gets its own ports, its own short temp dir and an environment that keeps
 //! every Ray process on loopback; it is stopped by the process ids it started, never with
 //! `ray stop` (which stops every Ray on the machine). A head may bring extra worker nodes
@@ -79,8 +80,20 @@ fn test_tools() -> String {
     format!("pytest=={PYTEST_VERSION} ruff=={RUFF_VERSION} mypy=={MYPY_VERSION}")
 }
 
+/// The `boto3` every venv also gets: Ray's own downloader imports it (with smart_open, which
+/// `ray[serve]` brings) to fetch `s3://` URIs in a runtime_env (`working_dir`, `py_modules`).
+/// Added in place by [`ADD_STORAGE_CLIENTS_SCRIPT`] under a marker of its own
+/// ([`STORAGE_CLIENTS_MARKER`]), so a venv otherwise up to date is not rebuilt for it.
+pub const BOTO3_VERSION: &str = "1.44.8";
+
 /// The provisioning script, embedded so it works from any directory.
 pub const PROVISION_RAY_SCRIPT: &str = include_str!("provision-ray.sh");
+
+/// Adds [`BOTO3_VERSION`] to a provisioned venv (embedded like [`PROVISION_RAY_SCRIPT`]).
+pub const ADD_STORAGE_CLIENTS_SCRIPT: &str = include_str!("add-storage-clients.sh");
+
+/// The file in a venv naming the storage clients it holds (`boto3==V`).
+const STORAGE_CLIENTS_MARKER: &str = ".raypipe-storage-clients";
 
 /// Path of a `ray` executable to use instead of the cached virtualenv of [`RAY_VERSION`]
 /// (other versions always come from their own cached venv).
@@ -137,18 +150,39 @@ pub fn locate_ray_version(version: &str) -> Result<PathBuf, DevEnvError> {
     let marker = std::fs::read_to_string(venv.join(".raypipe-provisioned")).unwrap_or_default();
     // `bin/python` is a symlink to the interpreter the venv was made with: gone means rebuild.
     let interpreter_present = venv.join("bin").join("python").exists();
-    if ray.is_file() && interpreter_present && marker_matches(&marker, &release) {
-        return Ok(ray);
+    if !(ray.is_file() && interpreter_present && marker_matches(&marker, &release)) {
+        provision_ray(&release, &venv)?;
     }
-    provision_ray(&release, &venv)?;
-    if ray.is_file() {
-        Ok(ray)
-    } else {
-        Err(DevEnvError::Provision(format!(
+    if !ray.is_file() {
+        return Err(DevEnvError::Provision(format!(
             "{} is missing after provisioning",
             ray.display()
-        )))
+        )));
     }
+    let storage = std::fs::read_to_string(venv.join(STORAGE_CLIENTS_MARKER)).unwrap_or_default();
+    if !storage_clients_match(&storage) {
+        add_storage_clients(&venv)?;
+    }
+    Ok(ray)
+}
+
+/// Whether a venv's storage-clients marker names the pinned [`BOTO3_VERSION`].
+fn storage_clients_match(marker: &str) -> bool {
+    marker.trim_end() == format!("boto3=={BOTO3_VERSION}")
+}
+
+/// Runs the embedded [`ADD_STORAGE_CLIENTS_SCRIPT`] on `venv` (seconds: one wheel set).
+pub fn add_storage_clients(venv: &Path) -> Result<(), DevEnvError> {
+    eprintln!(
+        "raypipe: adding boto3=={BOTO3_VERSION} (Ray's s3:// downloader) from PyPI to {}",
+        venv.display()
+    );
+    crate::devenv::binaries::run_embedded_script(
+        "add-storage-clients.sh",
+        ADD_STORAGE_CLIENTS_SCRIPT,
+        venv,
+        &[("BOTO3_VERSION", BOTO3_VERSION)],
+    )
 }
 
 /// Whether a venv's marker (`ray[serve]==V pytest==P ruff==R mypy==M python=X[ constraints=a,b]`,
@@ -219,6 +253,36 @@ pub struct RayHeadOptions {
     /// not exist on the host gets its mount point on an empty tmpfs laid over its nearest
     /// existing ancestor, inside that namespace only. The host is never changed.
     pub private_mounts: Vec<(PathBuf, PathBuf)>,
+    /// Credentials for every Ray process (e.g. the `AWS_*` settings Ray's `s3://` downloader
+    /// reads in each node's runtime-env agent): through the environment the node inherits,
+    /// never a command line.
+    pub credential_env: CredentialEnv,
+}
+
+/// Environment variables whose values are credentials. `Debug` names the variables only.
+#[derive(Clone, Default)]
+pub struct CredentialEnv(Vec<(String, String)>);
+
+impl CredentialEnv {
+    pub fn new(vars: Vec<(String, String)>) -> CredentialEnv {
+        CredentialEnv(vars)
+    }
+
+    /// The variables and their values, for a process's environment.
+    pub(crate) fn pairs(&self) -> Vec<(&str, &str)> {
+        self.0
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for CredentialEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(name, _)| (name, "<redacted>")))
+            .finish()
+    }
 }
 
 impl Default for RayHeadOptions {
@@ -236,6 +300,7 @@ impl Default for RayHeadOptions {
             worker_node_num_cpus: None,
             resources: BTreeMap::new(),
             private_mounts: Vec::new(),
+            credential_env: CredentialEnv::default(),
         }
     }
 }
@@ -355,5 +420,29 @@ mod tests {
                 "provision-ray.sh should default {name} to {pinned} (`{default}`)"
             );
         }
+    }
+
+    #[test]
+    fn credentials_are_never_shown_by_debug() {
+        let env = CredentialEnv::new(vec![(
+            "AWS_SECRET_ACCESS_KEY".to_owned(),
+            "not-for-logs".to_owned(),
+        )]);
+        let shown = format!(
+            "{:?}",
+            RayHeadOptions {
+                credential_env: env.clone(),
+                ..Default::default()
+            }
+        );
+        assert!(shown.contains("AWS_SECRET_ACCESS_KEY") && !shown.contains("not-for-logs"));
+        assert_eq!(env.pairs(), [("AWS_SECRET_ACCESS_KEY", "not-for-logs")]);
+    }
+
+    #[test]
+    fn the_storage_clients_are_added_again_only_when_their_pin_changes() {
+        assert!(storage_clients_match(&format!("boto3=={BOTO3_VERSION}\n")));
+        assert!(!storage_clients_match(""));
+        assert!(!storage_clients_match("boto3==1.0.0\n"));
     }
 }

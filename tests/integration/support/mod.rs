@@ -13,6 +13,7 @@ pub mod fixture;
 pub mod flux;
 pub mod oci;
 pub mod prometheus;
+pub mod s3;
 pub mod tools;
 
 /// The control plane every test in this binary shares: etcd, kube-apiserver,
@@ -222,8 +223,10 @@ where
 
 /// The Ray head every Ray test in this binary shares (2 cores: one head for all). Ray comes
 /// from the cached virtualenv (provisioned on first use); the Serve test apps in
-/// `tests/ray/apps` are on its PYTHONPATH. Started by the first test that asks, on its own
-/// runtime like the control plane; stopped by its process ids when the test binary exits.
+/// `tests/ray/apps` are on its PYTHONPATH. Its nodes carry the AWS settings of this process's
+/// S3 endpoint (`s3::endpoint`), so `s3://` URIs resolve to the test S3 server once a test
+/// starts it (`s3::server`). Started by the first test that asks, on its own runtime like the
+/// control plane; stopped by its process ids when the test binary exits.
 pub fn ray_head() -> &'static raypipe::devenv::ray::RayHead {
     use raypipe::devenv::ray::{RayHead, RayHeadOptions, stop_at_exit};
     static HEAD: OnceLock<Result<RayHead, String>> = OnceLock::new();
@@ -238,6 +241,7 @@ pub fn ray_head() -> &'static raypipe::devenv::ray::RayHead {
             python_path: vec![ray_test_apps_dir()],
             private_mounts: vec![(samples, "/home/ray/samples".into())],
             resources: [("driver_slot".to_owned(), 4.0)].into_iter().collect(),
+            credential_env: s3::endpoint().ray_node_credentials(),
             ..Default::default()
         };
         std::thread::spawn(move || {

@@ -1,7 +1,7 @@
 //! Command-line tools the release tests run, each found or provisioned once per machine into
 //! raypipe's cache (`RAYPIPE_CACHE_DIR`, default `~/.cache/raypipe`), like the control-plane
-//! binaries: `helm`, `oras` and `cosign` built from their Go modules, `runc` from Debian's
-//! package.
+//! binaries: `helm`, `oras`, `cosign` and `versitygw` built from their Go modules, `runc` from
+//! Debian's package.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,6 +10,7 @@ use std::sync::{Mutex, OnceLock};
 const HELM_VERSION: &str = "v3.22.0";
 pub const ORAS_VERSION: &str = "v1.3.6";
 pub const COSIGN_VERSION: &str = "v3.1.3";
+pub const VERSITYGW_VERSION: &str = "v1.8.0";
 
 /// One provisioning at a time in this process (two tests asking for the same tool build once).
 fn provisioning() -> std::sync::MutexGuard<'static, ()> {
@@ -111,6 +112,22 @@ pub fn cosign() -> &'static Path {
             &[],
             "github.com/sigstore/cosign/v3/cmd/cosign",
             COSIGN_VERSION,
+        )
+    })
+}
+
+/// Versity S3 Gateway, the S3-compatible server of the `s3://` code tests:
+/// `$RAYPIPE_VERSITYGW`, or built from `github.com/versity/versitygw` (never one on `PATH`: the
+/// tests depend on its flags).
+pub fn versitygw() -> &'static Path {
+    static VERSITYGW: OnceLock<PathBuf> = OnceLock::new();
+    VERSITYGW.get_or_init(|| {
+        go_tool(
+            "versitygw",
+            "RAYPIPE_VERSITYGW",
+            &[],
+            "github.com/versity/versitygw/cmd/versitygw",
+            VERSITYGW_VERSION,
         )
     })
 }
