@@ -218,6 +218,19 @@ async fn code_named_by_an_s3_uri_is_fetched_by_ray_and_a_missing_object_is_repor
         "s3-code: the missing object reported: {}",
         failed.message.unwrap_or_default()
     );
+    // The status says so: what serves is not the newest graph (it said "serves" before).
+    crate::support::eventually(WAIT, "UpToDate False, Serve did not deploy it", || {
+        let pipelines = pipelines.clone();
+        async move {
+            let p = pipelines.get(PIPELINE).await.ok()?;
+            p.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "UpToDate")
+                .filter(|c| c.status == "False" && c.reason == "ServeDeployFailed")
+        }
+    })
+    .await;
     for _ in 0..5 {
         let answer = ask(&http, &url).await.expect("the running version answers");
         assert_eq!(answer["marker"], marker.as_str(), "{answer}");

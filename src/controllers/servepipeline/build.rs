@@ -44,6 +44,9 @@ pub mod reasons {
     /// A RayService of the pipeline's name exists and the pipeline does not control it.
     pub const RAYSERVICE_CONFLICT: &str = "RayServiceConflict";
     pub const ROLLOUT_IN_PROGRESS: &str = "RolloutInProgress";
+    /// Serve could not deploy (or keep healthy) what the RayService carries; whatever Serve
+    /// still runs from before answers.
+    pub const SERVE_DEPLOY_FAILED: &str = "ServeDeployFailed";
     pub const ROLLED_BACK: &str = "RolledBack";
     /// The code layer is not a usable archive (`pypackage::code::check`).
     pub const INVALID_CODE_LAYER: &str = "InvalidCodeLayer";
@@ -532,6 +535,47 @@ mod tests {
             "sha256:abc",
             "status still describes what runs"
         );
+    }
+
+    #[test]
+    fn a_graph_serve_failed_to_deploy_is_not_up_to_date() {
+        let p = pipeline("p");
+        let g = applied();
+        let mut rs = desired_rayservice(&p, "", &g.digest).expect("builds");
+        // What Serve reports when the new version's code cannot be imported: the RayService
+        // stays Ready (the previous replicas answer), the application DEPLOY_FAILED.
+        rs.status = Some(
+            serde_json::from_value(serde_json::json!({
+                "conditions": [{"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints",
+                                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "activeServiceStatus": {"applicationStatuses": {"p": {
+                    "status": "DEPLOY_FAILED",
+                    "message": "Failed to download remote URI s3://models/v2.zip"
+                }}}
+            }))
+            .expect("RayService status"),
+        );
+        let s = compute_status(&StatusInputs {
+            pipeline: &p,
+            applied: Some(&g),
+            problem: None,
+            rayservice: Some(&rs),
+            rollout: None,
+            newest: None,
+            now: at(5),
+        });
+        let up_to_date = cond(&s, condition_types::UP_TO_DATE);
+        assert_eq!(
+            (up_to_date.status.as_str(), up_to_date.reason.as_str()),
+            (FALSE, reasons::SERVE_DEPLOY_FAILED)
+        );
+        assert!(
+            up_to_date.message.contains("DEPLOY_FAILED")
+                && up_to_date.message.contains("s3://models/v2.zip"),
+            "{}",
+            up_to_date.message
+        );
+        assert_eq!(cond(&s, condition_types::READY).status, TRUE);
     }
 
     #[test]

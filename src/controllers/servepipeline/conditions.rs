@@ -151,13 +151,48 @@ fn up_to_date<'a>(inputs: &'a StatusInputs<'_>, serving: bool) -> (&'static str,
                 label(&g.digest, &g.version)
             ),
         ),
-        Some(g) => (
-            TRUE,
-            reasons::SERVING,
-            format!("graph {} serves", label(&g.digest, &g.version)),
-        ),
+        Some(g) => match inputs
+            .rayservice
+            .filter(|_| inputs.rollout.is_none())
+            .and_then(serve_failure)
+        {
+            Some(failure) => (
+                FALSE,
+                reasons::SERVE_DEPLOY_FAILED,
+                format!(
+                    "graph {} is applied and Serve did not deploy it; what Serve ran before still answers: {failure}",
+                    label(&g.digest, &g.version)
+                ),
+            ),
+            None => (
+                TRUE,
+                reasons::SERVING,
+                format!("graph {} serves", label(&g.digest, &g.version)),
+            ),
+        },
     }
 }
+
+/// The first application Serve reports as failed to deploy or unhealthy, with Serve's words.
+/// (With a canary policy the rollout judges its own version; this is for the newest graph
+/// applied at once.)
+fn serve_failure(rs: &RayService) -> Option<String> {
+    applications_from(rs).into_iter().find_map(|(name, app)| {
+        let status = app.status.as_deref()?;
+        matches!(status, "DEPLOY_FAILED" | "UNHEALTHY").then(|| {
+            crate::k8s::truncate(
+                &format!(
+                    "application {name} is {status}: {}",
+                    app.message.as_deref().unwrap_or("no message")
+                ),
+                MAX_SERVE_MESSAGE,
+            )
+        })
+    })
+}
+
+/// Serve's messages can carry a whole traceback; the condition keeps its start.
+const MAX_SERVE_MESSAGE: usize = 600;
 
 /// `Progressing` and `RolledBack` from the rollout's state.
 fn rollout_conditions(
