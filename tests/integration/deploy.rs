@@ -956,6 +956,8 @@ pub(crate) async fn operator_series() -> BTreeSet<String> {
 fn runtime_series() -> BTreeSet<String> {
     let source = std::fs::read_to_string(repo().join("runtime/raypipe_runtime/metrics.py"))
         .expect("read the runtime's metrics module");
+    // Calls may span lines (ruff formats them): look for them with all white space removed.
+    let compact: String = source.split_whitespace().collect();
     let mut names = BTreeSet::new();
     for line in source.lines() {
         let Some((constant, value)) = line.split_once(" = \"") else {
@@ -965,7 +967,7 @@ fn runtime_series() -> BTreeSet<String> {
             continue;
         };
         for kind in ["counter", "histogram"] {
-            if source.contains(&format!("{kind}({constant},")) {
+            if compact.contains(&format!("{kind}({constant},")) {
                 names.extend(sample_names(&format!("ray_{family}"), kind));
             }
         }
