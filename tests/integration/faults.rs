@@ -6,7 +6,9 @@
 //! 3× what was measured on the 2-core development machine), no lost or duplicate objects, and
 //! counts client requests; each prints one `FAULT-BOUND …` line with what it measured.
 //! `canary` has the same faults in the middle of a canary rollout, `restart_writes` an operator
-//! restarted under many settled pipelines (issue 29).
+//! restarted under many settled pipelines (issue 29). The kube-apiserver restarted in the middle
+//! of a RayService incremental upgrade is in `rayservice_incremental` (it reuses that module's
+//! fixture and this module's `children`, `events` and `fault_bound`).
 
 mod canary;
 mod restart_writes;
@@ -67,7 +69,10 @@ fn ready_with(p: &ServePipeline, bytes: &[u8]) -> bool {
 }
 
 /// UIDs of the namespace's RayClusters and Pods.
-async fn children(client: &kube::Client, ns: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+pub(crate) async fn children(
+    client: &kube::Client,
+    ns: &str,
+) -> (BTreeSet<String>, BTreeSet<String>) {
     let uids = |names: Vec<Option<String>>| names.into_iter().flatten().collect::<BTreeSet<_>>();
     let clusters = Api::<RayCluster>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
@@ -84,7 +89,7 @@ async fn children(client: &kube::Client, ns: &str) -> (BTreeSet<String>, BTreeSe
 }
 
 /// How many times an Event with `reason` was recorded for objects named `name`.
-async fn events(client: &kube::Client, ns: &str, name: &str, reason: &str) -> usize {
+pub(crate) async fn events(client: &kube::Client, ns: &str, name: &str, reason: &str) -> usize {
     Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
@@ -120,7 +125,7 @@ async fn serve_application(
         })
 }
 
-fn fault_bound(name: &str, converged: Duration, client: (u64, u64), duplicates: usize) {
+pub(crate) fn fault_bound(name: &str, converged: Duration, client: (u64, u64), duplicates: usize) {
     let (ok, failed) = client;
     eprintln!(
         "FAULT-BOUND {name}: converged in {:.1} s, {} requests, {failed} failed, {duplicates} duplicate pods",

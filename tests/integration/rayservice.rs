@@ -73,13 +73,22 @@ pub(crate) fn locator_over(
 }
 
 pub(crate) async fn fixture(prefix: &str, heads: Vec<&'static RayHead>) -> Fixture {
+    fixture_on(support::client().await, prefix, heads).await
+}
+
+/// `fixture` on the control plane `client` talks to (a test's own, when it disturbs it).
+pub(crate) async fn fixture_on(
+    client: kube::Client,
+    prefix: &str,
+    heads: Vec<&'static RayHead>,
+) -> Fixture {
     let (locator, binding) = locator_over(heads);
     let config = rayservice::Config {
         dashboard: locator,
         http_binding: Some(binding),
         ..rayservice::Config::default()
     };
-    fixture_with(prefix, config, WAIT).await
+    fixture_with_on(client, prefix, config, WAIT).await
 }
 
 /// A namespace with its own RayCluster and RayService controllers, finding dashboards
@@ -89,7 +98,16 @@ pub(crate) async fn fixture_with(
     config: rayservice::Config,
     wait: Duration,
 ) -> Fixture {
-    let client = support::client().await;
+    fixture_with_on(support::client().await, prefix, config, wait).await
+}
+
+/// `fixture_with` on the control plane `client` talks to.
+async fn fixture_with_on(
+    client: kube::Client,
+    prefix: &str,
+    config: rayservice::Config,
+    wait: Duration,
+) -> Fixture {
     let ns = support::namespace(&client, prefix).await;
     let mut stop = fixture::Stopper::default();
     let metrics = raypipe::admin::Metrics::new();
