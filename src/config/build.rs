@@ -80,7 +80,10 @@ impl ControllerSettings {
             fetch_slots: self.fetch_slots.clone(),
             code_store: self.code_store.clone(),
             code_base_url: self.code_base_url.clone(),
-            serve: Some(self.serve_locator()?),
+            serve: Some(match &self.serve_locator_override {
+                Some(locator) => locator.clone(),
+                None => self.serve_locator()?,
+            }),
             rollout_poll: None,
         })
     }

@@ -67,6 +67,9 @@ pub struct ControllerSettings {
     pub ray_dashboard_url: Option<String>,
     /// Template of a RayService's Serve proxy URL (see [`flags::ControllerArgs`]).
     pub ray_serve_url: Option<String>,
+    /// Where the canary controller reads a RayService's Serve proxy when the caller decides it
+    /// (`raypipe dev`: each RayService's own local Ray head); wins over `ray_serve_url`.
+    pub serve_locator_override: Option<crate::ray::DashboardLocator>,
     pub runtime_import_path: Option<String>,
     pub runtime_py_modules: Vec<String>,
     pub runtime_env_mirrors: Vec<(String, String)>,
@@ -102,6 +105,7 @@ impl ControllerSettings {
             concurrency: 4,
             ray_dashboard_url: None,
             ray_serve_url: None,
+            serve_locator_override: None,
             runtime_import_path: None,
             runtime_py_modules: Vec::new(),
             runtime_env_mirrors: Vec::new(),
@@ -149,6 +153,7 @@ impl ControllerSettings {
             concurrency,
             ray_dashboard_url,
             ray_serve_url,
+            serve_locator_override: None,
             runtime_import_path,
             runtime_py_modules,
             runtime_env_mirrors,

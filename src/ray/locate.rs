@@ -147,7 +147,7 @@ impl HeadService {
     }
 }
 
-type Resolver = Arc<dyn Fn(&HeadService) -> Option<String> + Send + Sync>;
+type Resolver = Arc<dyn Fn(&HeadService) -> Result<String, String> + Send + Sync>;
 
 /// Turns a head Service into the dashboard URL to dial. Cheap to clone.
 #[derive(Clone)]
@@ -202,6 +202,18 @@ impl DashboardLocator {
     pub fn resolver(
         resolve: impl Fn(&HeadService) -> Option<String> + Send + Sync + 'static,
     ) -> DashboardLocator {
+        DashboardLocator::explaining_resolver(move |head| {
+            resolve(head).ok_or_else(|| {
+                "the configured dashboard resolver does not know this head".to_owned()
+            })
+        })
+    }
+
+    /// A resolver that says why it cannot name a head's dashboard yet (`raypipe dev` while
+    /// it starts a Ray head for a RayService); the reason becomes the locate error.
+    pub fn explaining_resolver(
+        resolve: impl Fn(&HeadService) -> Result<String, String> + Send + Sync + 'static,
+    ) -> DashboardLocator {
         DashboardLocator(Strategy::Resolver(Arc::new(resolve)))
     }
 
@@ -223,10 +235,8 @@ impl DashboardLocator {
             }
             Strategy::Fixed(url) => Ok(url.clone()),
             Strategy::Resolver(resolve) => match resolve(head) {
-                Some(url) => DashboardUrl::parse(&url).map_err(|e| not_located(e.to_string())),
-                None => Err(not_located(
-                    "the configured dashboard resolver does not know this head".to_owned(),
-                )),
+                Ok(url) => DashboardUrl::parse(&url).map_err(|e| not_located(e.to_string())),
+                Err(why) => Err(not_located(why)),
             },
         }
     }
@@ -344,6 +354,15 @@ mod tests {
         assert!(
             matches!(unknown, DashboardError::NotLocated { .. }),
             "{unknown}"
+        );
+
+        let starting =
+            DashboardLocator::explaining_resolver(|_| Err("its head is starting".into()))
+                .locate(&head())
+                .expect_err("not located yet");
+        assert!(
+            starting.to_string().contains("its head is starting"),
+            "{starting}"
         );
     }
 

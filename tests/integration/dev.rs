@@ -156,6 +156,86 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         serde_json::json!({"score": 0.75, "votes": {"a": 0.75, "b": 0.75}})
     );
 
+    // A second pipeline gets a Ray head of its own: on one shared head the two RayServices
+    // replaced each other's Serve applications on every push, and most requests failed.
+    let pipelines: Api<raypipe::api::ServePipeline> = Api::namespaced(client.clone(), "default");
+    let mut second =
+        serde_json::to_value(pipelines.get("demo").await.expect("get demo")).expect("serialisable");
+    second["metadata"] = serde_json::json!({"name": "second", "namespace": "default"});
+    second["spec"]["serve"]["routePrefix"] = "/second".into();
+    if let Some(object) = second.as_object_mut() {
+        object.remove("status");
+    }
+    pipelines
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(second).expect("a ServePipeline"),
+        )
+        .await
+        .expect("create the second pipeline");
+    let second_deadline = Instant::now() + Duration::from_secs(180);
+    let mut second_head = None;
+    while second_head.is_none() {
+        let line = rx
+            .recv_timeout(second_deadline.saturating_duration_since(Instant::now()))
+            .expect("raypipe dev printed where the second pipeline's Serve answers");
+        eprintln!("raypipe dev: {line}");
+        if let Some(rest) =
+            line.split("RayService default/second runs on the local Ray head with dashboard http://127.0.0.1:").nth(1)
+        {
+            let port = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|p| p.parse::<u16>().ok())
+                .expect("a dashboard port");
+            let serve = rest
+                .split("its Serve answers on ")
+                .nth(1)
+                .expect("a Serve URL")
+                .trim()
+                .to_owned();
+            second_head = Some((port, serve));
+        }
+    }
+    let (second_dashboard_port, second_serve) = second_head.expect("the second head");
+    assert_ne!(
+        Some(second_dashboard_port),
+        dashboard_port,
+        "a head of its own"
+    );
+    let second_url = format!("{second_serve}/second");
+    let ask = |url: String| {
+        let request = http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(r#"{"text": "I love this, great and fast"}"#);
+        async move {
+            let response = request.send().await.ok()?;
+            if !response.status().is_success() {
+                return None;
+            }
+            serde_json::from_slice::<serde_json::Value>(&response.bytes().await.ok()?).ok()
+        }
+    };
+    let second_answer = crate::support::eventually(
+        Duration::from_secs(300),
+        "the second pipeline to answer on its own head",
+        || ask(second_url.clone()),
+    )
+    .await;
+    assert_eq!(second_answer, answer);
+    // Both keep answering: neither push replaces the other's applications any more.
+    for round in 0..20 {
+        for url in [&serve_url, &second_url] {
+            assert_eq!(
+                ask(url.clone()).await.as_ref(),
+                Some(&answer),
+                "round {round}: {url} failed while both pipelines ran"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
     while let Ok(line) = rx.try_recv() {
         eprintln!("raypipe dev: {line}");
     }
@@ -187,10 +267,12 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         assert!(!alive(pid), "process {pid} outlived raypipe dev");
     }
     let dashboard_port = dashboard_port.expect("the Ray dashboard line");
-    assert!(
-        std::net::TcpStream::connect(("127.0.0.1", dashboard_port)).is_err(),
-        "the Ray head outlived raypipe dev"
-    );
+    for port in [dashboard_port, second_dashboard_port] {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "the Ray head on dashboard port {port} outlived raypipe dev"
+        );
+    }
     assert!(
         !kubeconfig.exists(),
         "the kubeconfig of a stopped control plane is removed"

@@ -274,53 +274,22 @@ async fn finish(
         )
         .await?;
     }
-    let blob_url = session
-        .transport
-        .api_url(&format!("{}/blobs/{graph_digest}", reference.repository()))?;
-    let shown_blob = redact_url(&blob_url);
     if layer.size > max_bytes {
         return Err(SourceError::TooLarge {
-            url: shown_blob,
+            url: redact_url(&blob_url(session, reference, graph_digest)?),
             limit: max_bytes,
             declared: Some(layer.size),
         });
     }
-    let response = session.send(Method::GET, &blob_url, &[]).await?;
-    if response.status() != StatusCode::OK {
+    let Some((graph, digest, size)) =
+        read_layer_blob(session, reference, layer, graph_digest).await?
+    else {
         return Err(SourceError::from_status(
-            response.status(),
-            redact_url(response.url()),
+            StatusCode::NOT_FOUND,
+            redact_url(&blob_url(session, reference, graph_digest)?),
             true,
         ));
-    }
-    // The descriptor's size is what the digest covers: never read more.
-    let limit = layer.size;
-    if let Some(declared) = response.content_length()
-        && declared > limit
-    {
-        return Err(SourceError::TooLarge {
-            url: shown_blob,
-            limit,
-            declared: Some(declared),
-        });
-    }
-    let transport = session.transport;
-    let wait = transport
-        .deadline
-        .saturating_duration_since(tokio::time::Instant::now());
-    let mut reservation = transport
-        .budget
-        .reserve(limit, wait)
-        .await
-        .map_err(|error| SourceError::memory_budget(shown_blob.clone(), error))?;
-    let answered_by = response.url().clone();
-    let (bytes, digest, capacity) =
-        read_capped_body(response, limit, limit, transport.stall_timeout, &shown_blob)
-            .await
-            .map_err(|error| {
-                error.map_transport(|error| transport.transport_error(&error, &answered_by))
-            })?;
-    reservation.shrink_to(capacity);
+    };
     if digest != graph_digest {
         return Err(SourceError::OciDigestMismatch {
             reference: reference.to_string(),
@@ -329,8 +298,6 @@ async fn finish(
             actual: digest.to_string(),
         });
     }
-    let size = bytes.len() as u64;
-    let graph = FetchedBytes::budgeted(bytes, reservation);
     let code = match code_layer {
         Some((layer, digest)) => Some(Box::new(
             fetch_code(session, reference, layer, digest).await?,
@@ -364,16 +331,63 @@ async fn fetch_code(
     layer: &Descriptor,
     digest: Sha256Digest,
 ) -> Result<FetchedCode, SourceError> {
-    let url = session
-        .transport
-        .api_url(&format!("{}/blobs/{digest}", reference.repository()))?;
-    let shown = redact_url(&url);
-    let response = session.send(Method::GET, &url, &[]).await?;
-    if response.status() == StatusCode::NOT_FOUND {
+    let Some((bytes, actual, size)) = read_layer_blob(session, reference, layer, digest).await?
+    else {
         return Err(SourceError::CodeLayerMissing {
             reference: reference.to_string(),
             digest: digest.to_string(),
         });
+    };
+    if actual != digest {
+        return Err(SourceError::CodeDigestMismatch {
+            reference: reference.to_string(),
+            expected: digest.to_string(),
+            actual: actual.to_string(),
+        });
+    }
+    let modules = layer
+        .annotations
+        .get(ANNOTATION_CODE_MODULES)
+        .map(|list| {
+            list.split(',')
+                .filter(|m| !m.is_empty())
+                .take(64)
+                .map(|m| m.chars().take(128).collect())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(FetchedCode {
+        size,
+        bytes,
+        digest,
+        modules,
+    })
+}
+
+fn blob_url(
+    session: &Session<'_>,
+    reference: &OciReference,
+    digest: Sha256Digest,
+) -> Result<reqwest::Url, SourceError> {
+    session
+        .transport
+        .api_url(&format!("{}/blobs/{digest}", reference.repository()))
+}
+
+/// Reads the blob `digest` of `layer` within the descriptor's size (what the digest covers:
+/// never more) and the memory budget; `None` when the registry has no such blob. Returns the
+/// bytes, their sha256 (the caller compares it with the layer's, naming which layer) and size.
+async fn read_layer_blob(
+    session: &Session<'_>,
+    reference: &OciReference,
+    layer: &Descriptor,
+    digest: Sha256Digest,
+) -> Result<Option<(FetchedBytes, Sha256Digest, u64)>, SourceError> {
+    let url = blob_url(session, reference, digest)?;
+    let shown = redact_url(&url);
+    let response = session.send(Method::GET, &url, &[]).await?;
+    if response.status() == StatusCode::NOT_FOUND {
+        return Ok(None);
     }
     if response.status() != StatusCode::OK {
         return Err(SourceError::from_status(
@@ -409,30 +423,12 @@ async fn fetch_code(
                 error.map_transport(|error| transport.transport_error(&error, &answered_by))
             })?;
     reservation.shrink_to(capacity);
-    if actual != digest {
-        return Err(SourceError::CodeDigestMismatch {
-            reference: reference.to_string(),
-            expected: digest.to_string(),
-            actual: actual.to_string(),
-        });
-    }
-    let modules = layer
-        .annotations
-        .get(ANNOTATION_CODE_MODULES)
-        .map(|list| {
-            list.split(',')
-                .filter(|m| !m.is_empty())
-                .take(64)
-                .map(|m| m.chars().take(128).collect())
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(FetchedCode {
-        size: bytes.len() as u64,
-        bytes: FetchedBytes::budgeted(bytes, reservation),
-        digest,
-        modules,
-    })
+    let size = bytes.len() as u64;
+    Ok(Some((
+        FetchedBytes::budgeted(bytes, reservation),
+        actual,
+        size,
+    )))
 }
 
 fn manifest_error(reference: &OciReference, error: ManifestError) -> SourceError {

@@ -3,6 +3,8 @@
 //! installs the CRDs, runs the controllers in-process and prints how to reach it. Ctrl-C stops
 //! everything it started.
 
+pub mod heads;
+
 use std::path::PathBuf;
 
 use crate::config::ControllerKind;
@@ -44,11 +46,11 @@ pub struct DevArgs {
 const SAMPLE_MODELS: &[(&str, &[u8])] = &[
     (
         "samples/__init__.py",
-        include_bytes!("../../samples/__init__.py"),
+        include_bytes!("../../../samples/__init__.py"),
     ),
     (
         "samples/models.py",
-        include_bytes!("../../samples/models.py"),
+        include_bytes!("../../../samples/models.py"),
     ),
 ];
 
@@ -112,31 +114,50 @@ pub fn local_rayservice_config(
     })
 }
 
+/// The RayService controller's settings for `raypipe dev`: each RayService's clusters map to
+/// its own local Ray head ([`heads::HeadPool`]), and Serve listens on that head's loopback port.
+fn pooled_rayservice_config(pool: &heads::HeadPool) -> crate::controllers::rayservice::Config {
+    use crate::controllers::rayservice::{Config, build::HttpBinding};
+    let ports = pool.clone();
+    Config {
+        dashboard: pool.dashboard_locator(),
+        http_binding: Some(std::sync::Arc::new(
+            move |url: &crate::ray::DashboardUrl| {
+                ports.serve_port(url).map(|port| HttpBinding {
+                    host: "127.0.0.1".to_owned(),
+                    port,
+                })
+            },
+        )),
+        ..Config::default()
+    }
+}
+
 /// The graphs `raypipe dev`'s registry serves, at `graphs/<file>`.
 const SAMPLE_GRAPHS: &[(&str, &[u8])] = &[
     (
         "ensemble.pb",
-        include_bytes!("../../samples/graphs/ensemble.pb"),
+        include_bytes!("../../../samples/graphs/ensemble.pb"),
     ),
     (
         "ensemble-v2.pb",
-        include_bytes!("../../samples/graphs/ensemble-v2.pb"),
+        include_bytes!("../../../samples/graphs/ensemble-v2.pb"),
     ),
     (
         "ensemble-broken.pb",
-        include_bytes!("../../samples/graphs/ensemble-broken.pb"),
+        include_bytes!("../../../samples/graphs/ensemble-broken.pb"),
     ),
     (
         "sequence.pb",
-        include_bytes!("../../samples/graphs/sequence.pb"),
+        include_bytes!("../../../samples/graphs/sequence.pb"),
     ),
     (
         "switch-canary.pb",
-        include_bytes!("../../samples/graphs/switch-canary.pb"),
+        include_bytes!("../../../samples/graphs/switch-canary.pb"),
     ),
 ];
 /// The sample ServePipeline, applied as printed so the file a user reads is the one that runs.
-const SAMPLE_PIPELINE_YAML: &str = include_str!("../../samples/servepipeline.yaml");
+const SAMPLE_PIPELINE_YAML: &str = include_str!("../../../samples/servepipeline.yaml");
 /// The registry address written in `samples/servepipeline.yaml`.
 pub const SAMPLE_REGISTRY_PORT: u16 = 8787;
 const SAMPLE_NAMESPACE: &str = "default";
@@ -342,7 +363,7 @@ async fn serve(
         .map(|(n, p)| format!("{n}={p}"))
         .collect();
     println!(
-        "raypipe dev: ready in {:.1}s (API server {}; processes {})\n\n  export KUBECONFIG={}\n  alias kubectl={}\n  kubectl get crds\n  kubectl apply --server-side -f samples/ray-cluster.yaml -f samples/ray-job.yaml -f samples/ray-cronjob.yaml\n  # samples/ray-service.yaml needs github.com and would replace the demo's Serve app on the one local Ray head\n  kubectl get servepipelines,rayservices,rayclusters,pods -A\n\nPress Ctrl-C to stop everything.",
+        "raypipe dev: ready in {:.1}s (API server {}; processes {})\n\n  export KUBECONFIG={}\n  alias kubectl={}\n  kubectl get crds\n  kubectl apply --server-side -f samples/ray-cluster.yaml -f samples/ray-job.yaml -f samples/ray-cronjob.yaml\n  # samples/ray-service.yaml needs github.com (its runtime_env downloads code from there)\n  kubectl get servepipelines,rayservices,rayclusters,pods -A\n\nPress Ctrl-C to stop everything.",
         started.elapsed().as_secs_f64(),
         plane.api_url,
         pids.join(" "),
@@ -378,38 +399,44 @@ async fn serve(
         allowed_destinations: crate::source::DestinationPolicy::with_loopback(),
         ..Default::default()
     });
-    let _ray = if args.no_ray {
+    let ray_heads = if args.no_ray {
         None
     } else {
         eprintln!("raypipe dev: starting a local Ray head on 127.0.0.1 …");
         // The custom resource samples/ray-job.yaml's driver reserves, as its RayCluster's
         // head would offer it.
-        let head = crate::devenv::ray::RayHead::start(crate::devenv::ray::RayHeadOptions {
+        let options = crate::devenv::ray::RayHeadOptions {
             resources: [("driver_slot".to_owned(), 4.0)].into_iter().collect(),
             ..Default::default()
-        })
-        .await?;
+        };
+        let head = crate::devenv::ray::RayHead::start(options.clone()).await?;
         // The runtime, the sample models and teams' code layers (`dag push --code`), as the
         // operator's admin port serves them on a cluster.
         let (uris, base) =
             serve_packages_with_code(dev_packages(), settings.code_store.clone()).await?;
         settings.runtime_py_modules = uris;
         settings.code_base_url = Some(base);
-        settings.rayservice = Some(local_rayservice_config(&head)?);
-        // RayJobs of every cluster run on the same local head.
+        // RayJobs of every cluster run on the first local head.
         settings.ray_dashboard_url = Some(head.dashboard_url().as_str().to_owned());
-        // Canary routers' counters: through the same local Serve proxy.
-        settings.ray_serve_url = Some(head.serve_url());
         println!(
-            "\nRay: dashboard {} ; Serve answers on {} once the pipeline is Ready:\n  kubectl wait servepipeline/{SAMPLE_PIPELINE} --for=condition=Ready --timeout=300s\n  curl -s -X POST {}/demo -H 'content-type: application/json' -d '{{\"text\": \"I love this, great and fast\"}}'",
+            "\nRay: dashboard {} ; Serve answers on {} once the pipeline is Ready:\n  kubectl wait servepipeline/{SAMPLE_PIPELINE} --for=condition=Ready --timeout=300s\n  curl -s -X POST {}/demo -H 'content-type: application/json' -d '{{\"text\": \"I love this, great and fast\"}}'\nEvery further RayService gets a local Ray head of its own (at most {}); raypipe dev prints where its Serve answers.",
             head.dashboard_url(),
             head.serve_url(),
             head.serve_url(),
+            heads::MAX_HEADS,
         );
-        Some(head)
+        // Every further RayService gets a head of its own (the first one the first).
+        let pool = heads::HeadPool::new(&client, head, options);
+        settings.rayservice = Some(pooled_rayservice_config(&pool));
+        // Canary routers' counters: through the Serve proxy of the pipeline's own head.
+        settings.serve_locator_override = Some(pool.serve_locator());
+        Some(pool)
     };
+    // However `serve` ends, the heads stop before the control plane.
+    let stop_heads = ray_heads.map(heads::StopOnDrop);
     controllers_running.store(true, std::sync::atomic::Ordering::SeqCst);
     let result = crate::controllers::run(client, settings.plan()?, shutdown).await;
+    drop(stop_heads);
     eprintln!("raypipe dev: stopping the control plane …");
     drop(plane);
     result
