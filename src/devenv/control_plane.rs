@@ -329,19 +329,28 @@ impl ControlPlane {
         since: Instant,
     ) -> Result<(), DevEnvError> {
         let deadline = since + timeout;
+        use tracing::instrument::WithSubscriber;
         let namespaces: Api<Namespace> = Api::all(client.clone());
         loop {
             self.check_processes()?;
-            let ready = client
-                .request_text(
-                    http::Request::get("/readyz")
-                        .body(Vec::new())
-                        .expect("a static request is valid"),
-                )
+            // Unanswered probes are expected while it starts; kube's client would log each as
+            // an ERROR (`raypipe dev` printed a screenful of them), so they are not traced.
+            let probe = async {
+                let ready = client
+                    .request_text(
+                        http::Request::get("/readyz")
+                            .body(Vec::new())
+                            .expect("a static request is valid"),
+                    )
+                    .await
+                    .is_ok_and(|body| body.trim() == "ok");
+                // Like envtest, wait for the `default` namespace too: the first writes need it.
+                ready && namespaces.get_opt("default").await.ok().flatten().is_some()
+            };
+            if probe
+                .with_subscriber(tracing::subscriber::NoSubscriber::default())
                 .await
-                .is_ok_and(|body| body.trim() == "ok");
-            // Like envtest, wait for the `default` namespace too: the first writes need it.
-            if ready && namespaces.get_opt("default").await.ok().flatten().is_some() {
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
