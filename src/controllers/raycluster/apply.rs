@@ -3,7 +3,16 @@
 //! (`isolation`); Pods by create and delete under scale expectations),
 //! each built by the pure `builders`; and the cluster's own finalizers.
 
-use super::*;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use tracing::{debug, info};
+
+use super::context::Context;
+use super::error::Error;
+use super::status::Outcome;
+use super::{SHORT_REQUEUE, builders, children, isolation, pods};
+use crate::api::raycluster::{RayCluster, RayClusterStatus};
 
 /// How the Pods step ended when it did not fail.
 pub(super) enum Progress {

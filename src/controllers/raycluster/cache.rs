@@ -2,7 +2,17 @@
 //! trimmed before they are cached (a few hundred bytes per Pod instead of its spec), and the
 //! reconcile finds a cluster's Pods and head Service there, among the objects it controls.
 
-use super::*;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, Service};
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+
+use super::CACHE_SYNC_TIMEOUT;
+use super::context::Context;
+use super::error::Error;
+use crate::api::raycluster::RayCluster;
+use crate::kuberay::keys::labels;
 
 /// Keeps what the controller reads of a Pod; the cache then holds a few hundred bytes per Pod
 /// instead of its full spec.
@@ -134,6 +144,7 @@ pub(super) fn owned_by(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::raycluster::status;
 
     #[test]
     fn trimmed_pods_keep_what_the_controller_reads() {

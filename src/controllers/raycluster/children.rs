@@ -2,7 +2,24 @@
 //! Ingress, the auth Secret and the Services. Each is checked once and then remembered, so a
 //! settled cluster costs no API calls for them.
 
-use super::*;
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::Api;
+use kube::core::NamespaceResourceScope;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::builders;
+use super::cache::owned_by;
+use super::context::Context;
+use super::error::Error;
+use crate::api::raycluster::RayCluster;
+use crate::k8s::field_managers;
+use crate::kuberay::keys::{annotations, reasons};
+use crate::kuberay::names;
 
 /// A random token for the auth Secret: 32 bytes from the kernel, base64.
 pub(super) fn random_token() -> std::io::Result<String> {

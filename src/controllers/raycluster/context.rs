@@ -3,7 +3,20 @@
 //! it remembers per cluster between reconciles, kept in the frame's per-object memory so it
 //! starts afresh when the UID changes.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::Store;
+
+use super::expectations::{ClusterKey, ScaleExpectations};
+use super::{Config, run};
+use crate::api::raycluster::{RayCluster, RayClusterStatus};
+use crate::controllers::frame::memory::ObjectMemory;
+use crate::controllers::frame::run::Frame;
+use crate::k8s::index::ObjectIndex;
 
 /// What the controller remembers about one cluster between reconciles. Lost on restart, which
 /// costs one status write and one existence check per owned object.

@@ -1,9 +1,25 @@
 //! The deletion of a GCS fault-tolerant cluster: its Redis storage is cleaned up by a Job before
 //! the finalizer goes, within a time limit.
 
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::info;
+
 use super::apply::set_finalizers;
+use super::context::Context;
+use super::error::Error;
 use super::pods::{delete_pod_collection, node_type_of};
-use super::*;
+use super::{HEAD_TERMINATION_REQUEUE, SHORT_REQUEUE, builders, key_of};
+use crate::api::conditions;
+use crate::api::raycluster::RayCluster;
+use crate::k8s::field_managers;
+use crate::kuberay::keys::{annotations, labels, reasons};
+use crate::kuberay::names;
 
 /// The deletion of a GCS-FT cluster: delete its Pods, wait for the head to go, run the Redis
 /// cleanup Job, then remove the finalizer. Bounded: past the timeout the finalizer goes anyway,

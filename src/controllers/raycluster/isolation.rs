@@ -6,15 +6,24 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::ResourceExt;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::runtime::events::EventType;
 
 use super::apply::Progress;
-use super::builders::{gcs_storage, mtls};
-use super::*;
-use crate::kuberay::names::NodeType;
+use super::builders::{self, gcs_storage, mtls};
+use super::cache::owned_by;
+use super::context::Context;
+use super::error::Error;
+use crate::api::raycluster::RayCluster;
+use crate::k8s::field_managers;
+use crate::kuberay::keys::{labels, reasons};
+use crate::kuberay::names::{self, NodeType};
 use crate::kuberay::spec::{gcs_ft_embedded, tls_enabled};
 use crate::validation::feature_gates::gates;
 

@@ -34,48 +34,30 @@ pub mod scaling;
 pub mod status;
 mod status_write;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSpec, PodStatus, Secret, Service, ServiceAccount,
-};
-use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::core::NamespaceResourceScope;
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::api::Api;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use tracing::{debug, info, warn};
 
-use crate::api::conditions;
-use crate::api::raycluster::{
-    AutoscalerVersion, MANAGED_BY_KUBERAY, RayCluster, RayClusterStatus, condition_reasons,
-    condition_types,
-};
+use crate::api::raycluster::RayCluster;
 use crate::controllers::frame::memory::ObjectMemory;
 use crate::controllers::frame::run::{self, Frame};
 use crate::k8s::field_managers;
 use crate::k8s::index::ObjectIndex;
-use crate::kuberay::keys::{annotations, labels, reasons};
-use crate::kuberay::names;
+use crate::kuberay::keys::labels;
 use builders::BuildOptions;
-use builders::pod::WorkerReplica;
-use cache::{owned_by, trim_pod, trim_service};
+use cache::{trim_pod, trim_service};
 use context::Context;
 use error::Error;
-use expectations::{Action as ScaleAction, ClusterKey, Group, ScaleExpectations};
-use scaling::DeleteReason;
-use status::{Outcome, StatusWrite};
+use expectations::{ClusterKey, ScaleExpectations};
 
 /// KubeRay's short requeue: after a status change or a step that needs another pass.
 const SHORT_REQUEUE: Duration = Duration::from_secs(2);
@@ -308,6 +290,7 @@ fn now() -> Time {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::raycluster::RayClusterStatus;
 
     #[test]
     fn status_writes_do_not_look_relevant() {

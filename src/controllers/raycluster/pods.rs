@@ -2,8 +2,24 @@
 //! as `scaling` plans it. Every create and delete is recorded as an expectation first seen in
 //! the cache before the group is touched again.
 
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::EventType;
+use tracing::{debug, info, warn};
+
 use super::apply::Progress;
-use super::*;
+use super::builders::pod::WorkerReplica;
+use super::context::Context;
+use super::error::Error;
+use super::expectations::{Action as ScaleAction, Group};
+use super::scaling::DeleteReason;
+use super::{builders, key_of, scaling};
+use crate::api::conditions;
+use crate::api::raycluster::{RayCluster, RayClusterStatus, condition_reasons, condition_types};
+use crate::kuberay::keys::{annotations, labels, reasons};
 
 pub(super) use crate::k8s::random_suffix;
 

@@ -3,7 +3,19 @@
 //! (`status`). The frame (`controllers::frame::run`) adds the span, metrics, panic containment
 //! and the retry policy around it.
 
-use super::*;
+use std::sync::Arc;
+
+use kube::Resource;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use tracing::warn;
+
+use super::context::Context;
+use super::error::Error;
+use super::status::{Outcome, StatusWrite};
+use super::{SHORT_REQUEUE, apply, deletion, status_write};
+use crate::api::raycluster::{AutoscalerVersion, MANAGED_BY_KUBERAY, RayCluster};
+use crate::kuberay::keys::reasons;
 
 /// The reconcile the frame runs for every RayCluster.
 pub(super) async fn reconcile(

@@ -5,7 +5,18 @@
 //! Events. An object of a child's name that the RayJob does not control is reported and left
 //! alone.
 
-use super::*;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+
+use super::{Context, Error, build, kube_err, reasons};
+use crate::api::RayCluster;
+use crate::api::rayjob::{RayJob, RayJobStatus};
+use crate::k8s::field_managers;
+use crate::kuberay::keys::labels;
+use crate::validation::rayjob::RayJobValues;
 
 /// The RayJob's API handles (in its namespace) and its Events.
 impl Context {

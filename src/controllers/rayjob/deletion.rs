@@ -2,11 +2,24 @@
 //! status is reset), the cleanup of a finished RayJob (TTL and deletion rules, §3.5), and the
 //! finalizer of a deleted one (its Ray job is stopped first).
 
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::DeleteParams;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
 use super::apply::{
     controlled_by_job, delete_cluster, set_finalizers, suspend_workers, uid_precondition,
 };
 use super::submit::dashboard;
-use super::*;
+use super::transitions::{Cleanup, ClusterView};
+use super::{Context, Error, FINALIZER, build, kube_err, reasons, transitions};
+use crate::api::rayjob::{
+    DeletionPolicyType, JobDeploymentStatus, JobStatus, JobSubmissionMode, RayJob, RayJobStatus,
+};
 
 /// A deleted RayJob stops its Ray job (best effort) and lets go of its finalizer; the cluster
 /// and submitter go with it through owner references.

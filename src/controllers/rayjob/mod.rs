@@ -30,41 +30,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::EventType;
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
-use tracing::{info, warn};
 
 use crate::api::RayCluster;
-use crate::api::raycluster::{ClusterState, MANAGED_BY_KUBERAY};
-use crate::api::rayjob::{
-    DeletionPolicyType, JobDeploymentStatus, JobFailedReason, JobStatus, JobSubmissionMode, RayJob,
-    RayJobStatus, RayJobStatusInfo,
-};
+use crate::api::rayjob::RayJob;
 use crate::controllers::frame::policy::Backoff;
-use crate::controllers::frame::run::{Frame, Framed};
-use crate::k8s::field_managers;
+use crate::controllers::frame::run::Frame;
 use crate::kuberay::keys::labels;
-use crate::kuberay::names;
-use crate::kuberay::spec::auth_enabled;
-use crate::ray::{
-    DashboardClientOptions, DashboardError, DashboardLocator, HeadService, RayDashboardClient,
-};
-use crate::validation::rayjob::RayJobValues;
-use crate::validation::validated::for_controller;
-use transitions::{Cleanup, ClusterView};
+use crate::ray::{DashboardError, DashboardLocator};
 
 /// The finalizer that lets a deleted RayJob stop its Ray job first.
 pub const FINALIZER: &str = "ray.io/rayjob-finalizer";
 
 /// KubeRay's Event reasons for RayJobs.
 pub mod reasons {
-    pub use crate::validation::rayjob::reasons::*;
+    pub use crate::validation::rayjob::reasons::{INVALID_METADATA, INVALID_SPEC, INVALID_STATUS};
     pub const CREATED_RAY_CLUSTER: &str = "CreatedRayCluster";
     pub const DELETED_RAY_CLUSTER: &str = "DeletedRayCluster";
     pub const UPDATED_RAY_CLUSTER: &str = "UpdatedRayCluster";
@@ -253,6 +238,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::rayjob::{JobDeploymentStatus, RayJobStatus};
 
     #[test]
     fn status_writes_do_not_look_relevant() {

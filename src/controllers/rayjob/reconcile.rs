@@ -4,11 +4,28 @@
 //! status. The Initializing and Waiting steps live here; Running is in `submit`, teardown,
 //! cleanup and finalization in `deletion`, writes to the API server in `apply` and `status`.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
 use super::apply::{ensure_cluster, ensure_submitter, set_finalizers};
 use super::deletion::{finalize, finished, tear_down};
 use super::status::write_status;
 use super::submit::{dashboard_url_of, running};
-use super::*;
+use super::{Config, Context, Error, FINALIZER, build, kube_err, transitions};
+use crate::api::raycluster::{ClusterState, MANAGED_BY_KUBERAY};
+use crate::api::rayjob::{
+    JobDeploymentStatus, JobFailedReason, JobSubmissionMode, RayJob, RayJobStatus,
+};
+use crate::controllers::frame::run::{Frame, Framed};
+use crate::validation::rayjob::RayJobValues;
+use crate::validation::validated::for_controller;
 
 impl crate::controllers::frame::ReportPanic<RayJob> for Context {
     fn report_panic(

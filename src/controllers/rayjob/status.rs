@@ -2,7 +2,9 @@
 //! when it differs from what the pass read. What the status says is decided by the stages and
 //! `transitions`.
 
-use super::*;
+use super::{Context, Error, kube_err};
+use crate::api::rayjob::{RayJob, RayJobStatus};
+use crate::k8s::field_managers;
 
 /// Writes the status when it differs from what was read (server-side apply of the status).
 /// Returns whether it wrote.

@@ -2,9 +2,26 @@
 //! read: the dashboard (located through the configured locator, with the cluster's auth token
 //! when it uses one) and the submitter (Job or head sidecar).
 
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use tracing::{info, warn};
+
 use super::apply::{ensure_cluster, ensure_head_service};
 use super::reconcile::check_deadlines;
-use super::*;
+use super::{Context, Error, build, kube_err, transitions};
+use crate::api::RayCluster;
+use crate::api::rayjob::{
+    JobDeploymentStatus, JobFailedReason, JobStatus, JobSubmissionMode, RayJob, RayJobStatus,
+    RayJobStatusInfo,
+};
+use crate::kuberay::keys::labels;
+use crate::kuberay::names;
+use crate::kuberay::spec::auth_enabled;
+use crate::ray::{DashboardClientOptions, DashboardError, HeadService, RayDashboardClient};
+use crate::validation::rayjob::RayJobValues;
 
 /// `host:port` of the cluster's dashboard from its head Service (port named `dashboard`).
 pub(super) async fn dashboard_url_of(

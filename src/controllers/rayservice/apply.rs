@@ -4,13 +4,28 @@
 //! EndpointSlice count. Objects come from `build`;
 //! a child of our name that the RayService does not control is reported and left alone.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::gateway;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::info;
+
 use super::serve::Observed;
 use super::status::write_status_if_changed;
 use super::upgrade::{Built, Candidate, Desired, IncrementalPlan};
-use super::*;
+use super::{Context, Error, build, gateway, incremental, reasons, status};
+use crate::api::conditions::FALSE;
+use crate::api::raycluster::RayCluster;
+use crate::api::rayservice::{
+    RayService, RayServiceClusterStatus, RayServiceStatus, condition_types,
+};
+use crate::k8s::field_managers;
 
 /// How the cluster writes of a pass ended.
 pub(super) enum ClustersApplied {

@@ -3,7 +3,18 @@
 //! kept in the frame's per-object memory so it starts afresh when the UID changes (failure
 //! counts are the frame's), and the caches of owned clusters, Services and head Pods.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+
+use super::{Context, Error};
+use crate::api::raycluster::RayCluster;
+use crate::api::rayservice::{RayService, RayServiceStatus};
 use crate::controllers::frame::memory::ObjectKey;
 
 /// What a Serve config push left behind, per cluster.

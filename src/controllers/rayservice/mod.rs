@@ -37,34 +37,27 @@ pub mod status;
 mod suspend;
 mod upgrade;
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::api::Api;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use tracing::{info, warn};
 
-use crate::api::conditions::{FALSE, TRUE};
-use crate::api::raycluster::{ClusterState, RayCluster, condition_types as cluster_conditions};
-use crate::api::rayservice::{
-    RayService, RayServiceClusterStatus, RayServiceStatus, condition_reasons, condition_types,
-};
+use crate::api::raycluster::RayCluster;
+use crate::api::rayservice::RayService;
 use crate::controllers::frame::memory::{ObjectMemory, key_of};
-use crate::controllers::frame::run::{Frame, Framed};
+use crate::controllers::frame::run::Frame;
 use crate::controllers::raycluster::builders::{BuildError, BuildOptions};
 use crate::k8s::field_managers;
 use crate::k8s::index::ObjectIndex;
 use crate::kuberay::keys::labels;
-use crate::ray::{DashboardClient, DashboardClientOptions, DashboardLocator, DashboardUrl};
-use build::{ClusterChange, HttpBinding};
+use crate::ray::{DashboardClientOptions, DashboardLocator, DashboardUrl};
+use build::HttpBinding;
 use context::ServiceMemory;
 
 /// KubeRay's requeue while anything is in motion.

@@ -4,14 +4,27 @@
 //! traffic switch; the apply stage owns the order) → status, each stage one call into its own
 //! file.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::warn;
 
 use super::apply::{ClustersApplied, apply_services, count_serve_endpoints, delete_clusters};
 use super::serve::Observed;
 use super::status::write_status_if_changed;
 use super::suspend::reconcile_suspend;
 use super::upgrade::Desired;
-use super::*;
+use super::{
+    Context, Error, SHORT_REQUEUE, apply, build, incremental, reasons, serve, status, upgrade,
+};
+use crate::api::conditions::FALSE;
+use crate::api::raycluster::RayCluster;
+use crate::api::rayservice::{RayService, RayServiceStatus, condition_reasons, condition_types};
+use crate::controllers::frame::run::{Frame, Framed};
 use crate::validation::validated::Validated;
 
 impl crate::controllers::frame::ReportPanic<RayService> for Context {

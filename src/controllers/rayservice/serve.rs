@@ -2,9 +2,20 @@
 //! `serveConfigV2` when Serve needs it (content changed, no applications, or a new head
 //! session), and keeps the head Pod's `ray.io/serve` label on the health of its proxy.
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::info;
+
 use super::context::Pushed;
 use super::upgrade::{Desired, IncrementalPlan, Traffic};
-use super::*;
+use super::{Context, build, reasons};
+use crate::api::conditions::TRUE;
+use crate::api::raycluster::{ClusterState, RayCluster, condition_types as cluster_conditions};
+use crate::api::rayservice::RayService;
+use crate::kuberay::keys::labels;
+use crate::ray::DashboardClient;
 
 /// What one pass learnt from a cluster's Serve.
 #[derive(Default)]

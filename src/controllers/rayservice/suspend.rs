@@ -2,8 +2,21 @@
 //! (and the Gateway and HTTPRoute of an incremental upgrade), Suspended waits, a resume starts
 //! initializing afresh.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::warn;
+
 use super::apply::delete_clusters;
-use super::*;
+use super::{Context, Error, SHORT_REQUEUE, build, reasons, status};
+use crate::api::conditions::{FALSE, TRUE};
+use crate::api::raycluster::RayCluster;
+use crate::api::rayservice::{RayService, RayServiceStatus, condition_reasons, condition_types};
 
 /// The suspend state machine. `Some(action)`: the pass ends here (after the status is written).
 pub(super) async fn reconcile_suspend(

@@ -4,11 +4,27 @@
 //! For `NewClusterWithIncrementalUpgrade` also the pass's plan (capacities, held configs,
 //! rollback), from the step logic in `incremental`.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::build::ClusterChange;
 use super::serve::Observed;
 use super::status::fill_cluster_status;
-use super::*;
+use super::{Context, DEFAULT_DELETION_DELAY, build, incremental, reasons, status};
+use crate::api::conditions::TRUE;
+use crate::api::raycluster::RayCluster;
+use crate::api::rayservice::{
+    RayService, RayServiceClusterStatus, RayServiceStatus, condition_reasons, condition_types,
+};
+use crate::controllers::raycluster::builders::{BuildError, BuildOptions};
 
 /// What building produced: an object, or why it cannot be built (reported where it would have
 /// been written, so a build error never stops an earlier write).

@@ -2,7 +2,24 @@
 //! GCS fault tolerance (Redis address, credentials, storage namespace) and token
 //! authentication add to the Pod. Set only where the template left a variable unset.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, EnvVarSource, PodSpec, ProjectedVolumeSource,
+    SecretKeySelector, ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
+};
+use kube::ResourceExt;
+
+use super::super::{BuildOptions, env, field_env, has_env};
+use super::{
+    AUTH_TOKEN_SECRET_KEY, ClusterFacts, RAY_CONTAINER, RAY_TOKEN_PATH, RAY_TOKEN_VOLUME,
+    WAIT_GCS_READY_CONTAINER_NAME,
+};
+use crate::api::raycluster::{AuthOptions, RayCluster};
+use crate::kuberay::keys::{annotations, env as env_names, labels, ports};
+use crate::kuberay::names::NodeType;
+use crate::kuberay::spec::{Creator, gcs_ft_embedded, gcs_ft_enabled};
+use crate::kuberay::{keys, names};
 
 pub(super) fn push_env(container: &mut Container, var: EnvVar) {
     container.env.get_or_insert_with(Vec::new).push(var);

@@ -11,30 +11,26 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
-    HTTPGetAction, Pod, PodSpec, Probe, ProjectedVolumeSource, ResourceRequirements,
-    SecretKeySelector, ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
-};
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::ray_start;
-use super::{BuildError, BuildOptions, env, field_env, has_env, shell_command};
-use crate::api::raycluster::{
-    AuthOptions, AutoscalerOptions, AutoscalerVersion, RayCluster, WorkerGroupSpec,
-};
-use crate::kuberay::keys::{self, annotations, env as env_names, labels, ports};
+use super::{BuildError, BuildOptions, env, shell_command};
+use crate::api::raycluster::{AutoscalerVersion, RayCluster, WorkerGroupSpec};
+use crate::kuberay::keys::{self, annotations, env as env_names, labels};
 use crate::kuberay::names::{self, NodeType};
 use crate::kuberay::spec::{
-    Creator, auth_enabled, autoscaler_version, autoscaling_enabled, gcs_ft_embedded,
-    gcs_ft_enabled, overwrite_container_cmd, ray_version_at_least, tls_enabled,
+    Creator, auth_enabled, autoscaler_version, autoscaling_enabled, overwrite_container_cmd,
+    tls_enabled,
 };
-use env_vars::*;
-use probes::*;
-use sidecars::*;
+use env_vars::{
+    configure_gcs_fault_tolerance, configure_token_auth, ensure_metrics_port, push_env,
+    set_ray_container_env, set_token_auth_env,
+};
+use probes::inject_probes;
+use sidecars::{autoscaler_container, merge_autoscaler_overrides, wait_gcs_ready_container};
 
 /// The Ray container is always the first container of a Ray Pod.
 pub const RAY_CONTAINER: usize = 0;

@@ -1,7 +1,15 @@
 //! Liveness and readiness probes injected into the Ray container when the template has none
 //! (KubeRay's `wget` health checks, or the unified health check from Ray 2.53).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, ExecAction, HTTPGetAction, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::UNIFIED_HEALTH_CHECK_VERSION;
+use crate::kuberay::keys::ports;
+use crate::kuberay::names::NodeType;
+use crate::kuberay::spec::{Creator, ray_version_at_least};
 
 /// A health check through the dashboard agent or dashboard.
 pub(super) fn wget_check(timeout_seconds: i32, port: i32, path: &str) -> String {

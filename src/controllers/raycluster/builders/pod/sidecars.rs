@@ -1,7 +1,15 @@
 //! The containers raypipe adds next to Ray's: the autoscaler sidecar of the head (with the
 //! template's overrides) and the worker init container that waits for the GCS.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::super::{env, field_env, shell_command};
+use super::{AUTOSCALER_CONTAINER_NAME, WAIT_GCS_READY_CONTAINER_NAME};
+use crate::api::raycluster::AutoscalerOptions;
+use crate::kuberay::keys::{env as env_names, labels};
 
 pub(in crate::controllers::raycluster::builders) fn fixed_resources(
     cpu: &str,

@@ -2,9 +2,14 @@
 //! sidecars), one KubeRay behaviour per test.
 
 use super::*;
+use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
+use super::sidecars::AUTOSCALER_START_COMMAND;
+use crate::api::raycluster::AutoscalerOptions;
 use crate::controllers::raycluster::builders::test_cluster as cluster;
+use crate::kuberay::spec::ray_version_at_least;
 
 fn sample() -> RayCluster {
     cluster(json!({
