@@ -6,8 +6,11 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tracing::info;
 
+use super::build::CRONJOB_NAME_LABEL;
 use super::build::{JobState, Observed, Plan, build_job};
-use super::{CRONJOB_NAME_LABEL, Context, Error, kube_err, reasons};
+use super::context::Context;
+use super::error::{Error, kube_err};
+use super::reasons;
 use crate::api::raycronjob::RayCronJob;
 use crate::api::rayjob::RayJob;
 use crate::k8s::field_managers;

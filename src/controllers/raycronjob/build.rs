@@ -9,9 +9,14 @@ use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::jiff::tz::TimeZone;
 use kube::ResourceExt;
 
-use super::{CRONJOB_NAME_LABEL, Error, SCHEDULED_TIMESTAMP_ANNOTATION};
+use super::error::Error;
 use crate::api::raycronjob::{ConcurrencyPolicy, RayCronJob};
 use crate::api::rayjob::{JobDeploymentStatus, RayJob};
+
+/// Label naming the RayCronJob a RayJob was created by.
+pub const CRONJOB_NAME_LABEL: &str = "ray.io/cronjob-name";
+/// Annotation with the tick a RayJob was created for (RFC 3339, UTC).
+pub const SCHEDULED_TIMESTAMP_ANNOTATION: &str = "ray.io/cronjob-scheduled-timestamp";
 
 /// The RayJob name for a tick: `<cronjob>-<minutes since the epoch>` (KubeRay's and batch/v1's).
 pub fn job_name(cron: &str, tick: Timestamp) -> String {

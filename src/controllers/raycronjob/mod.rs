@@ -1,7 +1,8 @@
 //! The RayCronJob controller (KubeRay §5, plus batch/v1 CronJob's concurrency policy and history
 //! limits as opt-in extensions): get → validate → observe its RayJobs → decide (pure, in
 //! [`build::plan`]) → create / delete RayJobs (`apply`) → status (`status`); the stages are read
-//! in order in `reconcile`. This file holds the settings, the error, the validation and `run`.
+//! in order in `reconcile` (with the validation). This file holds `run`; the settings and the
+//! clock are in `config`, the error in `error`, what a reconcile shares in `context`.
 //!
 //! Decisions taken where KubeRay is quirky:
 //! - Missed ticks: KubeRay creates every missed tick, one per pass, so an operator that was down
@@ -13,17 +14,23 @@
 
 mod apply;
 pub mod build;
+mod config;
+mod context;
+mod error;
+pub mod reasons;
 mod reconcile;
 pub mod schedule;
 mod status;
+
+pub use build::{CRONJOB_NAME_LABEL, SCHEDULED_TIMESTAMP_ANNOTATION};
+pub use config::{Clock, Config, FastClock, SystemClock};
+pub use error::Error;
+pub use reconcile::validate;
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::validation::cron::Schedule;
-use k8s_openapi::jiff::tz::TimeZone;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector;
@@ -32,143 +39,13 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::raycronjob::RayCronJob;
 use crate::api::rayjob::RayJob;
-use crate::controllers::frame::policy::{Backoff, ReconcileError};
-use crate::controllers::frame::run::{self, Frame};
+use crate::controllers::frame::policy::Backoff;
+use crate::controllers::frame::run::Frame;
 
-/// Label naming the RayCronJob a RayJob was created by.
-pub const CRONJOB_NAME_LABEL: &str = "ray.io/cronjob-name";
-/// Annotation with the tick a RayJob was created for (RFC 3339, UTC).
-pub const SCHEDULED_TIMESTAMP_ANNOTATION: &str = "ray.io/cronjob-scheduled-timestamp";
+use context::Context;
+
 /// KubeRay's limit on RayCronJob names (the RayJob name adds a suffix).
 pub const MAX_NAME_LENGTH: usize = crate::validation::raycronjob::MAX_RAYCRONJOB_NAME;
-
-pub mod reasons {
-    pub const INVALID_SPEC: &str = "InvalidRayCronJobSpec";
-    pub const SUSPENDED: &str = "SuspendedRayCronJob";
-    /// raypipe's own (batch/v1 CronJob's reasons).
-    pub const CREATED_RAY_JOB: &str = "SuccessfulCreate";
-    pub const DELETED_RAY_JOB: &str = "SuccessfulDelete";
-    pub const JOB_ALREADY_ACTIVE: &str = "JobAlreadyActive";
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{action}: {source}")]
-    Kube {
-        action: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
-    #[error(transparent)]
-    K8s(#[from] crate::k8s::K8sError),
-    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
-    #[error(transparent)]
-    Panicked(#[from] crate::controllers::frame::Panicked),
-}
-
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Kube { .. } => "kube",
-            Error::K8s(_) => "apply",
-            Error::Panicked(_) => "panic",
-        }
-    }
-}
-
-fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error::Kube {
-        action,
-        source: Box::new(source),
-    }
-}
-
-/// Where "now" comes from, and how long a wait for a future instant really takes.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    fn now(&self) -> Timestamp;
-    /// Real time to sleep until `at`.
-    fn sleep_until(&self, at: Timestamp) -> Duration {
-        Duration::try_from(at.duration_since(self.now())).unwrap_or_default()
-    }
-}
-
-/// The wall clock.
-#[derive(Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::now()
-    }
-}
-
-/// A clock that starts at `origin` and runs `speed` times faster than real time (tests: at 60×
-/// a minute schedule ticks every second).
-#[derive(Debug)]
-pub struct FastClock {
-    origin: Timestamp,
-    started: std::time::Instant,
-    speed: u32,
-}
-
-impl FastClock {
-    pub fn new(origin: Timestamp, speed: u32) -> FastClock {
-        FastClock {
-            origin,
-            started: std::time::Instant::now(),
-            speed: speed.max(1),
-        }
-    }
-}
-
-impl Clock for FastClock {
-    fn now(&self) -> Timestamp {
-        let elapsed = self.started.elapsed() * self.speed;
-        self.origin
-            .checked_add(SignedDuration::try_from(elapsed).unwrap_or(SignedDuration::MAX))
-            .unwrap_or(self.origin)
-    }
-    fn sleep_until(&self, at: Timestamp) -> Duration {
-        Duration::try_from(at.duration_since(self.now())).unwrap_or_default() / self.speed
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub namespace: Option<String>,
-    pub concurrency: u16,
-    pub clock: Arc<dyn Clock>,
-    /// The zone of schedules without `timeZone` (KubeRay: the operator's local zone).
-    pub default_time_zone: TimeZone,
-    /// Where reconciles are recorded.
-    pub metrics: crate::admin::Metrics,
-    /// Where the cache sync is reported (`/readyz`).
-    pub readiness: crate::admin::Readiness,
-    /// The gates the job template is checked under (the controller runs only with RayCronJob).
-    pub feature_gates: crate::validation::feature_gates::FeatureGates,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            namespace: None,
-            concurrency: 4,
-            clock: Arc::new(SystemClock),
-            default_time_zone: TimeZone::system(),
-            metrics: crate::admin::Metrics::new(),
-            readiness: crate::admin::Readiness::new(),
-            feature_gates: Default::default(),
-        }
-    }
-}
-
-struct Context {
-    client: kube::Client,
-    config: Config,
-    recorder: crate::k8s::EventRecorder,
-    frame: Frame<RayCronJob>,
-}
 
 fn reconcile_relevant(cron: &RayCronJob) -> Option<u64> {
     let meta = cron.meta();
@@ -224,35 +101,6 @@ pub async fn run(
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown);
     crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
-}
-
-impl run::Framed<RayCronJob> for Context {
-    fn frame(&self) -> &Frame<RayCronJob> {
-        &self.frame
-    }
-}
-
-impl crate::controllers::frame::ReportPanic<RayCronJob> for Context {
-    fn report_panic(
-        &self,
-        object: Arc<RayCronJob>,
-        message: String,
-    ) -> futures::future::BoxFuture<'static, ()> {
-        crate::controllers::frame::panic_event(&self.recorder, object, message)
-    }
-}
-
-/// The problem KubeRay would report (§6.2), if any.
-pub fn validate(
-    cron: &RayCronJob,
-    feature_gates: &crate::validation::feature_gates::FeatureGates,
-) -> Result<(Schedule, TimeZone), String> {
-    crate::validation::validated::for_controller(cron, feature_gates)
-        .map(|valid| {
-            let values = valid.into_values();
-            (values.schedule, values.zone)
-        })
-        .map_err(|p| p.message)
 }
 
 #[cfg(test)]

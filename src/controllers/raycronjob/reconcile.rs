@@ -13,9 +13,12 @@ use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use super::build::{self, Observed};
-use super::{Context, Error, apply, kube_err, reasons, status, validate};
+use super::context::Context;
+use super::error::{Error, kube_err};
+use super::{apply, reasons, status};
 use crate::api::raycronjob::RayCronJob;
 use crate::api::rayjob::RayJob;
+use crate::validation::cron::Schedule;
 
 /// The reconcile the frame runs for every RayCronJob.
 pub(super) async fn reconcile(cron: Arc<RayCronJob>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -93,4 +96,17 @@ async fn validated(
             None
         }
     }
+}
+
+/// The problem KubeRay would report (§6.2), if any.
+pub fn validate(
+    cron: &RayCronJob,
+    feature_gates: &crate::validation::feature_gates::FeatureGates,
+) -> Result<(Schedule, TimeZone), String> {
+    crate::validation::validated::for_controller(cron, feature_gates)
+        .map(|valid| {
+            let values = valid.into_values();
+            (values.schedule, values.zone)
+        })
+        .map_err(|p| p.message)
 }

@@ -5,7 +5,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Resource, ResourceExt};
 
 use super::apply::Applied;
-use super::{Context, Error, kube_err};
+use super::context::Context;
+use super::error::{Error, kube_err};
 use crate::api::raycronjob::{RayCronJob, RayCronJobStatus};
 use crate::api::rayjob::RayJob;
 use crate::k8s::field_managers;
