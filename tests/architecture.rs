@@ -8,6 +8,10 @@
 //! before the scan (a doc comment that names `crate::serve::render` is not an import); `super::`
 //! paths stay inside their own top-level module and are not followed. `src/lib.rs` and
 //! `src/main.rs` are the roots and sit above every layer.
+//!
+//! Inside `src/controllers/`, the same scan between files (`super::`, `self::` and child paths
+//! followed too): a controller's files import one way, its `mod.rs` on top (`FILE_CYCLES_LEFT`
+//! lists the folders not there yet).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -88,6 +92,279 @@ fn the_module_graph_follows_the_layers_and_has_no_cycles() {
         let _ = writeln!(problems, "cycle: {cycle}");
     }
     assert!(problems.is_empty(), "import graph violations:\n{problems}");
+}
+
+/// Controller folders whose files still import each other in a circle (issue 30 item 1). Every
+/// other folder under `src/controllers/` must have none; a folder leaves this list once its
+/// circle is gone (the test says so), and none is ever added.
+const FILE_CYCLES_LEFT: &[&str] = &["raycluster", "rayjob", "rayservice"];
+
+#[test]
+fn controller_files_import_one_way() {
+    let arrows = controller_file_arrows();
+    assert!(
+        arrows.len() > 100,
+        "only {} file arrows found: is the scan broken?",
+        arrows.len()
+    );
+    let folder = |file: &str| file.split('/').next().unwrap_or_default().to_string();
+    let mut problems = String::new();
+    let mut still_circular = BTreeSet::new();
+    for group in cycles(&arrows) {
+        let members = group.split(" reach each other").next().unwrap_or_default();
+        let folders: BTreeSet<String> = members.split(", ").map(folder).collect();
+        if folders
+            .iter()
+            .all(|f| FILE_CYCLES_LEFT.contains(&f.as_str()))
+        {
+            still_circular.extend(folders);
+        } else {
+            let _ = writeln!(problems, "file cycle: {group}");
+        }
+    }
+    for left in FILE_CYCLES_LEFT {
+        if !still_circular.contains(*left) {
+            let _ = writeln!(
+                problems,
+                "src/controllers/{left}/ has no file cycle any more: remove it from FILE_CYCLES_LEFT"
+            );
+        }
+    }
+    assert!(problems.is_empty(), "controller files:\n{problems}");
+}
+
+/// Arrows between the files of `src/controllers/` (named relative to it, e.g. `rayjob/apply.rs`):
+/// every path in a file's non-test code that names an item of another file there, through
+/// `crate::`, `super::`, `self::` or a child module's name, `use` groups included.
+fn controller_file_arrows() -> Vec<Arrow> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = src.join("controllers");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let module_of = |file: &Path| -> Vec<String> {
+        let relative = file
+            .strip_prefix(&src)
+            .expect("under src")
+            .with_extension("");
+        let mut parts: Vec<String> = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        parts
+    };
+    let modules: BTreeMap<Vec<String>, PathBuf> = files
+        .iter()
+        .map(|f| {
+            (
+                module_of(f),
+                f.strip_prefix(&root)
+                    .expect("under controllers")
+                    .to_path_buf(),
+            )
+        })
+        .collect();
+    let mut arrows = Vec::new();
+    for file in &files {
+        let me = module_of(file);
+        let from = modules[&me].display().to_string();
+        let text =
+            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let text = blank(&text);
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (path, line) in paths(code) {
+            if let Some(to) = resolve(&modules, &me, &path) {
+                let to = to.display().to_string();
+                if to != from {
+                    arrows.push(Arrow {
+                        from: from.clone(),
+                        to,
+                        file: PathBuf::from("controllers").join(&from),
+                        line,
+                    });
+                }
+            }
+        }
+    }
+    arrows
+}
+
+/// The file of the deepest module `path` (as written in module `me`) names, if it is one of
+/// `modules`.
+fn resolve(
+    modules: &BTreeMap<Vec<String>, PathBuf>,
+    me: &[String],
+    path: &[String],
+) -> Option<PathBuf> {
+    let (mut base, rest): (Vec<String>, &[String]) = match path.first()?.as_str() {
+        "crate" => (Vec::new(), &path[1..]),
+        "self" => (me.to_vec(), &path[1..]),
+        "super" => {
+            let mut base = me[..me.len().saturating_sub(1)].to_vec();
+            let mut k = 1;
+            while path.get(k).is_some_and(|s| s == "super") {
+                base.pop();
+                k += 1;
+            }
+            (base, &path[k..])
+        }
+        first => {
+            let child: Vec<String> = me.iter().cloned().chain([first.to_string()]).collect();
+            if !modules.contains_key(&child) {
+                return None;
+            }
+            (me.to_vec(), path)
+        }
+    };
+    let mut target = modules.get(&base).cloned();
+    for segment in rest {
+        base.push(segment.clone());
+        if let Some(file) = modules.get(&base) {
+            target = Some(file.clone());
+        }
+    }
+    target
+}
+
+/// Every `a::b::c` path in a blanked text with its line; a `use a::{b, c::d}` group gives one
+/// path per item (`a::b`, `a::c::d`, nested groups by their first name).
+fn paths(text: &str) -> Vec<(Vec<String>, usize)> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = ident_char(chars.get(i))
+            && !ident_char(i.checked_sub(1).and_then(|p| chars.get(p)))
+            && !(i >= 1 && chars[i - 1] == ':');
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut segments = vec![ident(&chars, i)];
+        let mut j = i + segments[0].chars().count();
+        while chars.get(j) == Some(&':') && chars.get(j + 1) == Some(&':') {
+            let k = skip_space(&chars, j + 2);
+            if chars.get(k) == Some(&'{') {
+                let (items, close) = group_items(&chars, k);
+                for item in items {
+                    let mut path = segments.clone();
+                    path.extend(item);
+                    found.push((path, line_of(&chars, k)));
+                }
+                j = close;
+                break;
+            }
+            if !ident_char(chars.get(k)) {
+                break;
+            }
+            let segment = ident(&chars, k);
+            j = k + segment.chars().count();
+            segments.push(segment);
+        }
+        if segments.len() > 1 {
+            found.push((segments, line_of(&chars, i)));
+        }
+        i = j.max(i + 1);
+    }
+    found
+}
+
+/// The items of the `{...}` group opening at `open` (each item's leading `a::b` names; a nested
+/// group by its prefix), and where the group closes.
+fn group_items(chars: &[char], open: usize) -> (Vec<Vec<String>>, usize) {
+    let mut items = Vec::new();
+    let mut k = open + 1;
+    loop {
+        k = skip_space(chars, k);
+        match chars.get(k) {
+            None | Some('}') => break,
+            Some(',') => {
+                k += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let mut path = Vec::new();
+        while ident_char(chars.get(k)) {
+            let name = ident(chars, k);
+            k += name.chars().count();
+            if name != "self" {
+                path.push(name);
+            }
+            let j = skip_space(chars, k);
+            if chars.get(j) == Some(&':') && chars.get(j + 1) == Some(&':') {
+                k = skip_space(chars, j + 2);
+            } else {
+                k = j;
+                break;
+            }
+        }
+        if !path.is_empty() {
+            items.push(path);
+        }
+        // The rest of the item (`as x`, a nested group) up to the next `,` or the closing `}`.
+        let mut depth = 0;
+        while let Some(&c) = chars.get(k) {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => break,
+                '}' => depth -= 1,
+                ',' if depth == 0 => break,
+                _ => {}
+            }
+            k += 1;
+        }
+        if chars.get(k) != Some(&',') {
+            break;
+        }
+    }
+    (items, k)
+}
+
+#[test]
+fn the_file_scan_resolves_super_self_children_and_groups() {
+    let modules: BTreeMap<Vec<String>, PathBuf> = [
+        (
+            vec!["controllers".to_string(), "job".to_string()],
+            "job/mod.rs",
+        ),
+        (
+            vec!["controllers".into(), "job".into(), "apply".into()],
+            "job/apply.rs",
+        ),
+        (
+            vec!["controllers".into(), "job".into(), "status".into()],
+            "job/status.rs",
+        ),
+    ]
+    .into_iter()
+    .map(|(m, f)| (m, PathBuf::from(f)))
+    .collect();
+    let apply = ["controllers".to_string(), "job".into(), "apply".into()];
+    let text = "use super::{Context, status::write};\nfn f() { super::status::x(); crate::controllers::job::apply::y(); }";
+    let found: Vec<String> = paths(text)
+        .into_iter()
+        .filter_map(|(p, _)| resolve(&modules, &apply, &p))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "job/mod.rs",
+            "job/status.rs",
+            "job/status.rs",
+            "job/apply.rs"
+        ]
+    );
+    let parent = ["controllers".to_string(), "job".into()];
+    let from_mod: Vec<String> = paths("use apply::Applied; fn g() { status::h() }")
+        .into_iter()
+        .filter_map(|(p, _)| resolve(&modules, &parent, &p))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert_eq!(from_mod, ["job/apply.rs", "job/status.rs"]);
 }
 
 #[test]
