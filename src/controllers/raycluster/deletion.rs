@@ -239,3 +239,49 @@ async fn create_cleanup_job(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+
+    use super::*;
+
+    fn job_with(conditions: &[(&str, &str)]) -> Job {
+        Job {
+            status: Some(JobStatus {
+                conditions: Some(
+                    conditions
+                        .iter()
+                        .map(|(type_, status)| JobCondition {
+                            type_: (*type_).to_owned(),
+                            status: (*status).to_owned(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_cleanup_job_is_finished_by_its_first_true_terminal_condition() {
+        assert_eq!(finished_condition(&Job::default()), None);
+        let running = job_with(&[("Suspended", "True"), ("Complete", "False")]);
+        assert_eq!(finished_condition(&running), None);
+        let failed = job_with(&[("FailureTarget", "True"), ("Failed", "True")]);
+        assert_eq!(finished_condition(&failed), Some("FailureTarget"));
+    }
+
+    #[test]
+    fn a_requeue_is_bounded_by_the_timeout_but_not_below_half_a_second() {
+        let secs = Duration::from_secs;
+        assert_eq!(soon(secs(5), secs(60)), Action::requeue(secs(5)));
+        assert_eq!(soon(secs(5), secs(2)), Action::requeue(secs(2)));
+        assert_eq!(
+            soon(secs(5), Duration::ZERO),
+            Action::requeue(Duration::from_millis(500))
+        );
+    }
+}

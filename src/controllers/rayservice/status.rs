@@ -307,6 +307,27 @@ mod tests {
     }
 
     #[test]
+    fn initializing_expires_only_past_the_limit_and_only_while_initializing() {
+        let mut i = inputs(160);
+        let started = |reason: &str| {
+            conditions::condition(condition_types::READY, FALSE, reason, "", Some(1), at(100))
+        };
+        let initializing = started(condition_reasons::INITIALIZING);
+        assert!(
+            !initializing_expired(Some(&initializing), &i),
+            "no limit set"
+        );
+        i.initializing_timeout = Some(Duration::from_secs(60));
+        assert!(initializing_expired(Some(&initializing), &i));
+        i.initializing_timeout = Some(Duration::from_secs(61));
+        assert!(!initializing_expired(Some(&initializing), &i));
+        i.initializing_timeout = Some(Duration::from_secs(1));
+        let zero = started(condition_reasons::ZERO_SERVE_ENDPOINTS);
+        assert!(!initializing_expired(Some(&zero), &i));
+        assert!(!initializing_expired(None, &i));
+    }
+
+    #[test]
     fn a_new_service_is_initializing_and_says_what_it_waits_for() {
         let mut status = RayServiceStatus::default();
         assert!(!set_conditions(&mut status, &inputs(100)));
