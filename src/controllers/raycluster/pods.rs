@@ -2,6 +2,7 @@
 //! as `scaling` plans it. Every create and delete is recorded as an expectation first seen in
 //! the cache before the group is touched again.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -18,7 +19,9 @@ use super::expectations::{Action as ScaleAction, Group};
 use super::scaling::DeleteReason;
 use super::{builders, key_of, scaling};
 use crate::api::conditions;
-use crate::api::raycluster::{RayCluster, RayClusterStatus, condition_reasons, condition_types};
+use crate::api::raycluster::{
+    RayCluster, RayClusterStatus, WorkerGroupSpec, condition_reasons, condition_types,
+};
 use crate::kuberay::keys::{annotations, labels, reasons};
 
 pub(super) use crate::k8s::random_suffix;
@@ -85,46 +88,11 @@ pub(super) async fn reconcile_pods(
     ctx: &Context,
     status: Option<&RayClusterStatus>,
 ) -> Result<Progress, Error> {
-    let key = key_of(cluster);
-    let (namespace, name) = key.clone();
-    let all_pods = format!(
-        "{}={name},{} in ({},{})",
-        labels::CLUSTER,
-        labels::NODE_TYPE,
-        labels::HEAD,
-        labels::WORKER
-    );
+    let (_, name) = key_of(cluster);
+    let all_pods = all_pods_selector(&name);
 
     if condition_true(status, condition_types::RAY_CLUSTER_SUSPENDING) {
-        if let Err(e) = delete_pod_collection(cluster, ctx, &all_pods).await {
-            ctx.event(
-                cluster,
-                EventType::Warning,
-                reasons::FAILED_TO_DELETE_POD_COLLECTION,
-                "Delete",
-                format!(
-                    "Failed deleting Pods of RayCluster {namespace}/{name} for its suspension: {e}"
-                ),
-            )
-            .await;
-            return Err(Error::replica(
-                condition_reasons::FAILED_DELETE_ALL_PODS,
-                "deleting all Pods",
-                e,
-            ));
-        }
-        ctx.expectations.forget(&key);
-        if !ctx.cluster_pods(cluster).is_empty() {
-            ctx.event(
-                cluster,
-                EventType::Normal,
-                reasons::DELETED_POD,
-                "Delete",
-                format!("Deleted Pods for RayCluster {namespace}/{name} due to suspension"),
-            )
-            .await;
-        }
-        return Ok(Progress::Done);
+        return delete_pods_for_suspension(cluster, ctx, &all_pods).await;
     }
     if condition_true(status, condition_types::RAY_CLUSTER_SUSPENDED)
         || cluster.spec.suspend == Some(true)
@@ -143,203 +111,336 @@ pub(super) async fn reconcile_pods(
 
     if crate::kuberay::spec::recreate_on_change(&cluster.spec)
         && let Some(head) = heads.first()
+        && let Some(progress) =
+            recreate_on_spec_change(cluster, ctx, head, &spec_hash, &all_pods).await?
     {
-        let check = crate::kuberay::spec::recreate_check(head.annotations(), &spec_hash);
-        if check == crate::kuberay::spec::RecreateCheck::Adopt {
-            // KubeRay (or another raypipe version) hashed the spec its own way: adopt the
-            // Pods under raypipe's hash of the current spec instead of recreating them.
-            info!(pod = %head.name_any(), "adopting Pods another operator version made");
-            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-            let patch = serde_json::json!({"metadata": {"annotations": {
-                annotations::RECREATE_HASH: spec_hash,
-                annotations::KUBERAY_VERSION: crate::kuberay::keys::OPERATOR_VERSION,
-            }}});
-            if let Err(e) = api
-                .patch(
-                    &head.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                warn!(error = %e, "updating the head Pod's hash after an operator upgrade failed");
-            }
-        } else if check == crate::kuberay::spec::RecreateCheck::Recreate {
-            info!("spec changed under the Recreate upgrade strategy; deleting all Pods");
-            if let Err(e) = delete_pod_collection(cluster, ctx, &all_pods).await {
-                ctx.event(cluster, EventType::Warning, reasons::FAILED_TO_DELETE_POD_COLLECTION, "Delete", format!("Failed deleting Pods of RayCluster {namespace}/{name} for the Recreate upgrade: {e}"))
-                    .await;
-                return Err(Error::replica(
-                    condition_reasons::FAILED_DELETE_ALL_PODS,
-                    "deleting all Pods",
-                    e,
-                ));
-            }
-            ctx.expectations.forget(&key);
-            ctx.event(cluster, EventType::Normal, reasons::DELETED_POD, "Delete", format!("Deleted all Pods for RayCluster {namespace}/{name} due to spec change with Recreate upgradeStrategy"))
-                .await;
-            return Ok(Progress::Done);
-        }
+        return Ok(progress);
     }
-
-    let in_cache = |pod: &str| ctx.pod_in_cache(&namespace, pod);
-    if ctx
-        .expectations
-        .is_satisfied(&key, &Group::Head, Instant::now(), in_cache)
-    {
-        match heads.as_slice() {
-            [] => {
-                let provisioned = condition_true(status, condition_types::RAY_CLUSTER_PROVISIONED);
-                let no_restart = cluster
-                    .annotations()
-                    .get(annotations::DISABLE_PROVISIONED_HEAD_RESTART)
-                    .is_some_and(|v| v == "true");
-                if !(provisioned && no_restart) {
-                    if let Some(why) = super::isolation::wait_for_mtls(cluster, ctx).await? {
-                        return Ok(Progress::Waiting(why));
-                    }
-                    create_head_pod(cluster, ctx, &spec_hash).await?;
-                }
-            }
-            [head] => {
-                if let Some(reason) = scaling::unhealthy_reason(head) {
-                    if let Err(e) = delete_pod(ctx, head).await {
-                        ctx.event(
-                            cluster,
-                            EventType::Warning,
-                            reasons::FAILED_TO_DELETE_HEAD_POD,
-                            "Delete",
-                            format!(
-                                "Failed deleting head Pod {namespace}/{}: {reason}: {e}",
-                                head.name_any()
-                            ),
-                        )
-                        .await;
-                        return Err(Error::replica(
-                            condition_reasons::FAILED_DELETE_HEAD_POD,
-                            format!("deleting head Pod {}", head.name_any()),
-                            e,
-                        ));
-                    }
-                    ctx.expectations.record(
-                        &key,
-                        Group::Head,
-                        &head.name_any(),
-                        ScaleAction::Delete,
-                        Instant::now(),
-                    );
-                    ctx.event(
-                        cluster,
-                        EventType::Normal,
-                        reasons::DELETED_HEAD_POD,
-                        "Delete",
-                        format!("Deleted head Pod {namespace}/{}: {reason}", head.name_any()),
-                    )
-                    .await;
-                    return Ok(Progress::Waiting(reason));
-                }
-            }
-            many => {
-                let found: Vec<String> = many.iter().map(|p| p.name_any()).collect();
-                return Err(Error::Conflict(format!(
-                    "{} head Pods found ({}); a RayCluster has one, delete the extra ones",
-                    found.len(),
-                    found.join(", ")
-                )));
-            }
-        }
+    if let Some(progress) = reconcile_head(cluster, ctx, status, &heads, &spec_hash).await? {
+        return Ok(progress);
     }
 
     // The autoscaler alone removes Pods, unless random deletion is switched on.
     let scale_down_allowed =
         !crate::kuberay::spec::autoscaling_enabled(&cluster.spec) || ctx.config.random_pod_delete;
     for group in cluster.spec.worker_group_specs.iter().flatten() {
-        let group_key = Group::Worker(group.group_name.clone());
-        if !ctx
-            .expectations
-            .is_satisfied(&key, &group_key, Instant::now(), in_cache)
+        if let Some(progress) =
+            reconcile_worker_group(cluster, ctx, group, &pods, scale_down_allowed).await?
         {
-            debug!(group = %group.group_name, "waiting for the cache to show earlier changes");
-            continue;
+            return Ok(progress);
         }
-        let group_pods: Vec<&Pod> = pods
-            .iter()
-            .map(|p| p.as_ref())
-            .filter(|p| {
-                node_type_of(p) == Some(labels::WORKER)
-                    && p.labels().get(labels::GROUP) == Some(&group.group_name)
-            })
-            .collect();
-        let plan = scaling::plan_group(group, &group_pods, scale_down_allowed, &mut random_suffix);
-
-        if plan.delete_all {
-            if !group_pods.is_empty() {
-                let selector = format!(
-                    "{}={name},{}={},{}={}",
-                    labels::CLUSTER,
-                    labels::GROUP,
-                    group.group_name,
-                    labels::NODE_TYPE,
-                    labels::WORKER
-                );
-                if let Err(e) = delete_pod_collection(cluster, ctx, &selector).await {
-                    ctx.event(
-                        cluster,
-                        EventType::Warning,
-                        reasons::FAILED_TO_DELETE_WORKER_POD_COLLECTION,
-                        "Delete",
-                        format!(
-                            "Failed deleting worker Pods of suspended group {}: {e}",
-                            group.group_name
-                        ),
-                    )
-                    .await;
-                    return Err(Error::replica(
-                        condition_reasons::FAILED_DELETE_WORKER_POD,
-                        "deleting a suspended group's Pods",
-                        e,
-                    ));
-                }
-                ctx.event(cluster, EventType::Normal, reasons::DELETED_WORKER_POD, "Delete", format!("Deleted all Pods of suspended worker group {} in RayCluster {namespace}/{name}", group.group_name))
-                    .await;
-            }
-            continue;
-        }
-        if let Some(problem) = plan.error {
-            return Err(Error::Conflict(problem));
-        }
-        for (pod_name, reason) in &plan.delete {
-            let Some(pod) = group_pods.iter().find(|p| p.name_any() == *pod_name) else {
-                continue;
-            };
-            delete_worker(cluster, ctx, &group_key, pod, reason).await?;
-        }
-        if let Some(wait) = plan.wait {
-            return Ok(Progress::Waiting(wait));
-        }
-        if !plan.create.is_empty()
-            && let Some(why) = super::isolation::wait_for_mtls(cluster, ctx).await?
-        {
-            return Ok(Progress::Waiting(why));
-        }
-        // One Event per group and pass, naming every Pod: the event recorder keys a series by
-        // reason, not note, so one Event per Pod would cost a create plus a patch per further
-        // Pod and keep only the first Pod's name.
-        let mut created = Vec::with_capacity(plan.create.len());
-        let mut outcome = Ok(());
-        for replica in &plan.create {
-            match create_worker_pod(cluster, ctx, group, replica).await {
-                Ok(pod_name) => created.push(pod_name),
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
-                }
-            }
-        }
-        report_created_workers(cluster, ctx, &group.group_name, &created).await;
-        outcome?;
     }
     Ok(Progress::Done)
+}
+
+/// Every head and worker Pod of the cluster called `name`.
+fn all_pods_selector(name: &str) -> String {
+    format!(
+        "{}={name},{} in ({},{})",
+        labels::CLUSTER,
+        labels::NODE_TYPE,
+        labels::HEAD,
+        labels::WORKER
+    )
+}
+
+/// The Suspending stage: every Pod goes, and the expectations with them.
+async fn delete_pods_for_suspension(
+    cluster: &RayCluster,
+    ctx: &Context,
+    all_pods: &str,
+) -> Result<Progress, Error> {
+    let key = key_of(cluster);
+    let (namespace, name) = key.clone();
+    if let Err(e) = delete_pod_collection(cluster, ctx, all_pods).await {
+        ctx.event(
+            cluster,
+            EventType::Warning,
+            reasons::FAILED_TO_DELETE_POD_COLLECTION,
+            "Delete",
+            format!(
+                "Failed deleting Pods of RayCluster {namespace}/{name} for its suspension: {e}"
+            ),
+        )
+        .await;
+        return Err(Error::replica(
+            condition_reasons::FAILED_DELETE_ALL_PODS,
+            "deleting all Pods",
+            e,
+        ));
+    }
+    ctx.expectations.forget(&key);
+    if !ctx.cluster_pods(cluster).is_empty() {
+        ctx.event(
+            cluster,
+            EventType::Normal,
+            reasons::DELETED_POD,
+            "Delete",
+            format!("Deleted Pods for RayCluster {namespace}/{name} due to suspension"),
+        )
+        .await;
+    }
+    Ok(Progress::Done)
+}
+
+/// Under the Recreate upgrade strategy: adopts Pods another operator version hashed, or
+/// deletes every Pod when the spec changed. `Some` ends this pass.
+async fn recreate_on_spec_change(
+    cluster: &RayCluster,
+    ctx: &Context,
+    head: &Pod,
+    spec_hash: &str,
+    all_pods: &str,
+) -> Result<Option<Progress>, Error> {
+    let key = key_of(cluster);
+    let (namespace, name) = key.clone();
+    let check = crate::kuberay::spec::recreate_check(head.annotations(), spec_hash);
+    if check == crate::kuberay::spec::RecreateCheck::Adopt {
+        // KubeRay (or another raypipe version) hashed the spec its own way: adopt the
+        // Pods under raypipe's hash of the current spec instead of recreating them.
+        info!(pod = %head.name_any(), "adopting Pods another operator version made");
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            annotations::RECREATE_HASH: spec_hash,
+            annotations::KUBERAY_VERSION: crate::kuberay::keys::OPERATOR_VERSION,
+        }}});
+        if let Err(e) = api
+            .patch(
+                &head.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            warn!(error = %e, "updating the head Pod's hash after an operator upgrade failed");
+        }
+    } else if check == crate::kuberay::spec::RecreateCheck::Recreate {
+        info!("spec changed under the Recreate upgrade strategy; deleting all Pods");
+        if let Err(e) = delete_pod_collection(cluster, ctx, all_pods).await {
+            ctx.event(cluster, EventType::Warning, reasons::FAILED_TO_DELETE_POD_COLLECTION, "Delete", format!("Failed deleting Pods of RayCluster {namespace}/{name} for the Recreate upgrade: {e}"))
+                .await;
+            return Err(Error::replica(
+                condition_reasons::FAILED_DELETE_ALL_PODS,
+                "deleting all Pods",
+                e,
+            ));
+        }
+        ctx.expectations.forget(&key);
+        ctx.event(cluster, EventType::Normal, reasons::DELETED_POD, "Delete", format!("Deleted all Pods for RayCluster {namespace}/{name} due to spec change with Recreate upgradeStrategy"))
+            .await;
+        return Ok(Some(Progress::Done));
+    }
+    Ok(None)
+}
+
+/// The head Pod, once the cache shows earlier head changes: creates a missing one, replaces
+/// an unhealthy one, refuses several. `Some` ends this pass.
+async fn reconcile_head(
+    cluster: &RayCluster,
+    ctx: &Context,
+    status: Option<&RayClusterStatus>,
+    heads: &[&Pod],
+    spec_hash: &str,
+) -> Result<Option<Progress>, Error> {
+    let key = key_of(cluster);
+    let in_cache = |pod: &str| ctx.pod_in_cache(&key.0, pod);
+    if !ctx
+        .expectations
+        .is_satisfied(&key, &Group::Head, Instant::now(), in_cache)
+    {
+        return Ok(None);
+    }
+    match heads {
+        [] => {
+            let provisioned = condition_true(status, condition_types::RAY_CLUSTER_PROVISIONED);
+            let no_restart = cluster
+                .annotations()
+                .get(annotations::DISABLE_PROVISIONED_HEAD_RESTART)
+                .is_some_and(|v| v == "true");
+            if !(provisioned && no_restart) {
+                if let Some(why) = super::isolation::wait_for_mtls(cluster, ctx).await? {
+                    return Ok(Some(Progress::Waiting(why)));
+                }
+                create_head_pod(cluster, ctx, spec_hash).await?;
+            }
+            Ok(None)
+        }
+        [head] => match scaling::unhealthy_reason(head) {
+            Some(reason) => replace_unhealthy_head(cluster, ctx, head, reason)
+                .await
+                .map(Some),
+            None => Ok(None),
+        },
+        many => {
+            let found: Vec<String> = many.iter().map(|p| p.name_any()).collect();
+            Err(Error::Conflict(format!(
+                "{} head Pods found ({}); a RayCluster has one, delete the extra ones",
+                found.len(),
+                found.join(", ")
+            )))
+        }
+    }
+}
+
+/// Deletes the unhealthy head Pod and expects its deletion; the next pass creates a new one.
+async fn replace_unhealthy_head(
+    cluster: &RayCluster,
+    ctx: &Context,
+    head: &Pod,
+    reason: String,
+) -> Result<Progress, Error> {
+    let key = key_of(cluster);
+    let namespace = &key.0;
+    if let Err(e) = delete_pod(ctx, head).await {
+        ctx.event(
+            cluster,
+            EventType::Warning,
+            reasons::FAILED_TO_DELETE_HEAD_POD,
+            "Delete",
+            format!(
+                "Failed deleting head Pod {namespace}/{}: {reason}: {e}",
+                head.name_any()
+            ),
+        )
+        .await;
+        return Err(Error::replica(
+            condition_reasons::FAILED_DELETE_HEAD_POD,
+            format!("deleting head Pod {}", head.name_any()),
+            e,
+        ));
+    }
+    ctx.expectations.record(
+        &key,
+        Group::Head,
+        &head.name_any(),
+        ScaleAction::Delete,
+        Instant::now(),
+    );
+    ctx.event(
+        cluster,
+        EventType::Normal,
+        reasons::DELETED_HEAD_POD,
+        "Delete",
+        format!("Deleted head Pod {namespace}/{}: {reason}", head.name_any()),
+    )
+    .await;
+    Ok(Progress::Waiting(reason))
+}
+
+/// One worker group, once the cache shows its earlier changes: plans it, then deletes and
+/// creates Pods as planned. `Some` ends this pass.
+async fn reconcile_worker_group(
+    cluster: &RayCluster,
+    ctx: &Context,
+    group: &WorkerGroupSpec,
+    pods: &[Arc<Pod>],
+    scale_down_allowed: bool,
+) -> Result<Option<Progress>, Error> {
+    let key = key_of(cluster);
+    let in_cache = |pod: &str| ctx.pod_in_cache(&key.0, pod);
+    let group_key = Group::Worker(group.group_name.clone());
+    if !ctx
+        .expectations
+        .is_satisfied(&key, &group_key, Instant::now(), in_cache)
+    {
+        debug!(group = %group.group_name, "waiting for the cache to show earlier changes");
+        return Ok(None);
+    }
+    let group_pods: Vec<&Pod> = pods
+        .iter()
+        .map(|p| p.as_ref())
+        .filter(|p| {
+            node_type_of(p) == Some(labels::WORKER)
+                && p.labels().get(labels::GROUP) == Some(&group.group_name)
+        })
+        .collect();
+    let plan = scaling::plan_group(group, &group_pods, scale_down_allowed, &mut random_suffix);
+
+    if plan.delete_all {
+        if !group_pods.is_empty() {
+            delete_suspended_group(cluster, ctx, &group.group_name).await?;
+        }
+        return Ok(None);
+    }
+    if let Some(problem) = plan.error {
+        return Err(Error::Conflict(problem));
+    }
+    for (pod_name, reason) in &plan.delete {
+        let Some(pod) = group_pods.iter().find(|p| p.name_any() == *pod_name) else {
+            continue;
+        };
+        delete_worker(cluster, ctx, &group_key, pod, reason).await?;
+    }
+    if let Some(wait) = plan.wait {
+        return Ok(Some(Progress::Waiting(wait)));
+    }
+    if !plan.create.is_empty()
+        && let Some(why) = super::isolation::wait_for_mtls(cluster, ctx).await?
+    {
+        return Ok(Some(Progress::Waiting(why)));
+    }
+    create_workers(cluster, ctx, group, &plan.create).await?;
+    Ok(None)
+}
+
+/// Deletes every Pod of a suspended worker group.
+async fn delete_suspended_group(
+    cluster: &RayCluster,
+    ctx: &Context,
+    group_name: &str,
+) -> Result<(), Error> {
+    let (namespace, name) = key_of(cluster);
+    let selector = format!(
+        "{}={name},{}={},{}={}",
+        labels::CLUSTER,
+        labels::GROUP,
+        group_name,
+        labels::NODE_TYPE,
+        labels::WORKER
+    );
+    if let Err(e) = delete_pod_collection(cluster, ctx, &selector).await {
+        ctx.event(
+            cluster,
+            EventType::Warning,
+            reasons::FAILED_TO_DELETE_WORKER_POD_COLLECTION,
+            "Delete",
+            format!("Failed deleting worker Pods of suspended group {group_name}: {e}"),
+        )
+        .await;
+        return Err(Error::replica(
+            condition_reasons::FAILED_DELETE_WORKER_POD,
+            "deleting a suspended group's Pods",
+            e,
+        ));
+    }
+    ctx.event(cluster, EventType::Normal, reasons::DELETED_WORKER_POD, "Delete", format!("Deleted all Pods of suspended worker group {group_name} in RayCluster {namespace}/{name}"))
+        .await;
+    Ok(())
+}
+
+/// Creates the planned worker Pods, stopping at the first failure, and reports those created.
+async fn create_workers(
+    cluster: &RayCluster,
+    ctx: &Context,
+    group: &WorkerGroupSpec,
+    replicas: &[WorkerReplica],
+) -> Result<(), Error> {
+    // One Event per group and pass, naming every Pod: the event recorder keys a series by
+    // reason, not note, so one Event per Pod would cost a create plus a patch per further
+    // Pod and keep only the first Pod's name.
+    let mut created = Vec::with_capacity(replicas.len());
+    let mut outcome = Ok(());
+    for replica in replicas {
+        match create_worker_pod(cluster, ctx, group, replica).await {
+            Ok(pod_name) => created.push(pod_name),
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    report_created_workers(cluster, ctx, &group.group_name, &created).await;
+    outcome
 }
 
 /// The `CreatedWorkerPod` Event of one pass over a group (none when nothing was created).

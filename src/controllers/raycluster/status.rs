@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::builders::ray_start::is_gpu_resource;
 use crate::api::conditions::{self, FALSE, TRUE, condition, set_condition};
 use crate::api::raycluster::{
-    ClusterState, HeadInfo, RayCluster, RayClusterStatus, WorkerGroupSpec, condition_reasons,
-    condition_types,
+    ClusterState, HeadInfo, RayCluster, RayClusterSpec, RayClusterStatus, WorkerGroupSpec,
+    condition_reasons, condition_types,
 };
 use crate::kuberay::keys::labels;
 use crate::kuberay::quantity::Amount;
@@ -248,12 +248,61 @@ fn non_empty(value: Option<&String>) -> Option<String> {
 /// The new status. Pure: the time is an input.
 pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
     let cluster = inputs.cluster;
-    let spec = &cluster.spec;
     let generation = cluster.metadata.generation;
     let now = &inputs.now;
     let mut status = inputs.previous.cloned().unwrap_or_default();
 
-    match inputs.outcome {
+    record_outcome(&mut status, inputs.outcome, generation, now);
+    status.observed_generation = generation;
+    let desired = set_replica_counts(&mut status, &cluster.spec, inputs.pods);
+    set_desired_resources(&mut status, cluster);
+
+    let previous_state = status.state;
+    let all_running = all_pods_running(inputs.pods);
+    if *inputs.outcome == Outcome::Clean
+        && inputs.pods.len() == usize::try_from(desired).unwrap_or(0) + 1
+        && all_running
+    {
+        status.state = Some(ClusterState::Ready);
+        status.reason = None;
+    }
+
+    let head = inputs
+        .pods
+        .iter()
+        .copied()
+        .find(|p| node_type(p) == Some(labels::HEAD));
+    set_condition(
+        &mut status.conditions,
+        head_pod_ready(head, generation, now),
+    );
+    set_lifecycle_conditions(&mut status, inputs, all_running);
+    if cluster.spec.suspend == Some(true) && inputs.pods.is_empty() {
+        status.state = Some(ClusterState::Suspended);
+    }
+
+    set_head_info(&mut status, head, inputs.head_service);
+
+    if status.state != previous_state
+        && let Some(state) = status.state
+    {
+        status
+            .state_transition_times
+            .get_or_insert_with(BTreeMap::new)
+            .insert(state.as_str().to_owned(), now.clone());
+    }
+    status.last_update_time = Some(now.clone());
+    status
+}
+
+/// The `ReplicaFailure` condition after the reconcile's outcome.
+fn record_outcome(
+    status: &mut RayClusterStatus,
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    match outcome {
         Outcome::Clean => status
             .conditions
             .retain(|c| c.type_ != condition_types::REPLICA_FAILURE),
@@ -274,10 +323,12 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
         // Other problems leave the condition as it was, as in KubeRay.
         Outcome::Failed { .. } | Outcome::Waiting(_) => {}
     }
-    status.observed_generation = generation;
+}
 
-    let workers: Vec<&Pod> = inputs
-        .pods
+/// The worker replica counts: ready and available from the Pods, desired, min and max from
+/// the spec. Returns the desired count.
+fn set_replica_counts(status: &mut RayClusterStatus, spec: &RayClusterSpec, pods: &[&Pod]) -> i32 {
+    let workers: Vec<&Pod> = pods
         .iter()
         .copied()
         .filter(|p| node_type(p) == Some(labels::WORKER))
@@ -309,7 +360,11 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
         .map(|g| i64::from(g.max_replicas.unwrap_or(i32::MAX)) * i64::from(hosts(g)))
         .sum();
     status.max_worker_replicas = Some(i32::try_from(max).unwrap_or(i32::MAX));
+    desired
+}
 
+/// The CPU, memory, GPU and TPU the spec asks for.
+fn set_desired_resources(status: &mut RayClusterStatus, cluster: &RayCluster) {
     let resources = desired_resources(cluster);
     let get = |name: &str| resources.get(name).copied().unwrap_or_default();
     status.desired_cpu = Some(get("cpu").to_quantity());
@@ -320,29 +375,18 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
         .fold(Amount::default(), |sum, (_, amount)| sum.plus(*amount));
     status.desired_gpu = Some(gpus.to_quantity());
     status.desired_tpu = Some(get("google.com/tpu").to_quantity());
+}
 
-    let previous_state = status.state;
-    let all_running = all_pods_running(inputs.pods);
-    if *inputs.outcome == Outcome::Clean
-        && inputs.pods.len() == usize::try_from(desired).unwrap_or(0) + 1
-        && all_running
-    {
-        status.state = Some(ClusterState::Ready);
-        status.reason = None;
-    }
-
-    let head = inputs
-        .pods
-        .iter()
-        .copied()
-        .find(|p| node_type(p) == Some(labels::HEAD));
-    set_condition(
-        &mut status.conditions,
-        head_pod_ready(head, generation, now),
-    );
-
-    let suspending = is_true(&status, condition_types::RAY_CLUSTER_SUSPENDING);
-    let suspended = is_true(&status, condition_types::RAY_CLUSTER_SUSPENDED);
+/// The Provisioned, Suspending and Suspended conditions.
+fn set_lifecycle_conditions(
+    status: &mut RayClusterStatus,
+    inputs: &StatusInputs<'_>,
+    all_running: bool,
+) {
+    let generation = inputs.cluster.metadata.generation;
+    let now = &inputs.now;
+    let suspending = is_true(status, condition_types::RAY_CLUSTER_SUSPENDING);
+    let suspended = is_true(status, condition_types::RAY_CLUSTER_SUSPENDED);
     let set =
         |status: &mut RayClusterStatus, type_: &str, value: &str, reason: &str, message: &str| {
             set_condition(
@@ -352,10 +396,10 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
         };
     // Provisioned turns True once, when every Pod first runs and is ready; only a suspension
     // resets it.
-    if !is_true(&status, condition_types::RAY_CLUSTER_PROVISIONED) && !suspended {
+    if !is_true(status, condition_types::RAY_CLUSTER_PROVISIONED) && !suspended {
         if all_running {
             set(
-                &mut status,
+                status,
                 condition_types::RAY_CLUSTER_PROVISIONED,
                 TRUE,
                 condition_reasons::ALL_POD_RUNNING_AND_READY_FIRST_TIME,
@@ -363,7 +407,7 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
             );
         } else {
             set(
-                &mut status,
+                status,
                 condition_types::RAY_CLUSTER_PROVISIONED,
                 FALSE,
                 condition_reasons::RAY_CLUSTER_PODS_PROVISIONING,
@@ -371,41 +415,45 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
             );
         }
     }
-    let wants_suspend = spec.suspend == Some(true);
+    let wants_suspend = inputs.cluster.spec.suspend == Some(true);
     let suspending_type = condition_types::RAY_CLUSTER_SUSPENDING;
     let suspended_type = condition_types::RAY_CLUSTER_SUSPENDED;
     if suspending {
         if inputs.pods.is_empty() {
             set(
-                &mut status,
+                status,
                 condition_types::RAY_CLUSTER_PROVISIONED,
                 FALSE,
                 condition_reasons::RAY_CLUSTER_PODS_PROVISIONING,
                 "RayCluster has been suspended",
             );
-            set(&mut status, suspending_type, FALSE, suspending_type, "");
-            set(&mut status, suspended_type, TRUE, suspended_type, "");
+            set(status, suspending_type, FALSE, suspending_type, "");
+            set(status, suspended_type, TRUE, suspended_type, "");
         }
     } else if suspended {
         // KubeRay resumes only on an explicit `suspend: false`; an unset field resumes too.
         if !wants_suspend {
-            set(&mut status, suspended_type, FALSE, suspended_type, "");
+            set(status, suspended_type, FALSE, suspended_type, "");
         }
     } else {
-        set(&mut status, suspended_type, FALSE, suspended_type, "");
+        set(status, suspended_type, FALSE, suspended_type, "");
         let value = if wants_suspend { TRUE } else { FALSE };
-        set(&mut status, suspending_type, value, suspending_type, "");
+        set(status, suspending_type, value, suspending_type, "");
     }
-    if wants_suspend && inputs.pods.is_empty() {
-        status.state = Some(ClusterState::Suspended);
-    }
+}
 
-    if let Some(service) = inputs.head_service {
+/// The endpoints and the head's Pod and Service names and IPs.
+fn set_head_info(
+    status: &mut RayClusterStatus,
+    head: Option<&Pod>,
+    head_service: Option<&Service>,
+) {
+    if let Some(service) = head_service {
         status.endpoints = Some(endpoints(service)).filter(|e| !e.is_empty());
     }
     let head_status = head.and_then(|p| p.status.as_ref());
     let head_pod_ip = non_empty(head_status.and_then(|s| s.pod_ip.as_ref()));
-    let service_ip = inputs.head_service.and_then(|s| {
+    let service_ip = head_service.and_then(|s| {
         let cluster_ip = s.spec.as_ref().and_then(|spec| spec.cluster_ip.as_ref())?;
         // A headless Service has no IP of its own: the head Pod's stands in.
         if cluster_ip == "None" {
@@ -418,21 +466,8 @@ pub fn compute_status(inputs: &StatusInputs<'_>) -> RayClusterStatus {
         pod_ip: head_pod_ip,
         service_ip,
         pod_name: head.and_then(|p| non_empty(p.metadata.name.as_ref())),
-        service_name: inputs
-            .head_service
-            .and_then(|s| non_empty(s.metadata.name.as_ref())),
+        service_name: head_service.and_then(|s| non_empty(s.metadata.name.as_ref())),
     });
-
-    if status.state != previous_state
-        && let Some(state) = status.state
-    {
-        status
-            .state_transition_times
-            .get_or_insert_with(BTreeMap::new)
-            .insert(state.as_str().to_owned(), now.clone());
-    }
-    status.last_update_time = Some(now.clone());
-    status
 }
 
 /// How long a change that only moves a cluster's provisioning along (Pod counts, the head

@@ -210,12 +210,60 @@ pub(super) async fn running(
     now: &Time,
 ) -> Result<Action, Error> {
     let requeue = Action::requeue(ctx.config.requeue);
-    if job.spec.suspend == Some(true) {
-        status.job_deployment_status = Some(JobDeploymentStatus::Suspending);
+    if settled_before_cluster(job, ctx, status, now) {
         return Ok(requeue);
     }
-    if check_deadlines(job, status, now, false) {
+
+    // The cluster comes back if it vanished (selected clusters must exist).
+    let cluster = ensure_cluster(job, values, ctx, status).await?;
+    status.ray_cluster_status = cluster.status.clone();
+    ensure_head_service(job, ctx, &cluster).await?;
+
+    let mode = values.mode;
+    let Some(submitter) = submitter_state(job, values, ctx, &cluster).await? else {
+        transitions::fail(
+            status,
+            JobFailedReason::AppFailed,
+            "Ray head pod not found.",
+        );
         return Ok(requeue);
+    };
+    if settled_by_submitter(ctx, status, &submitter, now) {
+        return Ok(requeue);
+    }
+    let submitter_done = matches!(
+        mode,
+        JobSubmissionMode::HttpMode | JobSubmissionMode::InteractiveMode
+    ) || submitter.finished_at.is_some();
+
+    let Some(job_id) = status.job_id.clone() else {
+        return Ok(requeue);
+    };
+    let client = dashboard(job, ctx, status, Some(&cluster)).await?;
+    let progress = RayJobProgress {
+        job_id: &job_id,
+        submitter_finished: submitter.finished_at.is_some(),
+        submitter_done,
+    };
+    follow_ray_job(job, values, status, &client, &progress, now).await;
+    Ok(requeue)
+}
+
+/// Settles the status without touching the cluster when the RayJob is suspended, past a
+/// deadline, stuck Running after its Ray job ended, or blind for too long. Pure; true when
+/// the pass ends here.
+fn settled_before_cluster(
+    job: &RayJob,
+    ctx: &Context,
+    status: &mut RayJobStatus,
+    now: &Time,
+) -> bool {
+    if job.spec.suspend == Some(true) {
+        status.job_deployment_status = Some(JobDeploymentStatus::Suspending);
+        return true;
+    }
+    if check_deadlines(job, status, now, false) {
+        return true;
     }
     if status.job_status.is_some_and(JobStatus::is_terminal)
         && transitions::passed(
@@ -235,7 +283,7 @@ pub(super) async fn running(
         });
         status.reason = Some(JobFailedReason::JobDeploymentStatusTransitionGracePeriodExceeded);
         status.message = Some("The RayJob stayed Running long after its Ray job ended.".into());
-        return Ok(requeue);
+        return true;
     }
     if transitions::passed(
         status.job_status_check_failure_start_time.as_ref(),
@@ -247,36 +295,28 @@ pub(super) async fn running(
             JobFailedReason::JobStatusCheckTimeoutExceeded,
             "The Ray job status could not be read from the dashboard for too long.",
         );
-        return Ok(requeue);
+        return true;
     }
+    false
+}
 
-    // The cluster comes back if it vanished (selected clusters must exist).
-    let cluster = ensure_cluster(job, values, ctx, status).await?;
-    status.ray_cluster_status = cluster.status.clone();
-    ensure_head_service(job, ctx, &cluster).await?;
-
-    let mode = values.mode;
-    let Some(submitter) = submitter_state(job, values, ctx, &cluster).await? else {
-        transitions::fail(
-            status,
-            JobFailedReason::AppFailed,
-            "Ray head pod not found.",
-        );
-        return Ok(requeue);
-    };
-    if let Some(message) = submitter.failed {
+/// Fails the RayJob when its submitter failed, or finished long ago while the Ray job did
+/// not. Pure; true when the pass ends here.
+fn settled_by_submitter(
+    ctx: &Context,
+    status: &mut RayJobStatus,
+    submitter: &Submitter,
+    now: &Time,
+) -> bool {
+    if let Some(message) = &submitter.failed {
         let reason = if status.job_status == Some(JobStatus::Failed) {
             JobFailedReason::AppFailed
         } else {
             JobFailedReason::SubmissionFailed
         };
-        transitions::fail(status, reason, message);
-        return Ok(requeue);
+        transitions::fail(status, reason, message.clone());
+        return true;
     }
-    let submitter_done = matches!(
-        mode,
-        JobSubmissionMode::HttpMode | JobSubmissionMode::InteractiveMode
-    ) || submitter.finished_at.is_some();
     if let Some(finished) = &submitter.finished_at
         && transitions::passed(
             Some(finished),
@@ -291,39 +331,35 @@ pub(super) async fn running(
             JobFailedReason::JobDeploymentStatusTransitionGracePeriodExceeded,
             "The submitter finished over 30 seconds ago but the Ray job is not finished.",
         );
-        return Ok(requeue);
+        return true;
     }
+    false
+}
 
-    let Some(job_id) = status.job_id.clone() else {
-        return Ok(requeue);
-    };
-    let client = dashboard(job, ctx, status, Some(&cluster)).await?;
-    match client.get_job(&job_id).await {
-        Ok(details) => {
-            status.job_status_check_failure_start_time = None;
-            let ray_status = details.status.as_ref().and_then(|s| {
-                serde_json::from_value::<JobStatus>(serde_json::to_value(s).ok()?).ok()
-            });
-            status.job_status = ray_status;
-            status.message = details.message.clone();
-            status.ray_job_info = Some(RayJobStatusInfo {
-                start_time: details.start_time.and_then(transitions::from_millis),
-                end_time: details.end_time.and_then(transitions::from_millis),
-            });
-            if let Some(s) = ray_status.filter(|s| s.is_terminal())
-                && submitter_done
-            {
-                if s == JobStatus::Failed {
-                    status.job_deployment_status = Some(JobDeploymentStatus::Failed);
-                    status.reason = Some(JobFailedReason::AppFailed);
-                } else {
-                    status.job_deployment_status = Some(JobDeploymentStatus::Complete);
-                }
-            }
-        }
-        Err(e) if e.is_not_found() => match mode {
+/// What the dashboard poll needs to know about the Ray job and its submitter.
+struct RayJobProgress<'a> {
+    job_id: &'a str,
+    /// The submitter (Job or sidecar) has finished.
+    submitter_finished: bool,
+    /// Nothing more to wait for from the submitter (HTTP and interactive modes have none).
+    submitter_done: bool,
+}
+
+/// Reads the Ray job from the dashboard into the status; submits it (HTTP mode) when the
+/// dashboard does not know it yet. A failed read starts the status-check timeout.
+async fn follow_ray_job(
+    job: &RayJob,
+    values: &RayJobValues,
+    status: &mut RayJobStatus,
+    client: &RayDashboardClient,
+    progress: &RayJobProgress<'_>,
+    now: &Time,
+) {
+    match client.get_job(progress.job_id).await {
+        Ok(details) => record_ray_job(status, &details, progress.submitter_done),
+        Err(e) if e.is_not_found() => match values.mode {
             JobSubmissionMode::HttpMode => {
-                let request = build::submit_request(job, values, &job_id);
+                let request = build::submit_request(job, values, progress.job_id);
                 match client.submit_job(&request).await {
                     Ok(id) => info!(job_id = %id, "submitted the Ray job"),
                     Err(DashboardError::JobAlreadyExists { .. }) => {}
@@ -335,7 +371,7 @@ pub(super) async fn running(
                     }
                 }
             }
-            _ if submitter.finished_at.is_some() => {
+            _ if progress.submitter_finished => {
                 transitions::fail(
                     status,
                     JobFailedReason::AppFailed,
@@ -351,5 +387,34 @@ pub(super) async fn running(
                 .get_or_insert_with(|| now.clone());
         }
     }
-    Ok(requeue)
+}
+
+/// The Ray job as the dashboard reports it; a terminal one ends the RayJob once the
+/// submitter is done. Pure.
+fn record_ray_job(
+    status: &mut RayJobStatus,
+    details: &crate::ray::JobDetails,
+    submitter_done: bool,
+) {
+    status.job_status_check_failure_start_time = None;
+    let ray_status = details
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::from_value::<JobStatus>(serde_json::to_value(s).ok()?).ok());
+    status.job_status = ray_status;
+    status.message = details.message.clone();
+    status.ray_job_info = Some(RayJobStatusInfo {
+        start_time: details.start_time.and_then(transitions::from_millis),
+        end_time: details.end_time.and_then(transitions::from_millis),
+    });
+    if let Some(s) = ray_status.filter(|s| s.is_terminal())
+        && submitter_done
+    {
+        if s == JobStatus::Failed {
+            status.job_deployment_status = Some(JobDeploymentStatus::Failed);
+            status.reason = Some(JobFailedReason::AppFailed);
+        } else {
+            status.job_deployment_status = Some(JobDeploymentStatus::Complete);
+        }
+    }
 }

@@ -340,15 +340,7 @@ pub(super) async fn gateway_objects(
     status: &mut RayServiceStatus,
     now: &Time,
 ) -> Result<(), Error> {
-    for (obs, slot) in [
-        (&observed.active, &mut status.active_service_status),
-        (&observed.pending, &mut status.pending_service_status),
-    ] {
-        if let (Some(capacity), Some(slot)) = (obs.as_ref().and_then(|o| o.target_capacity), slot) {
-            slot.target_capacity = Some(capacity);
-        }
-    }
-    let namespace = service.namespace().unwrap_or_default();
+    record_serve_capacities(status, observed);
     let (parent, shared) = gateway::parent(service);
     if !shared {
         let desired_gateway = gateway::gateway(service, &plan.options.gateway_class_name)?;
@@ -367,6 +359,66 @@ pub(super) async fn gateway_objects(
         )
         .await?;
     }
+    create_cluster_serve_services(service, ctx, desired).await?;
+
+    // KubeRay makes the route once there is an active cluster.
+    let Some(active) = desired.active_cluster() else {
+        return Ok(());
+    };
+    let pending = desired.pending_cluster().filter(|_| plan.upgrading);
+    let (active_weight, pending_weight) =
+        route_weights(plan, observed, status, pending.is_some(), now);
+    let mut backends = vec![gateway::Backend {
+        cluster: active.name_any(),
+        port: gateway::serve_port(active),
+        weight: active_weight,
+    }];
+    if let Some(pending) = pending {
+        backends.push(gateway::Backend {
+            cluster: pending.name_any(),
+            port: gateway::serve_port(pending),
+            weight: pending_weight,
+        });
+    }
+    let route = gateway::http_route(service, parent, &backends)?;
+    apply_gateway_object(
+        service,
+        ctx,
+        &route,
+        plan.route.as_ref(),
+        |a, b| a.spec == b.spec,
+        [
+            reasons::CREATED_HTTP_ROUTE,
+            reasons::UPDATED_HTTP_ROUTE,
+            reasons::FAILED_TO_CREATE_HTTP_ROUTE,
+            reasons::FAILED_TO_UPDATE_HTTP_ROUTE,
+        ],
+    )
+    .await?;
+    record_traffic(status, active_weight, pending.map(|_| pending_weight), now);
+    Ok(())
+}
+
+/// The target capacities Serve took, into the cluster statuses that exist.
+fn record_serve_capacities(status: &mut RayServiceStatus, observed: &Observed) {
+    for (obs, slot) in [
+        (&observed.active, &mut status.active_service_status),
+        (&observed.pending, &mut status.pending_service_status),
+    ] {
+        if let (Some(capacity), Some(slot)) = (obs.as_ref().and_then(|o| o.target_capacity), slot) {
+            slot.target_capacity = Some(capacity);
+        }
+    }
+}
+
+/// Creates the per-cluster serve Service of the active and pending clusters when the cache
+/// has none (an existing one is left as it is).
+async fn create_cluster_serve_services(
+    service: &RayService,
+    ctx: &Context,
+    desired: &Desired,
+) -> Result<(), Error> {
+    let namespace = service.namespace().unwrap_or_default();
     for cluster in [desired.active_cluster(), desired.pending_cluster()]
         .into_iter()
         .flatten()
@@ -406,61 +458,49 @@ pub(super) async fn gateway_objects(
             }
         }
     }
-    // KubeRay makes the route once there is an active cluster.
-    let Some(active) = desired.active_cluster() else {
-        return Ok(());
-    };
+    Ok(())
+}
+
+/// This pass's (active, pending) route weights: the next step of the migration while a
+/// pending cluster is being upgraded to, else everything the active cluster has. Pure.
+fn route_weights(
+    plan: &IncrementalPlan,
+    observed: &Observed,
+    status: &RayServiceStatus,
+    upgrading: bool,
+    now: &Time,
+) -> (i32, i32) {
     let empty = RayServiceClusterStatus::default();
     let active_status = status.active_service_status.as_ref().unwrap_or(&empty);
     let pending_status = status.pending_service_status.as_ref().unwrap_or(&empty);
     let split = incremental::Split::of(active_status, pending_status);
-    let pending = desired.pending_cluster().filter(|_| plan.upgrading);
-    let (active_weight, pending_weight) = if pending.is_some() {
-        let last = if plan.rolling_back {
-            active_status.last_traffic_migrated_time.as_ref()
-        } else {
-            pending_status.last_traffic_migrated_time.as_ref()
-        };
-        let pending_ready = observed.pending.as_ref().is_some_and(|o| o.ready);
-        incremental::next_weights(
-            split,
-            &plan.options,
-            plan.rolling_back,
-            pending_ready,
-            last,
-            now,
-        )
-    } else {
-        (split.active_traffic, 0)
-    };
-    let mut backends = vec![gateway::Backend {
-        cluster: active.name_any(),
-        port: gateway::serve_port(active),
-        weight: active_weight,
-    }];
-    if let Some(pending) = pending {
-        backends.push(gateway::Backend {
-            cluster: pending.name_any(),
-            port: gateway::serve_port(pending),
-            weight: pending_weight,
-        });
+    if !upgrading {
+        return (split.active_traffic, 0);
     }
-    let route = gateway::http_route(service, parent, &backends)?;
-    apply_gateway_object(
-        service,
-        ctx,
-        &route,
-        plan.route.as_ref(),
-        |a, b| a.spec == b.spec,
-        [
-            reasons::CREATED_HTTP_ROUTE,
-            reasons::UPDATED_HTTP_ROUTE,
-            reasons::FAILED_TO_CREATE_HTTP_ROUTE,
-            reasons::FAILED_TO_UPDATE_HTTP_ROUTE,
-        ],
+    let last = if plan.rolling_back {
+        active_status.last_traffic_migrated_time.as_ref()
+    } else {
+        pending_status.last_traffic_migrated_time.as_ref()
+    };
+    let pending_ready = observed.pending.as_ref().is_some_and(|o| o.ready);
+    incremental::next_weights(
+        split,
+        &plan.options,
+        plan.rolling_back,
+        pending_ready,
+        last,
+        now,
     )
-    .await?;
-    // The route carries these weights now: they are the traffic each cluster gets.
+}
+
+/// The route carries these weights now: they are the traffic each cluster gets (the pending
+/// cluster's only while it is routed to). Pure.
+fn record_traffic(
+    status: &mut RayServiceStatus,
+    active_weight: i32,
+    pending_weight: Option<i32>,
+    now: &Time,
+) {
     let record = |slot: &mut Option<RayServiceClusterStatus>, weight: i32| {
         let slot = slot.get_or_insert_with(Default::default);
         if slot.traffic_routed_percent != Some(weight) {
@@ -469,10 +509,9 @@ pub(super) async fn gateway_objects(
         }
     };
     record(&mut status.active_service_status, active_weight);
-    if pending.is_some() {
-        record(&mut status.pending_service_status, pending_weight);
+    if let Some(weight) = pending_weight {
+        record(&mut status.pending_service_status, weight);
     }
-    Ok(())
 }
 
 /// Creates or updates one Gateway API object of the RayService (someone else's of that name

@@ -34,16 +34,12 @@ pub struct ConditionInputs<'a> {
 /// Sets `Ready`, `UpgradeInProgress` and `serviceStatus` on `status`. Returns true when the
 /// initializing timeout has just expired (terminal: the caller deletes the clusters).
 pub fn set_conditions(status: &mut RayServiceStatus, inputs: &ConditionInputs) -> bool {
-    let generation = inputs.generation;
-    let now = inputs.now.clone();
-    let make = |type_: &str, value: &str, reason: &str, message: String| {
-        conditions::condition(type_, value, reason, message, generation, now.clone())
-    };
     if conditions::find(&status.conditions, condition_types::READY).is_none() {
         for type_ in [condition_types::READY, condition_types::UPGRADE_IN_PROGRESS] {
             conditions::set_condition(
                 &mut status.conditions,
-                make(
+                stamped(
+                    inputs,
                     type_,
                     FALSE,
                     condition_reasons::INITIALIZING,
@@ -53,9 +49,41 @@ pub fn set_conditions(status: &mut RayServiceStatus, inputs: &ConditionInputs) -
         }
     }
     let previous_ready = conditions::find(&status.conditions, condition_types::READY).cloned();
-    let mut timed_out = false;
-    let ready = if inputs.num_serve_endpoints > 0 {
-        make(
+    let (ready, timed_out) = ready_condition(previous_ready.as_ref(), inputs);
+    let ready_true = ready.status == TRUE;
+    let ready_reason = ready.reason.clone();
+    conditions::set_condition(&mut status.conditions, ready);
+
+    let upgrade = upgrade_condition(inputs, &ready_reason);
+    conditions::set_condition(&mut status.conditions, upgrade);
+    status.service_status = ready_true.then_some(ServiceStatus::Running);
+    status.observed_generation = inputs.generation;
+    timed_out
+}
+
+/// A condition stamped with this pass's generation and time.
+fn stamped(
+    inputs: &ConditionInputs,
+    type_: &str,
+    value: &str,
+    reason: &str,
+    message: String,
+) -> Condition {
+    conditions::condition(
+        type_,
+        value,
+        reason,
+        message,
+        inputs.generation,
+        inputs.now.clone(),
+    )
+}
+
+/// The new `Ready` condition, and whether the initializing timeout has just expired.
+fn ready_condition(previous: Option<&Condition>, inputs: &ConditionInputs) -> (Condition, bool) {
+    if inputs.num_serve_endpoints > 0 {
+        let ready = stamped(
+            inputs,
             condition_types::READY,
             TRUE,
             condition_reasons::NON_ZERO_SERVE_ENDPOINTS,
@@ -63,63 +91,72 @@ pub fn set_conditions(status: &mut RayServiceStatus, inputs: &ConditionInputs) -
                 "{} Pod(s) serve through the serve Service",
                 inputs.num_serve_endpoints
             ),
-        )
-    } else {
-        let waiting = inputs
-            .waiting_for
-            .clone()
-            .unwrap_or_else(|| "no Pod serves through the serve Service yet".to_owned());
-        match previous_ready.as_ref() {
-            Some(c) if c.status == TRUE || c.reason == condition_reasons::ZERO_SERVE_ENDPOINTS => {
-                make(
-                    condition_types::READY,
-                    FALSE,
-                    condition_reasons::ZERO_SERVE_ENDPOINTS,
-                    format!("no Pod serves through the serve Service: {waiting}"),
-                )
-            }
-            Some(c) if c.reason == condition_reasons::INITIALIZING_TIMEOUT => c.clone(),
-            previous => {
-                let expired = match (previous, inputs.initializing_timeout) {
-                    (Some(c), Some(limit)) if c.reason == condition_reasons::INITIALIZING => {
-                        let since = c.last_transition_time.0;
-                        inputs
-                            .now
-                            .0
-                            .duration_since(since)
-                            .try_into()
-                            .is_ok_and(|elapsed: Duration| elapsed >= limit)
-                    }
-                    _ => false,
-                };
-                if expired {
-                    timed_out = true;
-                    make(
-                        condition_types::READY,
-                        FALSE,
-                        condition_reasons::INITIALIZING_TIMEOUT,
-                        format!(
-                            "not ready within the initializing timeout ({}s); the clusters are deleted and the RayService stays failed (recreate it to retry). Last known: {waiting}",
-                            inputs.initializing_timeout.unwrap_or_default().as_secs()
-                        ),
-                    )
-                } else {
-                    make(
-                        condition_types::READY,
-                        FALSE,
-                        condition_reasons::INITIALIZING,
-                        waiting,
-                    )
-                }
-            }
+        );
+        return (ready, false);
+    }
+    let waiting = inputs
+        .waiting_for
+        .clone()
+        .unwrap_or_else(|| "no Pod serves through the serve Service yet".to_owned());
+    match previous {
+        Some(c) if c.status == TRUE || c.reason == condition_reasons::ZERO_SERVE_ENDPOINTS => {
+            let lost = stamped(
+                inputs,
+                condition_types::READY,
+                FALSE,
+                condition_reasons::ZERO_SERVE_ENDPOINTS,
+                format!("no Pod serves through the serve Service: {waiting}"),
+            );
+            (lost, false)
         }
-    };
-    let ready_true = ready.status == TRUE;
-    let ready_reason = ready.reason.clone();
-    conditions::set_condition(&mut status.conditions, ready);
+        Some(c) if c.reason == condition_reasons::INITIALIZING_TIMEOUT => (c.clone(), false),
+        previous if initializing_expired(previous, inputs) => {
+            let expired = stamped(
+                inputs,
+                condition_types::READY,
+                FALSE,
+                condition_reasons::INITIALIZING_TIMEOUT,
+                format!(
+                    "not ready within the initializing timeout ({}s); the clusters are deleted and the RayService stays failed (recreate it to retry). Last known: {waiting}",
+                    inputs.initializing_timeout.unwrap_or_default().as_secs()
+                ),
+            );
+            (expired, true)
+        }
+        _ => {
+            let initializing = stamped(
+                inputs,
+                condition_types::READY,
+                FALSE,
+                condition_reasons::INITIALIZING,
+                waiting,
+            );
+            (initializing, false)
+        }
+    }
+}
 
-    let upgrade = match (inputs.active_cluster, inputs.pending_cluster) {
-        (Some(active), Some(pending)) => make(
+/// Whether the RayService has been initializing for longer than its initializing timeout.
+fn initializing_expired(previous: Option<&Condition>, inputs: &ConditionInputs) -> bool {
+    match (previous, inputs.initializing_timeout) {
+        (Some(c), Some(limit)) if c.reason == condition_reasons::INITIALIZING => {
+            let since = c.last_transition_time.0;
+            inputs
+                .now
+                .0
+                .duration_since(since)
+                .try_into()
+                .is_ok_and(|elapsed: Duration| elapsed >= limit)
+        }
+        _ => false,
+    }
+}
+
+/// The new `UpgradeInProgress` condition; `ready_reason` is the new `Ready` condition's.
+fn upgrade_condition(inputs: &ConditionInputs, ready_reason: &str) -> Condition {
+    match (inputs.active_cluster, inputs.pending_cluster) {
+        (Some(active), Some(pending)) => stamped(
+            inputs,
             condition_types::UPGRADE_IN_PROGRESS,
             TRUE,
             condition_reasons::BOTH_ACTIVE_PENDING_CLUSTERS_EXIST,
@@ -130,7 +167,8 @@ pub fn set_conditions(status: &mut RayServiceStatus, inputs: &ConditionInputs) -
                 None => format!("RayCluster {active} serves while {pending} is prepared"),
             },
         ),
-        (Some(active), None) => make(
+        (Some(active), None) => stamped(
+            inputs,
             condition_types::UPGRADE_IN_PROGRESS,
             FALSE,
             condition_reasons::NO_PENDING_CLUSTER,
@@ -139,24 +177,22 @@ pub fn set_conditions(status: &mut RayServiceStatus, inputs: &ConditionInputs) -
         _ if ready_reason == condition_reasons::INITIALIZING
             || ready_reason == condition_reasons::INITIALIZING_TIMEOUT =>
         {
-            make(
+            stamped(
+                inputs,
                 condition_types::UPGRADE_IN_PROGRESS,
                 FALSE,
-                &ready_reason,
+                ready_reason,
                 "the RayService is being initialized".to_owned(),
             )
         }
-        _ => make(
+        _ => stamped(
+            inputs,
             condition_types::UPGRADE_IN_PROGRESS,
             UNKNOWN,
             condition_reasons::NO_ACTIVE_CLUSTER,
             "no RayCluster is active".to_owned(),
         ),
-    };
-    conditions::set_condition(&mut status.conditions, upgrade);
-    status.service_status = ready_true.then_some(ServiceStatus::Running);
-    status.observed_generation = generation;
-    timed_out
+    }
 }
 
 /// Sets a condition of the suspend state machine (and stamps the generation).
@@ -268,6 +304,27 @@ mod tests {
 
     fn get<'a>(status: &'a RayServiceStatus, type_: &str) -> &'a Condition {
         conditions::find(&status.conditions, type_).unwrap()
+    }
+
+    #[test]
+    fn initializing_expires_only_past_the_limit_and_only_while_initializing() {
+        let mut i = inputs(160);
+        let started = |reason: &str| {
+            conditions::condition(condition_types::READY, FALSE, reason, "", Some(1), at(100))
+        };
+        let initializing = started(condition_reasons::INITIALIZING);
+        assert!(
+            !initializing_expired(Some(&initializing), &i),
+            "no limit set"
+        );
+        i.initializing_timeout = Some(Duration::from_secs(60));
+        assert!(initializing_expired(Some(&initializing), &i));
+        i.initializing_timeout = Some(Duration::from_secs(61));
+        assert!(!initializing_expired(Some(&initializing), &i));
+        i.initializing_timeout = Some(Duration::from_secs(1));
+        let zero = started(condition_reasons::ZERO_SERVE_ENDPOINTS);
+        assert!(!initializing_expired(Some(&zero), &i));
+        assert!(!initializing_expired(None, &i));
     }
 
     #[test]
