@@ -11,7 +11,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use super::{Context, Error, build, kube_err, reasons};
+use super::context::Context;
+use super::error::{Error, kube_err};
+use super::{build, reasons};
 use crate::api::RayCluster;
 use crate::api::rayjob::{RayJob, RayJobStatus};
 use crate::k8s::field_managers;

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::Error;
+use super::error::Error;
 use crate::api::RayCluster;
 use crate::api::rayjob::{JobSubmissionMode, RayJob};
 use crate::controllers::raycluster::builders::{BuildError, BuildOptions, pod::env_vars, service};

@@ -14,12 +14,17 @@ use tracing::{info, warn};
 use super::apply::{
     controlled_by_job, delete_cluster, set_finalizers, suspend_workers, uid_precondition,
 };
+use super::context::Context;
+use super::error::{Error, kube_err};
 use super::submit::dashboard;
 use super::transitions::{Cleanup, ClusterView};
-use super::{Context, Error, FINALIZER, build, kube_err, reasons, transitions};
+use super::{build, reasons, transitions};
 use crate::api::rayjob::{
     DeletionPolicyType, JobDeploymentStatus, JobStatus, JobSubmissionMode, RayJob, RayJobStatus,
 };
+
+/// The finalizer that lets a deleted RayJob stop its Ray job first.
+pub const FINALIZER: &str = "ray.io/rayjob-finalizer";
 
 /// A deleted RayJob stops its Ray job (best effort) and lets go of its finalizer; the cluster
 /// and submitter go with it through owner references.

@@ -20,14 +20,23 @@
 
 mod apply;
 pub mod build;
+mod config;
+mod context;
 mod deletion;
+mod error;
+pub mod reasons;
 mod reconcile;
 mod status;
 mod submit;
 pub mod transitions;
 
+pub use config::Config;
+pub use deletion::FINALIZER;
+pub use error::Error;
+
+use context::Context;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
@@ -42,137 +51,6 @@ use crate::api::rayjob::RayJob;
 use crate::controllers::frame::policy::Backoff;
 use crate::controllers::frame::run::Frame;
 use crate::kuberay::keys::labels;
-use crate::ray::{DashboardError, DashboardLocator};
-
-/// The finalizer that lets a deleted RayJob stop its Ray job first.
-pub const FINALIZER: &str = "ray.io/rayjob-finalizer";
-
-/// KubeRay's Event reasons for RayJobs.
-pub mod reasons {
-    pub use crate::validation::rayjob::reasons::{INVALID_METADATA, INVALID_SPEC, INVALID_STATUS};
-    pub const CREATED_RAY_CLUSTER: &str = "CreatedRayCluster";
-    pub const DELETED_RAY_CLUSTER: &str = "DeletedRayCluster";
-    pub const UPDATED_RAY_CLUSTER: &str = "UpdatedRayCluster";
-    pub const FAILED_TO_CREATE_RAY_CLUSTER: &str = "FailedToCreateRayCluster";
-    pub const FAILED_TO_DELETE_RAY_CLUSTER: &str = "FailedToDeleteRayCluster";
-    pub const FAILED_TO_UPDATE_RAY_CLUSTER: &str = "FailedToUpdateRayCluster";
-    pub const RAY_CLUSTER_NOT_FOUND: &str = "RayClusterNotFound";
-    pub const CREATED_SUBMITTER: &str = "CreatedRayJobSubmitter";
-    pub const DELETED_SUBMITTER: &str = "DeletedRayJobSubmitter";
-    pub const FAILED_TO_CREATE_SUBMITTER: &str = "FailedToCreateRayJobSubmitter";
-    pub const FAILED_TO_DELETE_SUBMITTER: &str = "FailedToDeleteRayJobSubmitter";
-    pub use crate::kuberay::keys::reasons::{CREATED_SERVICE, FAILED_TO_CREATE_SERVICE};
-    pub const UPDATED_SERVICE: &str = "UpdatedService";
-    pub const FAILED_TO_UPDATE_SERVICE: &str = "FailedToUpdateService";
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{action}: {source}")]
-    Kube {
-        action: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
-    #[error(transparent)]
-    K8s(#[from] crate::k8s::K8sError),
-    /// The RayJob cannot be built into objects (caught by validation first, normally).
-    #[error("{0}")]
-    Invalid(String),
-    #[error("RayCluster {0} selected by clusterSelector does not exist")]
-    ClusterNotFound(String),
-    #[error(transparent)]
-    Dashboard(#[from] DashboardError),
-    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
-    #[error(transparent)]
-    Panicked(#[from] crate::controllers::frame::Panicked),
-}
-
-impl crate::controllers::frame::policy::ReconcileError for Error {
-    /// The `category` label of the reconcile error metric. Every error is retried with backoff.
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Kube { .. } | Error::K8s(_) => "apply",
-            Error::Invalid(_) => "build",
-            Error::ClusterNotFound(_) => "cluster",
-            Error::Dashboard(_) => "dashboard",
-            Error::Panicked(_) => "panic",
-        }
-    }
-}
-
-fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error::Kube {
-        action,
-        source: Box::new(source),
-    }
-}
-
-/// Operator-level settings (KubeRay's flags and environment switches, built by `config`).
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Watch only this namespace (`None`: all namespaces).
-    pub namespace: Option<String>,
-    /// RayJobs reconciled at once.
-    pub concurrency: u16,
-    /// Where a head Service's dashboard is dialled.
-    pub locator: DashboardLocator,
-    /// Timeouts of every dashboard call (kept short: a dead head must not stall the queue).
-    pub dashboard_connect_timeout: Duration,
-    pub dashboard_request_timeout: Duration,
-    /// KubeRay's 3 s requeue while a RayJob is in flight.
-    pub requeue: Duration,
-    /// DNS domain written into `status.dashboardURL`.
-    pub cluster_domain: String,
-    /// KubeRay's feature gates (RayJobDeletionPolicy is read here).
-    pub feature_gates: crate::validation::feature_gates::FeatureGates,
-    /// How the RayJob's head Service is built (as the RayCluster controller builds the
-    /// cluster's: KubeRay's `ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE`).
-    pub build: crate::controllers::raycluster::builders::BuildOptions,
-    /// `DELETE_RAYJOB_CR_AFTER_JOB_FINISHES`: shutdown deletes the RayJob instead of the cluster.
-    pub delete_rayjob_after_finish: bool,
-    /// `RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS`.
-    pub status_check_timeout: Duration,
-    /// `RAYJOB_DEPLOYMENT_STATUS_TRANSITION_GRACE_PERIOD_SECONDS`.
-    pub transition_grace_period: Duration,
-    /// How long after the submitter finished the Ray job may stay non-terminal.
-    pub submitter_finished_timeout: Duration,
-    /// Where reconciles are recorded.
-    pub metrics: crate::admin::Metrics,
-    /// Where the cache sync is reported (`/readyz`).
-    pub readiness: crate::admin::Readiness,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            namespace: None,
-            concurrency: 4,
-            locator: DashboardLocator::in_cluster(),
-            dashboard_connect_timeout: Duration::from_secs(2),
-            dashboard_request_timeout: Duration::from_secs(5),
-            requeue: Duration::from_secs(3),
-            cluster_domain: crate::ray::DEFAULT_CLUSTER_DOMAIN.to_owned(),
-            feature_gates: Default::default(),
-            build: Default::default(),
-            delete_rayjob_after_finish: false,
-            status_check_timeout: Duration::from_secs(300),
-            transition_grace_period: Duration::from_secs(300),
-            submitter_finished_timeout: Duration::from_secs(30),
-            metrics: crate::admin::Metrics::new(),
-            readiness: crate::admin::Readiness::new(),
-        }
-    }
-}
-
-pub struct Context {
-    client: kube::Client,
-    config: Config,
-    recorder: crate::k8s::EventRecorder,
-    /// Span, metrics and the per-object backoff (3 s, 6 s, 12 s … up to 5 minutes by default).
-    frame: Frame<RayJob>,
-}
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
@@ -239,6 +117,7 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::api::rayjob::{JobDeploymentStatus, RayJobStatus};
+    use std::time::Duration;
 
     #[test]
     fn status_writes_do_not_look_relevant() {

@@ -15,10 +15,15 @@ use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::apply::{ensure_cluster, ensure_submitter, set_finalizers};
+use super::config::Config;
+use super::context::Context;
+use super::deletion::FINALIZER;
 use super::deletion::{finalize, finished, tear_down};
+use super::error::{Error, kube_err};
 use super::status::write_status;
 use super::submit::{dashboard_url_of, running};
-use super::{Config, Context, Error, FINALIZER, build, kube_err, transitions};
+use super::transitions::check_deadlines;
+use super::{build, transitions};
 use crate::api::raycluster::{ClusterState, MANAGED_BY_KUBERAY};
 use crate::api::rayjob::{
     JobDeploymentStatus, JobFailedReason, JobSubmissionMode, RayJob, RayJobStatus,
@@ -189,36 +194,6 @@ pub(super) async fn start(
     status.job_deployment_status = Some(JobDeploymentStatus::Initializing);
     status.start_time = Some(now.clone());
     Ok(Action::requeue(ctx.config.requeue))
-}
-
-/// Deadline checks shared by Initializing, Waiting and Running; true when the job failed.
-pub(super) fn check_deadlines(
-    job: &RayJob,
-    status: &mut RayJobStatus,
-    now: &Time,
-    pre_running: bool,
-) -> bool {
-    if let Some(seconds) = job.spec.active_deadline_seconds
-        && transitions::passed(status.start_time.as_ref(), seconds.into(), now)
-    {
-        let message = transitions::active_deadline_message(status, seconds);
-        transitions::fail(status, JobFailedReason::DeadlineExceeded, message);
-        return true;
-    }
-    if pre_running
-        && let Some(seconds) = job.spec.pre_running_deadline_seconds
-        && transitions::passed(status.start_time.as_ref(), seconds.into(), now)
-    {
-        transitions::fail(
-            status,
-            JobFailedReason::PreRunningDeadlineExceeded,
-            format!(
-                "The RayJob did not reach Running within preRunningDeadlineSeconds ({seconds})."
-            ),
-        );
-        return true;
-    }
-    false
 }
 
 pub(super) async fn initializing(

@@ -2,7 +2,8 @@
 //! when it differs from what the pass read. What the status says is decided by the stages and
 //! `transitions`.
 
-use super::{Context, Error, kube_err};
+use super::context::Context;
+use super::error::{Error, kube_err};
 use crate::api::rayjob::{RayJob, RayJobStatus};
 use crate::k8s::field_managers;
 

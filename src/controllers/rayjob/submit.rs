@@ -10,8 +10,10 @@ use kube::runtime::controller::Action;
 use tracing::{info, warn};
 
 use super::apply::{ensure_cluster, ensure_head_service};
-use super::reconcile::check_deadlines;
-use super::{Context, Error, build, kube_err, transitions};
+use super::context::Context;
+use super::error::{Error, kube_err};
+use super::transitions::check_deadlines;
+use super::{build, transitions};
 use crate::api::RayCluster;
 use crate::api::rayjob::{
     JobDeploymentStatus, JobFailedReason, JobStatus, JobSubmissionMode, RayJob, RayJobStatus,

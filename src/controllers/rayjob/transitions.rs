@@ -7,7 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::api::rayjob::{
-    DeletionPolicyType, JobDeploymentStatus, JobFailedReason, JobStatus, RayJobSpec, RayJobStatus,
+    DeletionPolicyType, JobDeploymentStatus, JobFailedReason, JobStatus, RayJob, RayJobSpec,
+    RayJobStatus,
 };
 
 /// `start + seconds` has passed at `now`.
@@ -210,6 +211,36 @@ pub fn from_millis(ms: u64) -> Option<Time> {
     Timestamp::from_millisecond(ms)
         .ok()
         .map(crate::k8s::whole_seconds)
+}
+
+/// Deadline checks shared by Initializing, Waiting and Running; true when the job failed.
+pub(super) fn check_deadlines(
+    job: &RayJob,
+    status: &mut RayJobStatus,
+    now: &Time,
+    pre_running: bool,
+) -> bool {
+    if let Some(seconds) = job.spec.active_deadline_seconds
+        && passed(status.start_time.as_ref(), seconds.into(), now)
+    {
+        let message = active_deadline_message(status, seconds);
+        fail(status, JobFailedReason::DeadlineExceeded, message);
+        return true;
+    }
+    if pre_running
+        && let Some(seconds) = job.spec.pre_running_deadline_seconds
+        && passed(status.start_time.as_ref(), seconds.into(), now)
+    {
+        fail(
+            status,
+            JobFailedReason::PreRunningDeadlineExceeded,
+            format!(
+                "The RayJob did not reach Running within preRunningDeadlineSeconds ({seconds})."
+            ),
+        );
+        return true;
+    }
+    false
 }
 
 #[cfg(test)]
