@@ -16,10 +16,12 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tracing::info;
 
-use super::serve::Observed;
+use super::context::Context;
+use super::error::Error;
+use super::observed::Observed;
 use super::status::write_status_if_changed;
 use super::upgrade::{Built, Candidate, Desired, IncrementalPlan};
-use super::{Context, Error, build, gateway, incremental, reasons, status};
+use super::{build, gateway, incremental, reasons, status};
 use crate::api::conditions::FALSE;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{

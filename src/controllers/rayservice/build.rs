@@ -8,7 +8,10 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use crate::api::raycluster::{RayCluster, RayClusterSpec};
+use crate::api::conditions::TRUE;
+use crate::api::raycluster::{
+    ClusterState, RayCluster, RayClusterSpec, condition_types as cluster_conditions,
+};
 use crate::api::rayservice::{AppStatus, RayService, RayServiceUpgradeType, ServeDeploymentStatus};
 use crate::controllers::raycluster::builders::{
     BuildError, BuildOptions, service as cluster_service,
@@ -455,6 +458,28 @@ pub fn describe<K: Resource<DynamicType = ()>>(obj: &K) -> String {
         K::kind(&()),
         obj.meta().name.as_deref().unwrap_or("")
     )
+}
+
+/// Whether the head Pod of `cluster` is ready; what is missing, in words, when not.
+pub fn head_ready(cluster: &RayCluster) -> Result<(), String> {
+    let status = cluster.status.as_ref();
+    let condition = status.and_then(|s| {
+        crate::api::conditions::find(&s.conditions, cluster_conditions::HEAD_POD_READY)
+    });
+    match condition {
+        Some(c) if c.status == TRUE => Ok(()),
+        _ if status.and_then(|s| s.state) == Some(ClusterState::Ready) => Ok(()),
+        Some(c) => Err(format!(
+            "the head Pod of RayCluster {} is not ready ({}: {})",
+            cluster.name_any(),
+            c.reason,
+            c.message
+        )),
+        None => Err(format!(
+            "the head Pod of RayCluster {} is not ready yet",
+            cluster.name_any()
+        )),
+    }
 }
 
 #[cfg(test)]

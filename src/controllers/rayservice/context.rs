@@ -12,10 +12,34 @@ use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
-use super::{Context, Error};
+use super::config::Config;
+use super::error::Error;
+use super::serve_watch;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{RayService, RayServiceStatus};
 use crate::controllers::frame::memory::ObjectKey;
+use crate::controllers::frame::memory::ObjectMemory;
+use crate::controllers::frame::run::Frame;
+use crate::k8s::index::ObjectIndex;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
+
+pub struct Context {
+    pub(super) client: kube::Client,
+    pub(super) config: Config,
+    pub(super) recorder: crate::k8s::EventRecorder,
+    pub(super) clusters: Store<RayCluster>,
+    /// The cached clusters by controlling RayService: a service's clusters without a scan.
+    pub(super) cluster_index: ObjectIndex<RayCluster>,
+    pub(super) services: Store<Service>,
+    pub(super) head_pods: Store<Pod>,
+    /// The cached head Pods by cluster label.
+    pub(super) head_pod_index: ObjectIndex<Pod>,
+    pub(super) memory: ObjectMemory<ServiceMemory>,
+    pub(super) frame: Frame<RayService>,
+    /// Settled RayServices' Serve, watched for lost applications (outside the workers).
+    pub(super) serve_watches: serve_watch::ServeWatches,
+}
 
 /// What a Serve config push left behind, per cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,9 +26,12 @@
 
 mod apply;
 pub mod build;
+mod config;
 mod context;
+mod error;
 pub mod gateway;
 pub mod incremental;
+mod observed;
 pub mod reasons;
 mod reconcile;
 mod serve;
@@ -38,13 +41,12 @@ mod suspend;
 mod upgrade;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
@@ -52,139 +54,13 @@ use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::RayService;
 use crate::controllers::frame::memory::{ObjectMemory, key_of};
 use crate::controllers::frame::run::Frame;
-use crate::controllers::raycluster::builders::{BuildError, BuildOptions};
 use crate::k8s::field_managers;
 use crate::k8s::index::ObjectIndex;
 use crate::kuberay::keys::labels;
-use crate::ray::{DashboardClientOptions, DashboardLocator, DashboardUrl};
-use build::HttpBinding;
-use context::ServiceMemory;
+use context::Context;
 
-/// KubeRay's requeue while anything is in motion.
-const SHORT_REQUEUE: Duration = Duration::from_secs(2);
-/// KubeRay's default `rayClusterDeletionDelaySeconds`.
-const DEFAULT_DELETION_DELAY: Duration = Duration::from_secs(60);
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{action}: {source}")]
-    Kube {
-        action: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
-    #[error(transparent)]
-    Apply(#[from] crate::k8s::K8sError),
-    #[error(transparent)]
-    Build(#[from] BuildError),
-    #[error("the RayCluster and Service caches did not sync within {0:?}")]
-    CacheNotReady(Duration),
-    /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
-    #[error(transparent)]
-    Panicked(#[from] crate::controllers::frame::Panicked),
-}
-
-impl crate::controllers::frame::policy::ReconcileError for Error {
-    /// The `category` label of the reconcile error metric.
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Kube { .. } | Error::Apply(_) => "apply",
-            Error::Build(_) => "build",
-            Error::CacheNotReady(_) => "cache",
-            Error::Panicked(_) => "panic",
-        }
-    }
-}
-
-impl Error {
-    fn kube(action: impl Into<String>, source: kube::Error) -> Error {
-        Error::Kube {
-            action: action.into(),
-            source: Box::new(source),
-        }
-    }
-}
-
-/// Tells, for a dashboard, where Serve's HTTP proxy must listen (out-of-cluster runs).
-pub type HttpBindingFor = Arc<dyn Fn(&DashboardUrl) -> Option<HttpBinding> + Send + Sync>;
-
-#[derive(Clone)]
-pub struct Config {
-    /// Watch only this namespace (`None`: all namespaces).
-    pub namespace: Option<String>,
-    /// RayServices reconciled at once.
-    pub concurrency: u16,
-    /// Where each cluster's dashboard is.
-    pub dashboard: DashboardLocator,
-    /// Dashboard timeouts (short: a dead head must not hold a reconcile).
-    pub dashboard_options: DashboardClientOptions,
-    /// `http_options` forced onto pushed Serve configs (a Ray head on 127.0.0.1); `None`
-    /// pushes the user's config as it is.
-    pub http_binding: Option<HttpBindingFor>,
-    /// `runtime_env` URI prefix rewrites (`from`, `to`), for clusters that fetch packages from a
-    /// mirror instead of the Internet.
-    pub runtime_env_mirrors: Vec<(String, String)>,
-    /// `ENABLE_ZERO_DOWNTIME`: a cluster spec change starts a new cluster unless the
-    /// RayService's upgrade strategy says otherwise.
-    pub zero_downtime: bool,
-    /// How often a settled RayService's Serve applications are re-read.
-    pub steady_poll: Duration,
-    pub build: BuildOptions,
-    /// Where reconciles and upgrade durations are recorded.
-    pub metrics: crate::admin::Metrics,
-    /// Where the cache sync is reported (`/readyz`).
-    pub readiness: crate::admin::Readiness,
-    /// The operator's feature gates, which the validation rules consult.
-    pub feature_gates: crate::validation::feature_gates::FeatureGates,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            namespace: None,
-            concurrency: 16,
-            dashboard: DashboardLocator::in_cluster(),
-            dashboard_options: DashboardClientOptions::default(),
-            http_binding: None,
-            runtime_env_mirrors: Vec::new(),
-            zero_downtime: true,
-            steady_poll: Duration::from_secs(10),
-            build: BuildOptions::default(),
-            metrics: crate::admin::Metrics::new(),
-            readiness: crate::admin::Readiness::new(),
-            feature_gates: crate::validation::feature_gates::FeatureGates::default(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("namespace", &self.namespace)
-            .field("concurrency", &self.concurrency)
-            .field("http_binding", &self.http_binding.is_some())
-            .field("runtime_env_mirrors", &self.runtime_env_mirrors)
-            .field("zero_downtime", &self.zero_downtime)
-            .finish_non_exhaustive()
-    }
-}
-
-pub struct Context {
-    client: kube::Client,
-    config: Config,
-    recorder: crate::k8s::EventRecorder,
-    clusters: Store<RayCluster>,
-    /// The cached clusters by controlling RayService: a service's clusters without a scan.
-    cluster_index: ObjectIndex<RayCluster>,
-    services: Store<Service>,
-    head_pods: Store<Pod>,
-    /// The cached head Pods by cluster label.
-    head_pod_index: ObjectIndex<Pod>,
-    memory: ObjectMemory<ServiceMemory>,
-    frame: Frame<RayService>,
-    /// Settled RayServices' Serve, watched for lost applications (outside the workers).
-    serve_watches: serve_watch::ServeWatches,
-}
+pub use config::{Config, HttpBindingFor};
+pub use error::Error;
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(

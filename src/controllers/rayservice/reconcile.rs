@@ -14,13 +14,14 @@ use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use super::apply::{ClustersApplied, apply_services, count_serve_endpoints, delete_clusters};
-use super::serve::Observed;
+use super::config::SHORT_REQUEUE;
+use super::context::Context;
+use super::error::Error;
+use super::observed::Observed;
 use super::status::write_status_if_changed;
 use super::suspend::reconcile_suspend;
 use super::upgrade::Desired;
-use super::{
-    Context, Error, SHORT_REQUEUE, apply, build, incremental, reasons, serve, status, upgrade,
-};
+use super::{apply, build, incremental, reasons, serve, status, upgrade};
 use crate::api::conditions::FALSE;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{RayService, RayServiceStatus, condition_reasons, condition_types};

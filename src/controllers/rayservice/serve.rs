@@ -8,42 +8,15 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tracing::info;
 
+use super::context::Context;
 use super::context::Pushed;
-use super::upgrade::{Desired, IncrementalPlan, Traffic};
-use super::{Context, build, reasons};
-use crate::api::conditions::TRUE;
-use crate::api::raycluster::{ClusterState, RayCluster, condition_types as cluster_conditions};
+use super::observed::{Observed, ServeObservation, Traffic};
+use super::upgrade::{Desired, IncrementalPlan};
+use super::{build, reasons};
+use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::RayService;
 use crate::kuberay::keys::labels;
 use crate::ray::DashboardClient;
-
-/// What one pass learnt from a cluster's Serve.
-#[derive(Default)]
-pub(super) struct ServeObservation {
-    /// `None`: Serve was not read (head not ready, dashboard unreachable).
-    pub(super) apps: Option<std::collections::BTreeMap<String, crate::api::rayservice::AppStatus>>,
-    /// Every application RUNNING.
-    pub(super) ready: bool,
-    pub(super) head_proxy_healthy: bool,
-    /// What is being waited for, or what went wrong, in words.
-    pub(super) waiting_for: Option<String>,
-    /// The Serve `target_capacity` the cluster has from the operator (incremental upgrade).
-    pub(super) target_capacity: Option<i32>,
-    /// When the cluster runs this config: its dashboard and the applications to watch for
-    /// (`serve_watch`).
-    pub(super) watch: Option<(
-        crate::ray::RayDashboardClient,
-        std::collections::BTreeSet<String>,
-    )>,
-}
-
-/// What the Serve stage learnt from the active and the pending cluster (`None`: not read),
-/// with where traffic goes.
-pub(super) struct Observed {
-    pub(super) active: Option<ServeObservation>,
-    pub(super) pending: Option<ServeObservation>,
-    pub(super) traffic: Traffic,
-}
 
 /// Serve: the pending cluster while there is one; the active one otherwise (never both: a
 /// combined cluster + config change must not reach the cluster being replaced), except during
@@ -87,27 +60,6 @@ pub(super) async fn reconcile_clusters(
         active: active_obs,
         pending: pending_obs,
         traffic,
-    }
-}
-
-pub(super) fn head_ready(cluster: &RayCluster) -> Result<(), String> {
-    let status = cluster.status.as_ref();
-    let condition = status.and_then(|s| {
-        crate::api::conditions::find(&s.conditions, cluster_conditions::HEAD_POD_READY)
-    });
-    match condition {
-        Some(c) if c.status == TRUE => Ok(()),
-        _ if status.and_then(|s| s.state) == Some(ClusterState::Ready) => Ok(()),
-        Some(c) => Err(format!(
-            "the head Pod of RayCluster {} is not ready ({}: {})",
-            cluster.name_any(),
-            c.reason,
-            c.message
-        )),
-        None => Err(format!(
-            "the head Pod of RayCluster {} is not ready yet",
-            cluster.name_any()
-        )),
     }
 }
 
@@ -183,7 +135,7 @@ async fn observe_serve(
     ),
     String,
 > {
-    head_ready(cluster)?;
+    build::head_ready(cluster)?;
     let cluster_name = cluster.name_any();
     let dashboard = crate::controllers::dashboard::client_for(
         &ctx.client,

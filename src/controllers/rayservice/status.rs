@@ -9,8 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
 use kube::ResourceExt;
 
-use super::serve::ServeObservation;
-use super::{Context, Error};
+use super::context::Context;
+use super::error::Error;
+use super::observed::ServeObservation;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{
     RayService, RayServiceClusterStatus, RayServiceStatus, ServiceStatus, condition_reasons,

@@ -14,7 +14,10 @@ use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use super::apply::delete_clusters;
-use super::{Context, Error, SHORT_REQUEUE, build, reasons, status};
+use super::config::SHORT_REQUEUE;
+use super::context::Context;
+use super::error::Error;
+use super::{build, reasons, status};
 use crate::api::conditions::{FALSE, TRUE};
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{RayService, RayServiceStatus, condition_reasons, condition_types};

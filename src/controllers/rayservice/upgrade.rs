@@ -16,9 +16,11 @@ use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::build::ClusterChange;
-use super::serve::Observed;
+use super::config::DEFAULT_DELETION_DELAY;
+use super::context::Context;
+use super::observed::{Observed, Traffic};
 use super::status::fill_cluster_status;
-use super::{Context, DEFAULT_DELETION_DELAY, build, incremental, reasons, status};
+use super::{build, incremental, reasons, status};
 use crate::api::conditions::TRUE;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{
@@ -170,12 +172,6 @@ pub(super) fn desired(
         incremental: None,
         initializing_timeout: None,
     }
-}
-
-/// Where the serve Service points, and whether a new cluster must be prepared.
-pub(super) struct Traffic {
-    pub(super) routed_to: Option<String>,
-    pub(super) needs_new_cluster: bool,
 }
 
 /// Reads where traffic goes now (the cached serve Service) and decides on a new cluster.
@@ -495,7 +491,7 @@ pub(super) async fn advance(
     {
         let pending_head_ready = desired
             .pending_cluster()
-            .is_some_and(|c| super::serve::head_ready(c).is_ok());
+            .is_some_and(|c| build::head_ready(c).is_ok());
         if incremental::rollback_complete(split, pending_head_ready) {
             info!(cluster = ?desired.pending_name, "rollback complete; the pending cluster is dropped");
             pending_status = RayServiceClusterStatus::default();
