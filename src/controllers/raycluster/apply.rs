@@ -8,17 +8,12 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use tracing::{debug, info};
 
+use super::config::SHORT_REQUEUE;
 use super::context::Context;
 use super::error::Error;
-use super::status::Outcome;
-use super::{SHORT_REQUEUE, builders, children, isolation, pods};
+use super::status::{Outcome, Progress};
+use super::{builders, children, isolation, pods};
 use crate::api::raycluster::{RayCluster, RayClusterStatus};
-
-/// How the Pods step ended when it did not fail.
-pub(super) enum Progress {
-    Done,
-    Waiting(String),
-}
 
 /// The GCS fault tolerance cleanup finalizer goes on before anything exists that Redis state
 /// could belong to; `Some(action)` ends the pass when it was just added.

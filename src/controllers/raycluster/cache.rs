@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, Service};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use super::CACHE_SYNC_TIMEOUT;
+use super::config::CACHE_SYNC_TIMEOUT;
 use super::context::Context;
 use super::error::Error;
 use crate::api::raycluster::RayCluster;

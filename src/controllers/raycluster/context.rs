@@ -11,10 +11,11 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
+use super::config::Config;
 use super::expectations::{ClusterKey, ScaleExpectations};
-use super::{Config, run};
 use crate::api::raycluster::{RayCluster, RayClusterStatus};
 use crate::controllers::frame::memory::ObjectMemory;
+use crate::controllers::frame::run;
 use crate::controllers::frame::run::Frame;
 use crate::k8s::index::ObjectIndex;
 

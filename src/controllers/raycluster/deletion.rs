@@ -11,10 +11,12 @@ use kube::{Resource, ResourceExt};
 use tracing::info;
 
 use super::apply::set_finalizers;
+use super::builders;
+use super::config::{HEAD_TERMINATION_REQUEUE, SHORT_REQUEUE};
 use super::context::Context;
 use super::error::Error;
+use super::expectations::key_of;
 use super::pods::{delete_pod_collection, node_type_of};
-use super::{HEAD_TERMINATION_REQUEUE, SHORT_REQUEUE, builders, key_of};
 use crate::api::conditions;
 use crate::api::raycluster::RayCluster;
 use crate::k8s::field_managers;

@@ -6,6 +6,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt;
+
+use crate::api::raycluster::RayCluster;
+
 /// A created Pod that never shows up (deleted at once by someone else) stops blocking after
 /// this long.
 pub const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -107,6 +111,11 @@ impl ScaleExpectations {
     pub fn clusters(&self) -> usize {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
+}
+
+/// The key a cluster's expectations are kept under.
+pub(super) fn key_of(cluster: &RayCluster) -> ClusterKey {
+    (cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
 #[cfg(test)]

@@ -15,11 +15,11 @@ use kube::api::{
 };
 use kube::runtime::events::EventType;
 
-use super::apply::Progress;
 use super::builders::{self, gcs_storage, mtls};
 use super::cache::owned_by;
 use super::context::Context;
 use super::error::Error;
+use super::status::Progress;
 use crate::api::raycluster::RayCluster;
 use crate::k8s::field_managers;
 use crate::kuberay::keys::{labels, reasons};

@@ -23,6 +23,7 @@ mod apply;
 pub mod builders;
 mod cache;
 mod children;
+mod config;
 mod context;
 mod deletion;
 mod error;
@@ -40,7 +41,6 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector;
@@ -53,65 +53,10 @@ use crate::controllers::frame::run::{self, Frame};
 use crate::k8s::field_managers;
 use crate::k8s::index::ObjectIndex;
 use crate::kuberay::keys::labels;
-use builders::BuildOptions;
 use cache::{trim_pod, trim_service};
+pub use config::Config;
 use context::Context;
-use error::Error;
-use expectations::{ClusterKey, ScaleExpectations};
-
-/// KubeRay's short requeue: after a status change or a step that needs another pass.
-const SHORT_REQUEUE: Duration = Duration::from_secs(2);
-/// While the head Pod of a deleted GCS-FT cluster terminates.
-const HEAD_TERMINATION_REQUEUE: Duration = Duration::from_secs(10);
-/// How long a reconcile waits for the Pod and Service caches after start-up.
-const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Operator-level settings (KubeRay's flags and environment switches, built by `config`).
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Watch only this namespace (`None`: all namespaces).
-    pub namespace: Option<String>,
-    /// Clusters reconciled at once.
-    pub concurrency: u16,
-    /// Periodic re-check of a settled cluster (`RAYCLUSTER_DEFAULT_REQUEUE_SECONDS_ENV`).
-    pub requeue_after: Duration,
-    pub build: BuildOptions,
-    /// `ENABLE_RANDOM_POD_DELETE`: scale down surplus Pods even with the autoscaler on.
-    pub random_pod_delete: bool,
-    /// `ENABLE_GCS_FT_REDIS_CLEANUP`: the Redis cleanup Job and its finalizer.
-    pub gcs_ft_redis_cleanup: bool,
-    /// How long a deleted GCS-FT cluster may wait for its cleanup before the finalizer is
-    /// removed anyway (annotation `ray.io/gcs-ft-deletion-timeout` overrides it per cluster).
-    pub gcs_ft_deletion_timeout: Duration,
-    /// KubeRay's feature gates: the alpha fields (network policies, mTLS, embedded GCS
-    /// storage) are refused unless theirs is on.
-    pub feature_gates: crate::validation::feature_gates::FeatureGates,
-    /// Where reconciles and provisioning times are recorded.
-    pub metrics: crate::admin::Metrics,
-    /// Where the cache sync is reported (`/readyz`).
-    pub readiness: crate::admin::Readiness,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            namespace: None,
-            concurrency: 16,
-            requeue_after: Duration::from_secs(300),
-            build: BuildOptions::default(),
-            random_pod_delete: false,
-            gcs_ft_redis_cleanup: true,
-            gcs_ft_deletion_timeout: Duration::from_secs(300),
-            feature_gates: Default::default(),
-            metrics: crate::admin::Metrics::new(),
-            readiness: crate::admin::Readiness::new(),
-        }
-    }
-}
-
-fn key_of(cluster: &RayCluster) -> ClusterKey {
-    (cluster.namespace().unwrap_or_default(), cluster.name_any())
-}
+use expectations::{ScaleExpectations, key_of};
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
@@ -280,15 +225,9 @@ pub async fn run(
 /// a pass per Pod would write one each. Short enough that nobody waits for it.
 const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(250);
 
-/// The current time in whole seconds, as the API server stores it: a status computed from the
-/// last written one then compares equal to what the cache shows.
-fn now() -> Time {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::status_write::now;
     use super::*;
     use crate::api::raycluster::RayClusterStatus;
 

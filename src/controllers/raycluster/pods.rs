@@ -11,13 +11,14 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use kube::runtime::events::EventType;
 use tracing::{debug, info, warn};
 
-use super::apply::Progress;
 use super::builders::pod::WorkerReplica;
 use super::context::Context;
 use super::error::Error;
+use super::expectations::key_of;
 use super::expectations::{Action as ScaleAction, Group};
 use super::scaling::DeleteReason;
-use super::{builders, key_of, scaling};
+use super::status::Progress;
+use super::{builders, scaling};
 use crate::api::conditions;
 use crate::api::raycluster::{
     RayCluster, RayClusterStatus, WorkerGroupSpec, condition_reasons, condition_types,

@@ -10,10 +10,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use tracing::warn;
 
+use super::config::SHORT_REQUEUE;
 use super::context::Context;
 use super::error::Error;
 use super::status::{Outcome, StatusWrite};
-use super::{SHORT_REQUEUE, apply, deletion, status_write};
+use super::{apply, deletion, status_write};
 use crate::api::raycluster::{AutoscalerVersion, MANAGED_BY_KUBERAY, RayCluster};
 use crate::kuberay::keys::reasons;
 

@@ -573,5 +573,11 @@ pub fn differs(old: Option<&RayClusterStatus>, new: &RayClusterStatus) -> bool {
     old != *new
 }
 
+/// How the Pods step ended when it did not fail.
+pub(super) enum Progress {
+    Done,
+    Waiting(String),
+}
+
 #[cfg(test)]
 mod tests;

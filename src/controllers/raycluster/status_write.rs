@@ -4,9 +4,12 @@
 //! of the next one; records the provisioning time when the cluster first becomes provisioned.
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use std::time::Instant;
 
+use super::context::Context;
+use super::error::Error;
 use super::status::{
     LastWritten, Outcome, StatusInputs, StatusWrite, compute_status, is_true, plan_write,
 };
@@ -17,10 +20,10 @@ use crate::api::raycluster::{RayCluster, RayClusterStatus, condition_types};
 /// the next one, even before the cache shows it; a held one is the base while it waits.
 pub(super) async fn update(
     cluster: &RayCluster,
-    ctx: &super::Context,
+    ctx: &Context,
     base_status: Option<&RayClusterStatus>,
-    outcome: &Result<Outcome, super::Error>,
-) -> Result<StatusWrite, super::Error> {
+    outcome: &Result<Outcome, Error>,
+) -> Result<StatusWrite, Error> {
     let pods = ctx.cluster_pods(cluster);
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
     // KubeRay writes no status at all while the head Service is missing; here the status goes
@@ -33,7 +36,7 @@ pub(super) async fn update(
             message: e.to_string(),
         },
     };
-    let now = super::now();
+    let now = now();
     let new_status = compute_status(&StatusInputs {
         cluster,
         pods: &pod_refs,
@@ -76,7 +79,7 @@ pub(super) async fn update(
         )
         .await
         .map_err(|e| {
-            super::Error::kube(
+            Error::kube(
                 format!(
                     "writing the status of RayCluster {}",
                     kube::ResourceExt::name_any(cluster)
@@ -106,4 +109,11 @@ pub(super) async fn update(
         }
     });
     Ok(plan)
+}
+
+/// The current time in whole seconds, as the API server stores it: a status computed from the
+/// last written one then compares equal to what the cache shows.
+pub(super) fn now() -> Time {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
