@@ -115,6 +115,41 @@ fn controller_files_import_one_way() {
     );
 }
 
+/// The stages inside a controller keep their places (issue 30 item 1): only the folder's
+/// `mod.rs` starts a pass (nothing else imports `reconcile.rs`), a pure builder never reaches
+/// the writes (`apply.rs`, `serve.rs`, `status_write.rs`) or the pass, and the shared frame
+/// knows no controller.
+#[test]
+fn stages_keep_their_places() {
+    let folder = |file: &str| file.split('/').next().unwrap_or_default().to_owned();
+    let name = |file: &str| file.rsplit('/').next().unwrap_or_default().to_owned();
+    let is_builder = |file: &str| {
+        name(file) == "build.rs" || file.split('/').nth(1).is_some_and(|d| d == "builders")
+    };
+    let mut problems = Vec::new();
+    for arrow in controller_file_arrows() {
+        let (from, to) = (arrow.from.as_str(), arrow.to.as_str());
+        let at = format!("{}:{}", arrow.file.display(), arrow.line);
+        if name(to) == "reconcile.rs" && from != format!("{}/mod.rs", folder(to)) {
+            problems.push(format!("{at}: {from} imports the pass {to}"));
+        }
+        if is_builder(from)
+            && ["apply.rs", "serve.rs", "status_write.rs", "reconcile.rs"]
+                .contains(&name(to).as_str())
+        {
+            problems.push(format!("{at}: the builder {from} reaches {to}"));
+        }
+        if folder(from) == "frame" && folder(to) != "frame" {
+            problems.push(format!("{at}: the frame imports the controller file {to}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "stages out of place:\n{}",
+        problems.join("\n")
+    );
+}
+
 /// Arrows between the files of `src/controllers/` (named relative to it, e.g. `rayjob/apply.rs`):
 /// every path in a file's non-test code that names an item of another file there, through
 /// `crate::`, `super::`, `self::` or a child module's name, `use` groups included.

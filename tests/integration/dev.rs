@@ -53,12 +53,7 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     });
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut pids = Vec::new();
-    let mut export_line = None;
-    while export_line.is_none() {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("raypipe dev printed its ready lines in time");
-        eprintln!("raypipe dev: {line}");
+    let export_line = read_until(&rx, deadline, "its ready lines", |line| {
         if let Some(procs) = line.split("processes ").nth(1) {
             pids = procs
                 .trim_end_matches(')')
@@ -66,20 +61,16 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
                 .filter_map(|p| p.split('=').nth(1)?.parse::<u32>().ok())
                 .collect();
         }
-        if line.trim_start().starts_with("export KUBECONFIG=") {
-            export_line = Some(line);
-        }
-    }
+        line.trim_start()
+            .starts_with("export KUBECONFIG=")
+            .then(|| line.to_owned())
+    });
     assert_eq!(
         pids.len(),
         5,
         "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
     );
-    assert!(
-        export_line
-            .expect("export line")
-            .contains(kubeconfig.to_str().expect("utf-8 path"))
-    );
+    assert!(export_line.contains(kubeconfig.to_str().expect("utf-8 path")));
 
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig written"),
@@ -112,24 +103,19 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     );
 
     // The newcomer's path: the printed curl line gets the sample graph's answer from Ray.
-    let mut serve_url = None;
     let mut dashboard_port = None;
-    while serve_url.is_none() {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("raypipe dev printed its curl line in time");
-        eprintln!("raypipe dev: {line}");
+    let serve_url = read_until(&rx, deadline, "its curl line", |line| {
         if let Some(rest) = line.split("Ray: dashboard http://127.0.0.1:").nth(1) {
             dashboard_port = rest
                 .split(|c: char| !c.is_ascii_digit())
                 .next()
                 .and_then(|p| p.parse::<u16>().ok());
         }
-        if let Some(url) = line.trim_start().strip_prefix("curl -s -X POST ") {
-            serve_url = url.split_whitespace().next().map(str::to_owned);
-        }
-    }
-    let serve_url = serve_url.expect("a Serve URL");
+        line.trim_start()
+            .strip_prefix("curl -s -X POST ")
+            .and_then(|url| url.split_whitespace().next())
+            .map(str::to_owned)
+    });
     assert!(serve_url.starts_with("http://127.0.0.1:"), "{serve_url}");
     let http = crate::support::fixture::loopback_http(Duration::from_secs(10));
     let answer: serde_json::Value = crate::support::eventually(
@@ -174,15 +160,14 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         .await
         .expect("create the second pipeline");
     let second_deadline = Instant::now() + Duration::from_secs(180);
-    let mut second_head = None;
-    while second_head.is_none() {
-        let line = rx
-            .recv_timeout(second_deadline.saturating_duration_since(Instant::now()))
-            .expect("raypipe dev printed where the second pipeline's Serve answers");
-        eprintln!("raypipe dev: {line}");
-        if let Some(rest) =
-            line.split("RayService default/second runs on the local Ray head with dashboard http://127.0.0.1:").nth(1)
-        {
+    let (second_dashboard_port, second_serve) = read_until(
+        &rx,
+        second_deadline,
+        "where the second pipeline's Serve answers",
+        |line| {
+            let rest = line
+                .split("RayService default/second runs on the local Ray head with dashboard http://127.0.0.1:")
+                .nth(1)?;
             let port = rest
                 .split(|c: char| !c.is_ascii_digit())
                 .next()
@@ -194,10 +179,9 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
                 .expect("a Serve URL")
                 .trim()
                 .to_owned();
-            second_head = Some((port, serve));
-        }
-    }
-    let (second_dashboard_port, second_serve) = second_head.expect("the second head");
+            Some((port, serve))
+        },
+    );
     assert_ne!(
         Some(second_dashboard_port),
         dashboard_port,
@@ -330,4 +314,23 @@ async fn a_slow_first_provisioning_does_not_consume_the_startup_timeout() {
         .list(&Default::default())
         .await
         .expect("the API server answers");
+}
+
+/// Reads `raypipe dev`'s lines, echoing each, until `take` finds what it looks for in one;
+/// fails naming `what` when `deadline` passes first.
+fn read_until<T>(
+    lines: &std::sync::mpsc::Receiver<String>,
+    deadline: Instant,
+    what: &str,
+    mut take: impl FnMut(&str) -> Option<T>,
+) -> T {
+    loop {
+        let line = lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|e| panic!("raypipe dev did not print {what} in time: {e}"));
+        eprintln!("raypipe dev: {line}");
+        if let Some(found) = take(&line) {
+            return found;
+        }
+    }
 }

@@ -9,7 +9,10 @@
 //!   (category, transience, an optional requeue hint) and the pure retry decision.
 //! - [`memory`]: [`memory::ObjectMemory`], per-object memory that starts afresh when the object's
 //!   uid changes (a deleted and re-created object inherits nothing).
+//! - [`refuse`]: [`refuse::refuse`], the one policy for a spec the rule book rejects.
 //! - [`status`]: [`status::apply_status`], the one server-side apply of a status subresource.
+//! - [`watch`]: [`watch::Watches`], the watch kit: a controller declares its watches (its own
+//!   kind, owned children, caches, related objects) and the kit wires and runs them.
 //! - This file: panic containment ([`contain`], [`contain_policy`], [`ReportPanic`]) and the
 //!   controller-task [`Supervisor`].
 //!
@@ -22,8 +25,10 @@
 
 pub mod memory;
 pub mod policy;
+pub mod refuse;
 pub mod run;
 pub mod status;
+pub mod watch;
 
 use std::any::Any;
 use std::future::Future;

@@ -160,8 +160,14 @@ impl<K: Resource> Frame<K> {
 
 /// The controller's `Context` gives the frame access to its [`Frame`]. Together with
 /// [`ReportPanic`] it is all [`reconciler`] and [`error_policy`] need.
-pub trait Framed<K>: ReportPanic<K> + Send + Sync + 'static {
+pub trait Framed<K: Resource>: ReportPanic<K> + Send + Sync + 'static {
     fn frame(&self) -> &Frame<K>;
+
+    /// An object was deleted: drops what is remembered of it (by default its failure count;
+    /// a controller with memory of its own extends this). Called by [`super::watch::Watches`].
+    fn forget(&self, key: &super::memory::ObjectKey) {
+        self.frame().forget(key);
+    }
 }
 
 /// Wraps `reconcile` (the bare stage sequence) for `Controller::run`: queue mark, metrics,

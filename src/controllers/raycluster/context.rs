@@ -55,6 +55,13 @@ impl run::Framed<RayCluster> for Context {
     fn frame(&self) -> &Frame<RayCluster> {
         &self.frame
     }
+
+    /// A deleted cluster: its scale expectations, memory and failure count go.
+    fn forget(&self, key: &ClusterKey) {
+        self.expectations.forget(key);
+        self.memory.forget(key);
+        self.frame.forget(key);
+    }
 }
 
 impl crate::controllers::frame::ReportPanic<RayCluster> for Context {
@@ -74,12 +81,6 @@ impl Context {
         f: impl FnOnce(&mut ClusterMemory) -> T,
     ) -> T {
         self.memory.with(cluster, f)
-    }
-
-    pub(super) fn forget(&self, key: &ClusterKey) {
-        self.expectations.forget(key);
-        self.memory.forget(key);
-        self.frame.forget(key);
     }
 
     pub(super) async fn event(

@@ -19,6 +19,7 @@ use super::expectations::key_of;
 use super::pods::{delete_pod_collection, node_type_of};
 use crate::api::conditions;
 use crate::api::raycluster::RayCluster;
+use crate::controllers::frame::run::Framed;
 use crate::k8s::field_managers;
 use crate::kuberay::keys::{annotations, labels, reasons};
 use crate::kuberay::names;

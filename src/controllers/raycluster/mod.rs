@@ -38,25 +38,20 @@ mod status_write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::Api;
-use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 
-use crate::api::raycluster::RayCluster;
 use crate::controllers::frame::memory::ObjectMemory;
-use crate::controllers::frame::run::{self, Frame};
+use crate::controllers::frame::run::Frame;
+use crate::controllers::frame::watch::{Child, Watches};
 use crate::k8s::field_managers;
 use crate::k8s::index::ObjectIndex;
 use crate::kuberay::keys::labels;
 use cache::{trim_pod, trim_service};
 pub use config::Config;
 use context::Context;
-use expectations::{ScaleExpectations, key_of};
+use expectations::ScaleExpectations;
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
@@ -68,156 +63,64 @@ pub async fn run(
         api: client,
         events,
     } = clients.into();
-    let namespace = config.namespace.clone();
-    let clusters: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let pods: Api<Pod> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let services: Api<Service> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let jobs: Api<Job> = crate::k8s::scoped_api(&client, namespace.as_deref());
-
-    let (pod_store, pod_writer) = reflector::store();
-    let (service_store, service_writer) = reflector::store();
-    let (cluster_store, cluster_writer) = reflector::store();
-    let pod_index = ObjectIndex::by_label(labels::CLUSTER);
-    let service_index = ObjectIndex::by_label(labels::CLUSTER);
-    let concurrency = config.concurrency.max(1);
     let frame = Frame::new("raycluster", &config.metrics);
+    let mut watches = Watches::new(
+        &frame,
+        &client,
+        config.namespace.as_deref(),
+        &config.readiness,
+    );
+    // Label-scoped watches: memory does not grow with unrelated Pods, Services or Jobs.
+    let pod_index = ObjectIndex::by_label(labels::CLUSTER);
+    let pods = watches.owns_cached(
+        Child::<Pod>::labelled(format!(
+            "{} in ({},{}),{}",
+            labels::NODE_TYPE,
+            labels::HEAD,
+            labels::WORKER,
+            labels::CLUSTER
+        ))
+        .trimmed(trim_pod)
+        .indexed(pod_index.clone()),
+    );
+    let created_by_us = format!("{}={}", labels::CREATED_BY, labels::CREATED_BY_VALUE);
+    let service_index = ObjectIndex::by_label(labels::CLUSTER);
+    let services = watches.owns_cached(
+        Child::<Service>::labelled(&created_by_us)
+            .trimmed(trim_service)
+            .indexed(service_index.clone()),
+    );
+    watches.owns(Child::<Job>::labelled(format!(
+        "{}={}",
+        labels::NODE_TYPE,
+        labels::REDIS_CLEANUP
+    )));
+    // The gated children are watched only with their gate on, by their labels.
+    let gates = &config.feature_gates;
+    if gates.enabled(crate::validation::feature_gates::gates::RAY_CLUSTER_NETWORK_POLICY) {
+        watches.owns(Child::<NetworkPolicy>::labelled(&created_by_us));
+    }
+    if gates.enabled(crate::validation::feature_gates::gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE)
+    {
+        watches.owns(Child::<PersistentVolumeClaim>::labelled(labels::CLUSTER));
+    }
+    watches
+        .concurrency(config.concurrency)
+        .debounce(RECONCILE_DEBOUNCE);
+    let _kuberay = config.metrics.observe_rayclusters(watches.store());
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(events.clone(), field_managers::RAYCLUSTER),
+        recorder: crate::k8s::recorder(events, field_managers::RAYCLUSTER),
         client,
         config,
-        pods: pod_store,
-        pod_index: pod_index.clone(),
-        services: service_store,
-        service_index: service_index.clone(),
+        pods,
+        pod_index,
+        services,
+        service_index,
         expectations: ScaleExpectations::default(),
         memory: ObjectMemory::new(),
         frame,
     });
-
-    // Label-scoped watches: memory does not grow with unrelated Pods, Services or Jobs.
-    let pod_selector = format!(
-        "{} in ({},{}),{}",
-        labels::NODE_TYPE,
-        labels::HEAD,
-        labels::WORKER,
-        labels::CLUSTER
-    );
-    let pod_events = watcher(pods, watcher::Config::default().labels(&pod_selector))
-        .backoff(crate::k8s::watch_backoff())
-        .modify(trim_pod)
-        .map_ok(move |event| {
-            pod_index.apply(&event);
-            event
-        })
-        .reflect(pod_writer)
-        .touched_objects();
-    let service_selector = format!("{}={}", labels::CREATED_BY, labels::CREATED_BY_VALUE);
-    let service_events = watcher(
-        services,
-        watcher::Config::default().labels(&service_selector),
-    )
-    .backoff(crate::k8s::watch_backoff())
-    .modify(trim_service)
-    .map_ok(move |event| {
-        service_index.apply(&event);
-        event
-    })
-    .reflect(service_writer)
-    .touched_objects();
-    let job_selector = format!("{}={}", labels::NODE_TYPE, labels::REDIS_CLEANUP);
-    let job_events = watcher(jobs, watcher::Config::default().labels(&job_selector))
-        .backoff(crate::k8s::watch_backoff())
-        .touched_objects();
-
-    let forget_ctx = ctx.clone();
-    let cluster_events = watcher(clusters, watcher::Config::default())
-        .backoff(crate::k8s::watch_backoff())
-        .modify(|cluster: &mut RayCluster| cluster.managed_fields_mut().clear())
-        .map_ok(move |event| {
-            // A deleted cluster is never reconciled again: drop what is remembered of it here.
-            if let watcher::Event::Delete(cluster) = &event {
-                forget_ctx.forget(&key_of(cluster));
-            }
-            event
-        })
-        .reflect(cluster_writer)
-        .applied_objects()
-        .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
-    let queue = ctx.frame.queue().clone();
-    let cluster_events = cluster_events.inspect(move |c| {
-        if let Ok(c) = c {
-            queue.changed(c.namespace(), c.name_any());
-        }
-    });
-    let owned = |queue: crate::admin::metrics::ReconcileQueue| {
-        move |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            queue.owner_changed(meta, "RayCluster")
-        }
-    };
-    let (pod_seen, service_seen, job_seen) = (
-        owned(ctx.frame.queue().clone()),
-        owned(ctx.frame.queue().clone()),
-        owned(ctx.frame.queue().clone()),
-    );
-    let pod_events = pod_events.inspect(move |p| {
-        if let Ok(p) = p {
-            pod_seen(p.meta())
-        }
-    });
-    let service_events = service_events.inspect(move |s| {
-        if let Ok(s) = s {
-            service_seen(s.meta())
-        }
-    });
-    let job_events = job_events.inspect(move |j| {
-        if let Ok(j) = j {
-            job_seen(j.meta())
-        }
-    });
-
-    ctx.frame
-        .track_ready(&ctx.config.readiness, ctx.pods.clone());
-    ctx.frame
-        .track_ready(&ctx.config.readiness, ctx.services.clone());
-    ctx.frame
-        .track_ready(&ctx.config.readiness, cluster_store.clone());
-    let _kuberay = ctx
-        .config
-        .metrics
-        .observe_rayclusters(cluster_store.clone());
-    let mut controller = Controller::for_stream(cluster_events, cluster_store)
-        .trigger_backoff(crate::k8s::watch_backoff())
-        .owns_stream(pod_events)
-        .owns_stream(service_events)
-        .owns_stream(job_events);
-    // The gated children are watched only with their gate on, by their labels.
-    let gates = &ctx.config.feature_gates;
-    if gates.enabled(crate::validation::feature_gates::gates::RAY_CLUSTER_NETWORK_POLICY) {
-        let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
-            crate::k8s::scoped_api(&ctx.client, namespace.as_deref());
-        let selector = format!("{}={}", labels::CREATED_BY, labels::CREATED_BY_VALUE);
-        let events = watcher(policies, watcher::Config::default().labels(&selector))
-            .backoff(crate::k8s::watch_backoff())
-            .touched_objects();
-        controller = controller.owns_stream(events);
-    }
-    if gates.enabled(crate::validation::feature_gates::gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE)
-    {
-        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
-            crate::k8s::scoped_api(&ctx.client, namespace.as_deref());
-        let events = watcher(claims, watcher::Config::default().labels(labels::CLUSTER))
-            .backoff(crate::k8s::watch_backoff())
-            .touched_objects();
-        controller = controller.owns_stream(events);
-    }
-    let controller = controller
-        .with_config(
-            controller::Config::default()
-                .concurrency(concurrency)
-                .debounce(RECONCILE_DEBOUNCE),
-        )
-        .graceful_shutdown_on(shutdown);
-    run::drive(controller, reconcile::reconcile, ctx).await;
+    watches.run(reconcile::reconcile, ctx, shutdown).await;
 }
 
 /// How long a cluster's triggers are gathered before it reconciles: a new cluster's Pods turn
@@ -229,7 +132,7 @@ const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(250);
 mod tests {
     use super::status_write::now;
     use super::*;
-    use crate::api::raycluster::RayClusterStatus;
+    use crate::api::raycluster::{RayCluster, RayClusterStatus};
 
     #[test]
     fn status_writes_do_not_look_relevant() {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use tracing::warn;
 
 use super::config::SHORT_REQUEUE;
 use super::context::Context;
@@ -16,6 +15,7 @@ use super::error::Error;
 use super::status::{Outcome, StatusWrite};
 use super::{apply, deletion, status_write};
 use crate::api::raycluster::{AutoscalerVersion, MANAGED_BY_KUBERAY, RayCluster};
+use crate::controllers::frame::refuse::refuse;
 use crate::kuberay::keys::reasons;
 
 /// The reconcile the frame runs for every RayCluster.
@@ -68,19 +68,11 @@ async fn validate(cluster: &RayCluster, ctx: &Context) -> Result<Option<Action>,
     if let Err(invalid) =
         crate::validation::validated::for_controller(cluster, &ctx.config.feature_gates)
     {
-        warn!(reason = invalid.reason, message = %invalid.message, "RayCluster refused");
-        ctx.event(
-            cluster,
-            EventType::Warning,
-            invalid.reason,
-            "Validate",
-            invalid.message.clone(),
-        )
-        .await;
+        let wait = refuse(&ctx.recorder, cluster, invalid.reason, &invalid.message).await;
         if invalid.reason == reasons::INVALID_STATUS {
             return Err(Error::InvalidStatus(invalid.message));
         }
-        return Ok(Some(Action::await_change()));
+        return Ok(Some(wait));
     }
     warn_autoscaler_v1_restart_policy(cluster, ctx).await;
     Ok(None)

@@ -230,6 +230,15 @@ fn plan_multi_host(
             }
         }
     };
+    // Whole replicas go and the group waits for them before anything else happens.
+    let delete_replicas =
+        |mut plan: GroupPlan, names: &[&str], reason: DeleteReason, wait: String| {
+            for name in names {
+                delete_replica(&mut plan, &replicas[name], reason.clone());
+            }
+            plan.wait = Some(wait);
+            plan
+        };
 
     // A replica that lost a host cannot work: remove the rest and start over.
     let incomplete: Vec<&str> = replicas
@@ -238,13 +247,8 @@ fn plan_multi_host(
         .map(|(name, _)| *name)
         .collect();
     if !incomplete.is_empty() {
-        for name in &incomplete {
-            delete_replica(&mut plan, &replicas[name], DeleteReason::IncompleteReplica);
-        }
-        plan.wait = Some(format!(
-            "deleted incomplete multi-host replicas {incomplete:?}"
-        ));
-        return plan;
+        let wait = format!("deleted incomplete multi-host replicas {incomplete:?}");
+        return delete_replicas(plan, &incomplete, DeleteReason::IncompleteReplica, wait);
     }
 
     let mut gone: BTreeSet<&str> = BTreeSet::new();
@@ -274,13 +278,10 @@ fn plan_multi_host(
         .map(|(name, _)| *name)
         .collect();
     if !requested_replicas.is_empty() {
-        for name in &requested_replicas {
-            delete_replica(&mut plan, &replicas[name], DeleteReason::Requested);
-        }
-        plan.wait = Some(format!(
-            "deleted multi-host replicas {requested_replicas:?} named in workersToDelete"
-        ));
-        return plan;
+        let wait =
+            format!("deleted multi-host replicas {requested_replicas:?} named in workersToDelete");
+        let names: Vec<&str> = requested_replicas.into_iter().collect();
+        return delete_replicas(plan, &names, DeleteReason::Requested, wait);
     }
 
     let desired_pods = usize::try_from(desired_workers(group)).unwrap_or(0);

@@ -31,16 +31,13 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::Api;
-use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
 use crate::api::raycronjob::RayCronJob;
 use crate::api::rayjob::RayJob;
 use crate::controllers::frame::policy::Backoff;
 use crate::controllers::frame::run::Frame;
+use crate::controllers::frame::watch::{Child, Watches};
 
 use context::Context;
 
@@ -66,41 +63,27 @@ pub async fn run(
         api: client,
         events,
     } = clients.into();
-    let (crons, jobs): (Api<RayCronJob>, Api<RayJob>) = match config.namespace.as_deref() {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let concurrency = config.concurrency.max(1);
     // Failures back off from KubeRay's 5 s retry.
     let frame = Frame::new("raycronjob", &config.metrics)
         .with_backoff(Backoff::starting_at(Duration::from_secs(5)));
+    let mut watches = Watches::new(
+        &frame,
+        &client,
+        config.namespace.as_deref(),
+        &config.readiness,
+    );
+    watches
+        .relevant_when(reconcile_relevant)
+        .concurrency(config.concurrency)
+        // RayJobs finishing free a Forbid slot and feed the history: watch the ones we created.
+        .owns(Child::<RayJob>::labelled(CRONJOB_NAME_LABEL));
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(events.clone(), "raycronjob-controller"),
+        recorder: crate::k8s::recorder(events, "raycronjob-controller"),
         client,
         config,
         frame,
     });
-    let (store, writer) = reflector::store();
-    let cron_events = watcher(crons, watcher::Config::default())
-        .backoff(crate::k8s::watch_backoff())
-        .modify(|c: &mut RayCronJob| c.managed_fields_mut().clear())
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(reconcile_relevant, Default::default());
-    // RayJobs finishing free a Forbid slot and feed the history: watch the ones we created.
-    let job_events = watcher(jobs, watcher::Config::default().labels(CRONJOB_NAME_LABEL))
-        .backoff(crate::k8s::watch_backoff())
-        .touched_objects();
-    ctx.frame.track_ready(&ctx.config.readiness, store.clone());
-    let controller = Controller::for_stream(cron_events, store)
-        .trigger_backoff(crate::k8s::watch_backoff())
-        .owns_stream(job_events)
-        .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown);
-    crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
+    watches.run(reconcile::reconcile, ctx, shutdown).await;
 }
 
 #[cfg(test)]

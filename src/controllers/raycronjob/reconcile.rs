@@ -10,7 +10,6 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use tracing::warn;
 
 use super::build::{self, Observed};
 use super::context::Context;
@@ -18,6 +17,7 @@ use super::error::{Error, kube_err};
 use super::{apply, reasons, status};
 use crate::api::raycronjob::RayCronJob;
 use crate::api::rayjob::RayJob;
+use crate::controllers::frame::refuse::refuse;
 use crate::validation::cron::Schedule;
 
 /// The reconcile the frame runs for every RayCronJob.
@@ -83,16 +83,7 @@ async fn validated(
             Some((parsed, zone))
         }
         Err(message) => {
-            warn!(%message, "RayCronJob refused");
-            crate::k8s::publish_event(
-                &ctx.recorder,
-                cron,
-                EventType::Warning,
-                reasons::INVALID_SPEC,
-                "Validate",
-                message,
-            )
-            .await;
+            refuse(&ctx.recorder, cron, reasons::INVALID_SPEC, &message).await;
             None
         }
     }

@@ -19,6 +19,7 @@ use crate::kuberay::keys::{annotations, labels, ports};
 use crate::kuberay::names;
 use crate::kuberay::spec::auth_enabled;
 use crate::ray::JobSubmitRequest;
+use crate::validation::pod::ray_container;
 use crate::validation::rayjob::RayJobValues;
 
 /// Label on the RayCluster made for a RayJob: the submission mode.
@@ -149,13 +150,7 @@ fn go_quote(s: &str) -> String {
 
 /// The dashboard port named `dashboard` on the head's Ray container (default 8265).
 fn head_dashboard_port(cluster: &RayCluster) -> i32 {
-    cluster
-        .spec
-        .head_group_spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
+    ray_container(&cluster.spec.head_group_spec.template)
         .and_then(|c| c.ports.as_ref())
         .and_then(|ps| {
             ps.iter()
@@ -304,13 +299,7 @@ pub fn submit_command(
 
 /// The Ray image of the head (the default submitter image).
 fn head_image(cluster: &RayCluster) -> String {
-    cluster
-        .spec
-        .head_group_spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
+    ray_container(&cluster.spec.head_group_spec.template)
         .and_then(|c| c.image.clone())
         .unwrap_or_default()
 }

@@ -40,16 +40,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
-use kube::ResourceExt;
-use kube::api::Api;
-use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::api::RayCluster;
-use crate::api::rayjob::RayJob;
 use crate::controllers::frame::policy::Backoff;
 use crate::controllers::frame::run::Frame;
+use crate::controllers::frame::watch::{Child, Watches};
 use crate::kuberay::keys::labels;
 
 /// Runs the controller until `shutdown` completes.
@@ -62,55 +57,34 @@ pub async fn run(
         api: client,
         events,
     } = clients.into();
-    let namespace = config.namespace.clone();
-    let jobs: Api<RayJob> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let clusters: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let submitters: Api<Job> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let services: Api<Service> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let concurrency = config.concurrency.max(1);
     let frame =
         Frame::new("rayjob", &config.metrics).with_backoff(Backoff::starting_at(config.requeue));
-    let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(events.clone(), "rayjob-controller"),
-        client,
-        config,
-        frame,
-    });
-
-    // Label-scoped: only what RayJobs created is watched.
+    let mut watches = Watches::new(
+        &frame,
+        &client,
+        config.namespace.as_deref(),
+        &config.readiness,
+    );
+    // Label-scoped: only what RayJobs created is watched. A deleted or edited head Service is
+    // put back.
     let origin = format!(
         "{}={}",
         labels::ORIGINATED_FROM_CRD,
         build::ORIGINATED_FROM_RAYJOB
     );
-    let cluster_events = watcher(clusters, watcher::Config::default().labels(&origin))
-        .backoff(crate::k8s::watch_backoff())
-        .touched_objects();
-    let submitter_events = watcher(submitters, watcher::Config::default().labels(&origin))
-        .backoff(crate::k8s::watch_backoff())
-        .touched_objects();
-    // A deleted or edited head Service is put back.
-    let service_events = watcher(services, watcher::Config::default().labels(&origin))
-        .backoff(crate::k8s::watch_backoff())
-        .touched_objects();
-    let (store, writer) = reflector::store();
-    let job_events = watcher(jobs, watcher::Config::default())
-        .backoff(crate::k8s::watch_backoff())
-        .modify(|job: &mut RayJob| job.managed_fields_mut().clear())
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
-
-    ctx.frame.track_ready(&ctx.config.readiness, store.clone());
-    let _kuberay = ctx.config.metrics.observe_rayjobs(store.clone());
-    let controller = Controller::for_stream(job_events, store)
-        .trigger_backoff(crate::k8s::watch_backoff())
-        .owns_stream(cluster_events)
-        .owns_stream(submitter_events)
-        .owns_stream(service_events)
-        .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown);
-    crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
+    watches
+        .concurrency(config.concurrency)
+        .owns(Child::<RayCluster>::labelled(&origin))
+        .owns(Child::<Job>::labelled(&origin))
+        .owns(Child::<Service>::labelled(&origin));
+    let _kuberay = config.metrics.observe_rayjobs(watches.store());
+    let ctx = Arc::new(Context {
+        recorder: crate::k8s::recorder(events, "rayjob-controller"),
+        client,
+        config,
+        frame,
+    });
+    watches.run(reconcile::reconcile, ctx, shutdown).await;
 }
 
 #[cfg(test)]

@@ -10,9 +10,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::info;
 
 use super::apply::{ensure_cluster, ensure_submitter, set_finalizers};
 use super::config::Config;
@@ -28,6 +27,7 @@ use crate::api::raycluster::{ClusterState, MANAGED_BY_KUBERAY};
 use crate::api::rayjob::{
     JobDeploymentStatus, JobFailedReason, JobSubmissionMode, RayJob, RayJobStatus,
 };
+use crate::controllers::frame::refuse::refuse;
 use crate::controllers::frame::run::{Frame, Framed};
 use crate::validation::rayjob::RayJobValues;
 use crate::validation::validated::for_controller;
@@ -89,58 +89,17 @@ pub(super) async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action,
 
     let valid = match for_controller(job, &ctx.config.feature_gates) {
         Ok(valid) => valid,
-        Err(invalid) => {
-            warn!(reason = invalid.reason, message = %invalid.message, "RayJob refused");
-            ctx.event(
-                job,
-                EventType::Warning,
-                invalid.reason,
-                "Validate",
-                invalid.message.clone(),
-            )
-            .await;
-            status.job_deployment_status = Some(JobDeploymentStatus::ValidationFailed);
-            status.reason = Some(JobFailedReason::ValidationFailed);
-            status.message = Some(invalid.message);
-            write_status(job, ctx, &before, &status).await?;
-            return Ok(Action::await_change());
-        }
+        Err(invalid) => return refused(job, ctx, &before, status, invalid).await,
     };
-
     let now = now();
     let started_in = status.job_deployment_status;
-    let action = match started_in {
-        None => start(job, &valid, ctx, &mut status, &now).await?,
-        // A fixed spec brings a refused RayJob back (KubeRay leaves it stuck).
-        Some(JobDeploymentStatus::ValidationFailed) => {
-            status = RayJobStatus {
-                succeeded: status.succeeded,
-                failed: status.failed,
-                ..Default::default()
-            };
-            Action::requeue(Duration::ZERO)
-        }
-        Some(JobDeploymentStatus::Initializing) => {
-            initializing(job, &valid, ctx, &mut status, &now).await?
-        }
-        Some(JobDeploymentStatus::Waiting) => waiting(job, &mut status, &now, &ctx.config),
-        Some(JobDeploymentStatus::Running) => running(job, &valid, ctx, &mut status, &now).await?,
-        Some(s @ (JobDeploymentStatus::Suspending | JobDeploymentStatus::Retrying)) => {
-            tear_down(job, ctx, &mut status, s).await?
-        }
-        Some(JobDeploymentStatus::Suspended) => {
-            if job.spec.suspend == Some(true) {
-                Action::await_change()
-            } else {
-                status.job_deployment_status = None;
-                status.job_status = None;
-                Action::requeue(Duration::ZERO)
-            }
-        }
-        Some(JobDeploymentStatus::Complete | JobDeploymentStatus::Failed) => {
-            return finished(job, ctx, &status, &now).await;
-        }
-    };
+    if matches!(
+        started_in,
+        Some(JobDeploymentStatus::Complete | JobDeploymentStatus::Failed)
+    ) {
+        return finished(job, ctx, &status, &now).await;
+    }
+    let action = step(job, &valid, ctx, &mut status, &now).await?;
     if started_in.is_some_and(|s| !s.is_terminal()) {
         transitions::finish_pass(&job.spec, &before, &mut status, &now);
     }
@@ -161,6 +120,64 @@ pub(super) async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action,
             action
         },
     )
+}
+
+/// The validate stage's refusal: the frame's policy, and the status says `ValidationFailed`.
+async fn refused(
+    job: &RayJob,
+    ctx: &Context,
+    before: &RayJobStatus,
+    mut status: RayJobStatus,
+    invalid: crate::validation::problem::Problem,
+) -> Result<Action, Error> {
+    let wait = refuse(&ctx.recorder, job, invalid.reason, &invalid.message).await;
+    status.job_deployment_status = Some(JobDeploymentStatus::ValidationFailed);
+    status.reason = Some(JobFailedReason::ValidationFailed);
+    status.message = Some(invalid.message);
+    write_status(job, ctx, before, &status).await?;
+    Ok(wait)
+}
+
+/// One step of the state machine from a status that is not final (`Complete` and `Failed` are
+/// `finished`'s).
+async fn step(
+    job: &RayJob,
+    valid: &RayJobValues,
+    ctx: &Context,
+    status: &mut RayJobStatus,
+    now: &Time,
+) -> Result<Action, Error> {
+    Ok(match status.job_deployment_status {
+        None => start(job, valid, ctx, status, now).await?,
+        // A fixed spec brings a refused RayJob back (KubeRay leaves it stuck).
+        Some(JobDeploymentStatus::ValidationFailed) => {
+            *status = RayJobStatus {
+                succeeded: status.succeeded,
+                failed: status.failed,
+                ..Default::default()
+            };
+            Action::requeue(Duration::ZERO)
+        }
+        Some(JobDeploymentStatus::Initializing) => {
+            initializing(job, valid, ctx, status, now).await?
+        }
+        Some(JobDeploymentStatus::Waiting) => waiting(job, status, now, &ctx.config),
+        Some(JobDeploymentStatus::Running) => running(job, valid, ctx, status, now).await?,
+        Some(s @ (JobDeploymentStatus::Suspending | JobDeploymentStatus::Retrying)) => {
+            tear_down(job, ctx, status, s).await?
+        }
+        Some(JobDeploymentStatus::Suspended) => {
+            if job.spec.suspend == Some(true) {
+                Action::await_change()
+            } else {
+                status.job_deployment_status = None;
+                status.job_status = None;
+                Action::requeue(Duration::ZERO)
+            }
+        }
+        // Final: `finished` handles them before a step is taken.
+        Some(JobDeploymentStatus::Complete | JobDeploymentStatus::Failed) => Action::await_change(),
+    })
 }
 
 /// New: finalizer, job id and cluster name, then Initializing.

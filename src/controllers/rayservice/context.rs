@@ -19,7 +19,7 @@ use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{RayService, RayServiceStatus};
 use crate::controllers::frame::memory::ObjectKey;
 use crate::controllers::frame::memory::ObjectMemory;
-use crate::controllers::frame::run::Frame;
+use crate::controllers::frame::run::{Frame, Framed};
 use crate::k8s::index::ObjectIndex;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::Store;
@@ -70,14 +70,6 @@ impl Context {
     ) -> T {
         self.memory.with(service, f)
     }
-
-    /// A deleted RayService: its memory and its failure count go.
-    pub(super) fn forget(&self, key: &ObjectKey) {
-        self.memory.forget(key);
-        self.frame.forget(key);
-        self.serve_watches
-            .unwatch(&kube::runtime::reflector::ObjectRef::new(&key.1).within(&key.0));
-    }
 }
 
 impl Context {
@@ -126,5 +118,19 @@ impl Context {
 
     pub(super) fn cached_service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
         self.services.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+impl Framed<RayService> for Context {
+    fn frame(&self) -> &Frame<RayService> {
+        &self.frame
+    }
+
+    /// A deleted RayService: its memory, its failure count and its Serve watch go.
+    fn forget(&self, key: &ObjectKey) {
+        self.memory.forget(key);
+        self.frame.forget(key);
+        self.serve_watches
+            .unwatch(&kube::runtime::reflector::ObjectRef::new(&key.1).within(&key.0));
     }
 }

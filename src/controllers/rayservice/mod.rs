@@ -42,18 +42,13 @@ mod upgrade;
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::Api;
-use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use crate::api::raycluster::RayCluster;
-use crate::api::rayservice::RayService;
-use crate::controllers::frame::memory::{ObjectMemory, key_of};
+use crate::controllers::frame::memory::ObjectMemory;
 use crate::controllers::frame::run::Frame;
+use crate::controllers::frame::watch::{Child, Watches};
 use crate::k8s::field_managers;
 use crate::k8s::index::ObjectIndex;
 use crate::kuberay::keys::labels;
@@ -72,122 +67,55 @@ pub async fn run(
         api: client,
         events,
     } = clients.into();
-    let namespace = config.namespace.clone();
-    let services_api: Api<RayService> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let clusters_api: Api<RayCluster> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let k8s_services: Api<Service> = crate::k8s::scoped_api(&client, namespace.as_deref());
-    let pods: Api<Pod> = crate::k8s::scoped_api(&client, namespace.as_deref());
-
-    let (cluster_store, cluster_writer) = reflector::store();
-    let (service_store, service_writer) = reflector::store();
-    let (pod_store, pod_writer) = reflector::store();
-    let (rayservice_store, rayservice_writer) = reflector::store();
-    let cluster_index = ObjectIndex::by_controller();
-    let head_pod_index = ObjectIndex::by_label(labels::CLUSTER);
-    let concurrency = config.concurrency.max(1);
     let frame = Frame::new("rayservice", &config.metrics);
+    let mut watches = Watches::new(
+        &frame,
+        &client,
+        config.namespace.as_deref(),
+        &config.readiness,
+    );
+    // Label-scoped: only what RayServices made (clusters, Services) and their head Pods.
+    let owned = format!("{}={}", labels::ORIGINATED_FROM_CRD, build::CREATOR);
+    let cluster_index = ObjectIndex::by_controller();
+    let clusters = watches.owns_cached(
+        Child::<RayCluster>::labelled(&owned)
+            .trimmed(|c| c.managed_fields_mut().clear())
+            .indexed(cluster_index.clone()),
+    );
+    let services = watches.owns_cached(Child::<Service>::labelled(&owned).trimmed(|s| {
+        s.managed_fields_mut().clear();
+        s.status = None;
+    }));
+    let head_pod_index = ObjectIndex::by_label(labels::CLUSTER);
+    let head_selector = format!("{}={},{}", labels::NODE_TYPE, labels::HEAD, labels::SERVE);
+    let head_pods = watches.cache(
+        Child::<Pod>::labelled(head_selector)
+            .trimmed(|p| {
+                // Only the name, labels and owner matter here.
+                p.managed_fields_mut().clear();
+                p.spec = None;
+                p.status = None;
+                p.metadata.annotations = None;
+            })
+            .indexed(head_pod_index.clone()),
+    );
     let (serve_watches, serve_lost) = serve_watch::ServeWatches::new();
+    watches
+        .concurrency(config.concurrency)
+        .reconcile_on(serve_lost);
+    let _kuberay = config.metrics.observe_rayservices(watches.store());
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(events.clone(), field_managers::RAYSERVICE),
+        recorder: crate::k8s::recorder(events, field_managers::RAYSERVICE),
         client,
         config,
-        clusters: cluster_store,
-        cluster_index: cluster_index.clone(),
-        services: service_store,
-        head_pods: pod_store,
-        head_pod_index: head_pod_index.clone(),
+        clusters,
+        cluster_index,
+        services,
+        head_pods,
+        head_pod_index,
         memory: ObjectMemory::new(),
         frame,
         serve_watches,
     });
-
-    // Label-scoped: only what RayServices made (clusters, Services) and their head Pods.
-    let owned = format!("{}={}", labels::ORIGINATED_FROM_CRD, build::CREATOR);
-    let cluster_events = watcher(clusters_api, watcher::Config::default().labels(&owned))
-        .backoff(crate::k8s::watch_backoff())
-        .modify(|c: &mut RayCluster| c.managed_fields_mut().clear())
-        .map(move |event| {
-            if let Ok(event) = &event {
-                cluster_index.apply(event);
-            }
-            event
-        })
-        .reflect(cluster_writer)
-        .touched_objects();
-    let service_events = watcher(k8s_services, watcher::Config::default().labels(&owned))
-        .backoff(crate::k8s::watch_backoff())
-        .modify(|s: &mut Service| {
-            s.managed_fields_mut().clear();
-            s.status = None;
-        })
-        .reflect(service_writer)
-        .touched_objects();
-    let head_selector = format!("{}={},{}", labels::NODE_TYPE, labels::HEAD, labels::SERVE);
-    let pod_events = watcher(pods, watcher::Config::default().labels(&head_selector))
-        .backoff(crate::k8s::watch_backoff())
-        .modify(|p: &mut Pod| {
-            // Only the name, labels and owner matter here.
-            p.managed_fields_mut().clear();
-            p.spec = None;
-            p.status = None;
-            p.metadata.annotations = None;
-        })
-        .map(move |event| {
-            if let Ok(event) = &event {
-                head_pod_index.apply(event);
-            }
-            event
-        })
-        .reflect(pod_writer)
-        .for_each(|_| async {});
-    tokio::spawn(pod_events);
-
-    let forget_ctx = ctx.clone();
-    let rayservice_events = watcher(services_api, watcher::Config::default())
-        .backoff(crate::k8s::watch_backoff())
-        .modify(|s: &mut RayService| s.managed_fields_mut().clear())
-        .map(move |event| {
-            if let Ok(watcher::Event::Delete(service)) = &event {
-                forget_ctx.forget(&key_of(service));
-            }
-            event
-        })
-        .reflect(rayservice_writer)
-        .applied_objects()
-        .predicate_filter(crate::k8s::spec_or_metadata_changed, Default::default());
-
-    let queue = ctx.frame.queue().clone();
-    let rayservice_events = rayservice_events.inspect(move |s| {
-        if let Ok(s) = s {
-            queue.changed(s.namespace(), s.name_any());
-        }
-    });
-    let queue = ctx.frame.queue().clone();
-    let cluster_events = cluster_events.inspect(move |c| {
-        if let Ok(c) = c {
-            queue.owner_changed(c.meta(), "RayService");
-        }
-    });
-    let queue = ctx.frame.queue().clone();
-    let service_events = service_events.inspect(move |s| {
-        if let Ok(s) = s {
-            queue.owner_changed(s.meta(), "RayService");
-        }
-    });
-    ctx.frame
-        .track_ready(&ctx.config.readiness, ctx.clusters.clone());
-    ctx.frame
-        .track_ready(&ctx.config.readiness, rayservice_store.clone());
-    let _kuberay = ctx
-        .config
-        .metrics
-        .observe_rayservices(rayservice_store.clone());
-    let controller = Controller::for_stream(rayservice_events, rayservice_store)
-        .trigger_backoff(crate::k8s::watch_backoff())
-        .owns_stream(cluster_events)
-        .owns_stream(service_events)
-        .reconcile_on(serve_lost)
-        .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown);
-    crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
+    watches.run(reconcile::reconcile, ctx, shutdown).await;
 }

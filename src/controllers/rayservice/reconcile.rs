@@ -11,7 +11,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use tracing::warn;
 
 use super::apply::{ClustersApplied, apply_services, count_serve_endpoints, delete_clusters};
 use super::config::SHORT_REQUEUE;
@@ -25,7 +24,7 @@ use super::{apply, build, incremental, reasons, serve, status, upgrade};
 use crate::api::conditions::FALSE;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{RayService, RayServiceStatus, condition_reasons, condition_types};
-use crate::controllers::frame::run::{Frame, Framed};
+use crate::controllers::frame::refuse::refuse;
 use crate::validation::validated::Validated;
 
 impl crate::controllers::frame::ReportPanic<RayService> for Context {
@@ -35,12 +34,6 @@ impl crate::controllers::frame::ReportPanic<RayService> for Context {
         message: String,
     ) -> futures::future::BoxFuture<'static, ()> {
         crate::controllers::frame::panic_event(&self.recorder, object, message)
-    }
-}
-
-impl Framed<RayService> for Context {
-    fn frame(&self) -> &Frame<RayService> {
-        &self.frame
     }
 }
 
@@ -244,15 +237,7 @@ async fn validate(
         Err(problems) => problems.into_vec(),
     };
     let message = crate::validation::problem::join(&problems);
-    warn!(%message, "RayService refused");
-    ctx.event(
-        service,
-        EventType::Warning,
-        reasons::INVALID_SPEC,
-        "Validate",
-        message.clone(),
-    )
-    .await;
+    let wait = refuse(&ctx.recorder, service, reasons::INVALID_SPEC, &message).await;
     status::set(
         status,
         condition_types::READY,
@@ -265,7 +250,7 @@ async fn validate(
     status.service_status = None;
     status.observed_generation = generation;
     write_status_if_changed(service, ctx, status.clone()).await?;
-    Ok(Err(Action::await_change()))
+    Ok(Err(wait))
 }
 
 /// After the initializing timeout: no cluster is active or pending, and every cluster goes.

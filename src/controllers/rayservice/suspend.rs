@@ -78,6 +78,17 @@ impl Stamp {
             self.now.clone(),
         )
     }
+
+    /// While suspending and once suspended: not ready, not upgrading, not rolling back.
+    fn nothing_serves(&self, status: &mut RayServiceStatus, reason: &str, message: &str) {
+        for type_ in [
+            condition_types::READY,
+            condition_types::UPGRADE_IN_PROGRESS,
+            condition_types::ROLLBACK_IN_PROGRESS,
+        ] {
+            self.set(status, type_, FALSE, reason, message);
+        }
+    }
 }
 
 /// A suspension was just requested: Suspending, nothing ready or upgrading, no Serve status.
@@ -89,19 +100,7 @@ fn start_suspending(status: &mut RayServiceStatus, stamp: &Stamp) {
         condition_reasons::SUSPEND_REQUESTED,
         "spec.suspend is true: the clusters and Services are being deleted",
     );
-    for t in [
-        condition_types::READY,
-        condition_types::UPGRADE_IN_PROGRESS,
-        condition_types::ROLLBACK_IN_PROGRESS,
-    ] {
-        stamp.set(
-            status,
-            t,
-            FALSE,
-            condition_reasons::SUSPEND_IN_PROGRESS,
-            "suspending",
-        );
-    }
+    stamp.nothing_serves(status, condition_reasons::SUSPEND_IN_PROGRESS, "suspending");
     status.active_service_status = None;
     status.pending_service_status = None;
     status.num_serve_endpoints = Some(0);
@@ -211,19 +210,7 @@ fn report_suspending(status: &mut RayServiceStatus, stamp: &Stamp, remaining: us
         condition_reasons::SUSPEND_COMPLETE,
         "every cluster and Service of the RayService is deleted",
     );
-    for t in [
-        condition_types::READY,
-        condition_types::UPGRADE_IN_PROGRESS,
-        condition_types::ROLLBACK_IN_PROGRESS,
-    ] {
-        stamp.set(
-            status,
-            t,
-            FALSE,
-            condition_reasons::SUSPEND_COMPLETE,
-            "suspended",
-        );
-    }
+    stamp.nothing_serves(status, condition_reasons::SUSPEND_COMPLETE, "suspended");
     Action::await_change()
 }
 

@@ -30,20 +30,18 @@ mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
-use kube::{Resource, ResourceExt};
+use kube::runtime::predicates;
+use kube::runtime::reflector::ObjectRef;
 use tracing::warn;
 
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::ServePipeline;
-use crate::controllers::frame::memory::ObjectMemory;
+use crate::controllers::frame::memory::{ObjectKey, ObjectMemory};
 use crate::controllers::frame::run::{self, Frame};
+use crate::controllers::frame::watch::{Child, Watches};
 use crate::k8s::{LABEL_MANAGED_BY, MANAGED_BY, field_managers};
 pub use config::Config;
 use context::Context;
@@ -64,67 +62,43 @@ pub async fn run(
         api: client,
         events,
     } = clients.into();
-    let pipelines: Api<ServePipeline> =
-        crate::k8s::scoped_api(&client, config.namespace.as_deref());
-    let rayservices: Api<RayService> = crate::k8s::scoped_api(&client, config.namespace.as_deref());
-    let secrets: Api<PartialObjectMeta<Secret>> = match config.namespace.as_deref() {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-
-    // Only the metadata of Secrets is watched: enough to see a rotation, without caching values.
-    let (secret_store, secret_writer) = reflector::store();
-    let secret_events = watcher(secrets, watcher::Config::default())
-        .backoff(crate::k8s::watch_backoff())
-        .reflect(secret_writer)
-        .touched_objects();
-
-    // Our own status writes do not change the generation: filtering on it avoids a hot loop.
-    let (pipeline_store, pipeline_writer) = reflector::store();
-    let pipeline_stream = watcher(pipelines, watcher::Config::default())
-        .backoff(crate::k8s::watch_backoff())
-        .reflect(pipeline_writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
     let frame = Frame::new(METRICS_NAME, &config.metrics).with_retry_ceiling(refresh_interval);
-    let queue = frame.queue().clone();
-    let pipeline_stream = {
-        let queue = queue.clone();
-        pipeline_stream.inspect(move |p| {
-            if let Ok(p) = p {
-                queue.changed(p.namespace(), p.name_any());
-            }
-        })
-    };
-    let rayservice_events = {
-        let queue = queue.clone();
-        watcher(
-            rayservices,
-            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")),
-        )
-        .backoff(crate::k8s::watch_backoff())
-        .touched_objects()
-        .inspect(move |rs| {
-            if let Ok(rs) = rs {
-                queue.owner_changed(rs.meta(), "ServePipeline");
-            }
-        })
-    };
-    let secret_queue = queue.clone();
-    let store_for_secrets = pipeline_store.clone();
-    frame.track_ready(&config.readiness, pipeline_store.clone());
-    frame.track_ready(&config.readiness, secret_store.clone());
-    let _phases = config.metrics.observe_pipelines(pipeline_store.clone());
-    let controller_config =
-        kube::runtime::controller::Config::default().concurrency(config.concurrency);
-
+    let mut watches = Watches::new(
+        &frame,
+        &client,
+        config.namespace.as_deref(),
+        &config.readiness,
+    );
+    // Only the metadata of Secrets is watched: enough to see a rotation, without caching values.
+    let secrets = watches.watches_cached(
+        Child::<PartialObjectMeta<Secret>>::every(),
+        |secret, pipelines| {
+            let (namespace, name) = (secret.namespace(), secret.name_any());
+            pipelines
+                .state()
+                .into_iter()
+                .filter(|p| p.namespace() == namespace && references_secret(p, &name))
+                .map(|p| ObjectRef::from_obj(&*p))
+                .collect::<Vec<_>>()
+        },
+    );
     let (fetches, fetched) = FetchQueue::new(config.fetch_slots.clone());
+    watches
+        // Our own status writes do not change the generation: filtering on it avoids a hot loop.
+        .relevant_when(predicates::generation)
+        .concurrency(config.concurrency)
+        .owns(Child::<RayService>::labelled(format!(
+            "{LABEL_MANAGED_BY}={MANAGED_BY}"
+        )))
+        // A finished fetch brings its pipeline back.
+        .reconcile_on(fetched);
+    let _phases = config.metrics.observe_pipelines(watches.store());
     let ctx = Arc::new(Context {
         client: client.clone(),
         fetcher: config.fetcher.clone(),
-        recorder: crate::k8s::recorder(events.clone(), field_managers::SERVEPIPELINE),
+        recorder: crate::k8s::recorder(events, field_managers::SERVEPIPELINE),
         config,
-        secrets: secret_store,
+        secrets,
         state: ObjectMemory::new(),
         status_written: ObjectMemory::new(),
         counted_rollout: ObjectMemory::new(),
@@ -132,28 +106,7 @@ pub async fn run(
         fetches,
         stats: Default::default(),
     });
-
-    let controller = Controller::for_stream(pipeline_stream, pipeline_store)
-        .trigger_backoff(crate::k8s::watch_backoff())
-        .with_config(controller_config)
-        .owns_stream(rayservice_events)
-        // A finished fetch brings its pipeline back.
-        .reconcile_on(fetched)
-        .watches_stream(secret_events, move |secret: PartialObjectMeta<Secret>| {
-            let ns = secret.namespace();
-            let name = secret.name_any();
-            store_for_secrets
-                .state()
-                .into_iter()
-                .filter(|p| p.namespace() == ns && references_secret(p, &name))
-                .map(|p| {
-                    secret_queue.changed(p.namespace(), p.name_any());
-                    ObjectRef::from_obj(&*p)
-                })
-                .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(shutdown);
-    crate::controllers::frame::run::drive(controller, reconcile::reconcile, ctx).await;
+    watches.run(reconcile::reconcile, ctx, shutdown).await;
 }
 
 fn references_secret(pipeline: &ServePipeline, secret: &str) -> bool {
@@ -171,6 +124,17 @@ fn references_secret(pipeline: &ServePipeline, secret: &str) -> bool {
 impl run::Framed<ServePipeline> for Context {
     fn frame(&self) -> &Frame<ServePipeline> {
         &self.frame
+    }
+
+    /// A deleted pipeline: what is remembered of it, its fetch and its counters reader go.
+    fn forget(&self, key: &ObjectKey) {
+        self.state.forget(key);
+        self.status_written.forget(key);
+        self.counted_rollout.forget(key);
+        self.frame.forget(key);
+        let pipeline = ObjectRef::new(&key.1).within(&key.0);
+        self.fetches.forget(&pipeline);
+        self.stats.stop(&pipeline);
     }
 }
 
