@@ -20,7 +20,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use super::kuberay_metrics::KubeRayCollector;
 use super::process::ProcessCollector;
@@ -154,6 +154,13 @@ fn rollout_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
 }
 
+/// Registers `metric` under `name` and hands it back: metrics are shared handles, so the one
+/// kept records into the registry.
+fn register<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// Cloneable handle on the process' metrics; every clone records into the same registry.
 #[derive(Clone)]
 pub struct Metrics {
@@ -207,104 +214,100 @@ impl Metrics {
         let mut root = Registry::default();
         root.register_collector(Box::new(ProcessCollector));
         let registry = root.sub_registry_with_prefix("raypipe");
-        let reconciles = Family::<ControllerLabels, Counter>::default();
-        registry.register(
+        let reconciles = register(
+            registry,
             "reconcile",
             "Reconciliations run, by controller",
-            reconciles.clone(),
+            Family::<ControllerLabels, Counter>::default(),
         );
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
+        let reconcile_errors = register(
+            registry,
             "reconcile_errors",
             "Reconciliations that ended in an error, by controller and error category",
-            reconcile_errors.clone(),
+            Family::<ErrorLabels, Counter>::default(),
         );
-        let reconcile_duration: HistogramFamily<ControllerLabels> =
-            Family::new_with_constructor(reconcile_histogram);
-        registry.register(
+        let reconcile_duration: HistogramFamily<ControllerLabels> = register(
+            registry,
             "reconcile_duration_seconds",
             "Time one reconciliation took, by controller",
-            reconcile_duration.clone(),
+            Family::new_with_constructor(reconcile_histogram),
         );
-        let reconciles_in_flight = Family::<ControllerLabels, Gauge>::default();
-        registry.register(
+        let reconciles_in_flight = register(
+            registry,
             "reconciles_in_flight",
             "Reconciliations running now, by controller (kube-runtime keeps its queue private, so this is the visible part of it)",
-            reconciles_in_flight.clone(),
+            Family::<ControllerLabels, Gauge>::default(),
         );
-        let queue_depth = Family::<ControllerLabels, Gauge>::default();
-        registry.register(
+        let queue_depth = register(
+            registry,
             "reconcile_queue_depth",
             "Objects with a change seen (their own or an owned object's) and not yet picked up by a reconciliation, by controller",
-            queue_depth.clone(),
+            Family::<ControllerLabels, Gauge>::default(),
         );
-        let update_stages: HistogramFamily<StageLabels> =
-            Family::new_with_constructor(reconcile_histogram);
-        registry.register(
+        let update_stages: HistogramFamily<StageLabels> = register(
+            registry,
             "pipeline_update_stage_seconds",
             "Time each stage took when a ServePipeline adopted a new graph: fetch_validate (download, decode, validate), render, apply (the RayService update)",
-            update_stages.clone(),
+            Family::new_with_constructor(reconcile_histogram),
         );
-        let fetch_duration: HistogramFamily<FetchLabels> =
-            Family::new_with_constructor(fetch_histogram);
-        registry.register(
+        let fetch_duration: HistogramFamily<FetchLabels> = register(
+            registry,
             "graph_fetch_duration_seconds",
             "Time a model-graph download took, by outcome (failed downloads included)",
-            fetch_duration.clone(),
+            Family::new_with_constructor(fetch_histogram),
         );
-        let fetch_failures = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        let fetch_failures = register(
+            registry,
             "graph_fetch_failures",
             "Model-graph downloads that failed, by reason",
-            fetch_failures.clone(),
+            Family::<ReasonLabels, Counter>::default(),
         );
-        let raycluster_provisioning = rollout_histogram();
-        registry.register(
+        let raycluster_provisioning = register(
+            registry,
             "raycluster_provisioning_duration_seconds",
             "Time from a RayCluster's creation until all its Pods were first ready",
-            raycluster_provisioning.clone(),
+            rollout_histogram(),
         );
-        let rayservice_upgrade = rollout_histogram();
-        registry.register(
+        let rayservice_upgrade = register(
+            registry,
             "rayservice_upgrade_duration_seconds",
             "Time a RayService took to move its traffic to a new RayCluster",
-            rayservice_upgrade.clone(),
+            rollout_histogram(),
         );
-        let rollouts = Family::<RolloutLabels, Counter>::default();
-        registry.register(
+        let rollouts = register(
+            registry,
             "pipeline_rollouts",
             "Canary rollouts of a new graph that ended, by result (Promoted, RolledBack, Aborted)",
-            rollouts.clone(),
+            Family::<RolloutLabels, Counter>::default(),
         );
         for result in ROLLOUT_RESULTS {
             let _ = rollouts.get_or_create(&RolloutLabels { result });
         }
-        let leader = Gauge::default();
-        registry.register(
+        let leader = register(
+            registry,
             "leader",
             "1 while this replica holds the leader lease and runs the controllers",
-            leader.clone(),
+            Gauge::default(),
         );
-        let admissions = Family::<AdmissionLabels, Counter>::default();
-        registry.register(
+        let admissions = register(
+            registry,
             "webhook_admissions",
             "Admission reviews answered, by kind and verdict",
-            admissions.clone(),
+            Family::<AdmissionLabels, Counter>::default(),
         );
         let pipelines = Arc::new(PipelinePhases::default());
         registry.register_collector(Box::new(pipelines.clone()));
-        let kube_requests = Family::<KubeRequestLabels, Counter>::default();
-        registry.register(
+        let kube_requests = register(
+            registry,
             "kube_requests",
             "Requests the operator sent to the Kubernetes API server, by verb and HTTP status code",
-            kube_requests.clone(),
+            Family::<KubeRequestLabels, Counter>::default(),
         );
-        let kube_request_duration: HistogramFamily<VerbLabels> =
-            Family::new_with_constructor(kube_request_histogram);
-        registry.register(
+        let kube_request_duration: HistogramFamily<VerbLabels> = register(
+            registry,
             "kube_request_duration_seconds",
             "Time until the Kubernetes API server's answer, by verb",
-            kube_request_duration.clone(),
+            Family::new_with_constructor(kube_request_histogram),
         );
         let reconcile_results = Family::<ResultLabels, Counter>::default();
         let kuberay = options.kuberay.then(|| {

@@ -13,8 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::ControllerKind;
-use crate::config::flags::{LogFormat, LogLevelArgs, OperatorArgs};
+use crate::config::flags::{ControllerListArgs, LogFormat, LogLevelArgs, OperatorArgs};
 use crate::startup;
 
 #[derive(Debug, Parser)]
@@ -48,14 +47,8 @@ pub enum Command {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Controllers to run (comma separated).
-    #[arg(
-        long,
-        env = "RAYPIPE_CONTROLLERS",
-        value_delimiter = ',',
-        default_value = "servepipeline,raycluster,rayservice,rayjob,raycronjob"
-    )]
-    pub controllers: Vec<ControllerKind>,
+    #[command(flatten)]
+    pub controllers: ControllerListArgs,
     /// Log format.
     #[arg(long, env = "RAYPIPE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -125,6 +118,8 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
+    use crate::config::ControllerKind;
+
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
@@ -191,6 +186,9 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("expected run")
         };
-        assert_eq!(args.controllers, vec![ControllerKind::Servepipeline]);
+        assert_eq!(
+            args.controllers.controllers,
+            vec![ControllerKind::Servepipeline]
+        );
     }
 }

@@ -132,7 +132,7 @@ pub async fn run_with_metrics(
     // Every replica checks the CRDs, so a standby is ready (and serves the webhook) too.
     crate::api::check_named_crds_installed(
         &client,
-        &ControllerKind::needed_crds(&args.controllers),
+        &ControllerKind::needed_crds(&args.controllers.controllers),
     )
     .await?;
     readiness.set_crds_present();
@@ -140,7 +140,7 @@ pub async fn run_with_metrics(
     let settings = ControllerSettings {
         code_store,
         ..ControllerSettings::from_args(
-            &args.controllers,
+            &args.controllers.controllers,
             operator,
             metrics.clone(),
             readiness.clone(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::ArgAction;
 
+use super::ControllerKind;
 use super::file::OperatorConfiguration;
 use super::kuberay::KubeRayArgs;
 use crate::validation::feature_gates::FeatureGates;
@@ -324,6 +325,19 @@ fn parse_mirror(text: &str) -> Result<(String, String), String> {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// `--controllers`, shared by `run` and `dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerListArgs {
+    /// Controllers to run (comma separated).
+    #[arg(
+        long,
+        env = "RAYPIPE_CONTROLLERS",
+        value_delimiter = ',',
+        default_value = "servepipeline,raycluster,rayservice,rayjob,raycronjob"
+    )]
+    pub controllers: Vec<ControllerKind>,
 }
 
 /// `--log-level`, shared by `run` and `dev`.

@@ -18,6 +18,21 @@ pub(crate) struct TooDeep {
     pub column: usize,
 }
 
+/// One more level of flow nesting, opened at 1-based `line` and `column`: the one place both
+/// scans refuse text past `max_depth`.
+fn open_bracket(
+    depth: &mut usize,
+    max_depth: usize,
+    line: usize,
+    column: usize,
+) -> Result<(), TooDeep> {
+    *depth += 1;
+    if *depth > max_depth {
+        return Err(TooDeep { line, column });
+    }
+    Ok(())
+}
+
 /// Checks JSON text: nesting of arrays and objects at most `max_depth`.
 pub(crate) fn check_json(text: &str, max_depth: usize) -> Result<(), TooDeep> {
     let mut depth = 0usize;
@@ -40,15 +55,7 @@ pub(crate) fn check_json(text: &str, max_depth: usize) -> Result<(), TooDeep> {
         }
         match byte {
             b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max_depth {
-                    return Err(TooDeep {
-                        line,
-                        column: at - line_start + 1,
-                    });
-                }
-            }
+            b'[' | b'{' => open_bracket(&mut depth, max_depth, line, at - line_start + 1)?,
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
@@ -159,13 +166,7 @@ pub(crate) fn check_yaml(text: &str, max_depth: usize) -> Result<(), TooDeep> {
                 continue;
             }
             b'[' | b'{' => {
-                depth += 1;
-                if depth > max_depth {
-                    return Err(TooDeep {
-                        line,
-                        column: at - line_start + 1,
-                    });
-                }
+                open_bracket(&mut depth, max_depth, line, at - line_start + 1)?;
                 node_start = true;
                 after_space = false;
             }

@@ -71,6 +71,22 @@ fn needs_gate(field: &str, gate: &str) -> String {
     format!("{field} needs the {gate} feature gate")
 }
 
+/// An alpha field of the spec at `p`: both judges refuse it while `gate` is off.
+fn require_gate(
+    p: &str,
+    field: &str,
+    gate: &str,
+    feature_gates: &FeatureGates,
+    problems: &mut Problems,
+) {
+    if !feature_gates.enabled(gate) {
+        problems.both(
+            needs_gate(&format!("{p}.{field}"), gate),
+            needs_gate(field, gate),
+        );
+    }
+}
+
 /// KubeRay's controller treats an empty value as unset.
 fn set_non_empty(map: Option<&BTreeMap<String, String>>, key: &str) -> bool {
     map.and_then(|m| m.get(key)).is_some_and(|v| !v.is_empty())
@@ -438,15 +454,13 @@ pub fn raycluster_spec(
 
     // Alpha features behind gates.
     if let Some(history) = &spec.history_server_options {
-        if !feature_gates.enabled(gates::RAY_CLUSTER_HISTORY_SERVER) {
-            problems.both(
-                needs_gate(
-                    &format!("{p}.historyServerOptions"),
-                    gates::RAY_CLUSTER_HISTORY_SERVER,
-                ),
-                needs_gate("historyServerOptions", gates::RAY_CLUSTER_HISTORY_SERVER),
-            );
-        }
+        require_gate(
+            p,
+            "historyServerOptions",
+            gates::RAY_CLUSTER_HISTORY_SERVER,
+            feature_gates,
+            problems,
+        );
         match &history.collector_options {
             None => problems.webhook_only(format!(
                 "{p}.historyServerOptions.collectorOptions is required"
@@ -462,12 +476,13 @@ pub fn raycluster_spec(
         check_network_policy(p, spec, feature_gates, problems);
     }
     if let Some(tls) = &spec.tls_options {
-        if !feature_gates.enabled(gates::RAY_CLUSTER_MTLS) {
-            problems.both(
-                needs_gate(&format!("{p}.tlsOptions"), gates::RAY_CLUSTER_MTLS),
-                needs_gate("tlsOptions", gates::RAY_CLUSTER_MTLS),
-            );
-        }
+        require_gate(
+            p,
+            "tlsOptions",
+            gates::RAY_CLUSTER_MTLS,
+            feature_gates,
+            problems,
+        );
         check_tls(p, spec, tls.enabled == Some(true), problems);
     }
 
@@ -602,15 +617,13 @@ fn check_network_policy(
     let Some(policy) = &spec.network_policy else {
         return;
     };
-    if !feature_gates.enabled(gates::RAY_CLUSTER_NETWORK_POLICY) {
-        problems.both(
-            needs_gate(
-                &format!("{p}.networkPolicy"),
-                gates::RAY_CLUSTER_NETWORK_POLICY,
-            ),
-            needs_gate("networkPolicy", gates::RAY_CLUSTER_NETWORK_POLICY),
-        );
-    }
+    require_gate(
+        p,
+        "networkPolicy",
+        gates::RAY_CLUSTER_NETWORK_POLICY,
+        feature_gates,
+        problems,
+    );
     let mode = policy.mode.unwrap_or(NetworkPolicyMode::DenyAll);
     // Rules must restrict what the mode restricts.
     let check_mode = |problems: &mut Problems,

@@ -16,14 +16,8 @@ pub struct DevArgs {
     /// across restarts).
     #[arg(long, env = "RAYPIPE_DEV_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Controllers to run in-process (comma separated).
-    #[arg(
-        long,
-        env = "RAYPIPE_CONTROLLERS",
-        value_delimiter = ',',
-        default_value = "servepipeline,raycluster,rayservice,rayjob,raycronjob"
-    )]
-    pub controllers: Vec<ControllerKind>,
+    #[command(flatten)]
+    pub controllers: crate::config::flags::ControllerListArgs,
     /// Start only etcd and kube-apiserver (no controller-manager, scheduler or kwok).
     #[arg(long)]
     pub minimal: bool,
@@ -386,9 +380,10 @@ async fn serve(
         );
         Some(registry)
     };
-    let mut settings = crate::config::ControllerSettings::new(&args.controllers);
+    let controllers = &args.controllers.controllers;
+    let mut settings = crate::config::ControllerSettings::new(controllers);
     // `raypipe dev` runs every controller it is given; RayCronJob's needs its gate.
-    if args.controllers.contains(&ControllerKind::Raycronjob) {
+    if controllers.contains(&ControllerKind::Raycronjob) {
         settings.feature_gates = settings
             .feature_gates
             .clone()

@@ -9,6 +9,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::properties::{json_value, predicate_strategy};
+use super::wire_bytes::{self, push_len};
 use crate::graph::proto::{
     Compare, DeploymentOptions, Edge, InputNode, JsonObject, JsonValue, ModelNode, Node, Op,
     OutputNode, PipelineGraph, Predicate, node, predicate,
@@ -252,24 +253,7 @@ fn every_form_accepts_the_same_nesting() {
 /// The wire form of `nested_template(depth)`, written directly: building the nested structure
 /// (and dropping it) would itself recurse `depth` times.
 fn nested_template_bytes(depth: usize) -> Vec<u8> {
-    let mut inner: Vec<u8> = vec![0x20, 0x02]; // JsonValue.int_value = 1
-    for _ in 0..depth {
-        let mut list = vec![0x0a]; // JsonList.values
-        push_len(&mut list, &inner);
-        let mut value = vec![0x32]; // JsonValue.list_value
-        push_len(&mut value, &list);
-        inner = value;
-    }
-    let mut node = vec![0x0a, 0x02, b'm', b'0', 0x4a]; // Node.name, Node.input_template
-    push_len(&mut node, &inner);
-    let mut graph = vec![0x32]; // PipelineGraph.nodes
-    push_len(&mut graph, &node);
-    graph
-}
-
-fn push_len(out: &mut Vec<u8>, content: &[u8]) {
-    push_varint(out, content.len());
-    out.extend_from_slice(content);
+    wire_bytes::nested_template_bytes("m0", depth)
 }
 
 #[test]
@@ -530,14 +514,6 @@ fn memory_is_bounded_on_the_wire_before_decoding() {
     assert_eq!(error.reason(), "GraphTooLarge");
     let large = vec![0u8; MAX_GRAPH_BYTES + 1];
     assert!(matches!(decode(&large), Err(GraphError::TooLarge { .. })));
-}
-
-fn push_varint(out: &mut Vec<u8>, mut value: usize) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
 }
 
 /// A valid graph at the node and edge limits: a chain of models, each also joined to the next

@@ -6,3 +6,4 @@ pub(crate) mod samples;
 mod text;
 mod validation;
 mod vectors;
+pub(crate) mod wire_bytes;

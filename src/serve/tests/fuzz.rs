@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
+use crate::graph::tests::wire_bytes::nested_template_bytes;
 use crate::serve::fuzzing::exercise;
 
 /// Time one input may take: generous for a debug build on a shared 2-core machine, and still
@@ -85,21 +86,7 @@ fn apply(mut data: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
 fn hostile() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         // Nested JsonValue/JsonList inside a node's input_template, any depth.
-        (1usize..400).prop_map(|depth| {
-            let mut inner: Vec<u8> = vec![0x20, 0x02]; // int_value 1
-            for _ in 0..depth {
-                let mut list = vec![0x0a]; // JsonList.values
-                push_len(&mut list, &inner);
-                let mut value = vec![0x32]; // JsonValue.list_value
-                push_len(&mut value, &list);
-                inner = value;
-            }
-            let mut node = vec![0x0a, 0x01, b'm', 0x4a]; // name, input_template
-            push_len(&mut node, &inner);
-            let mut graph = vec![0x32];
-            push_len(&mut graph, &node);
-            graph
-        }),
+        (1usize..400).prop_map(|depth| nested_template_bytes("m", depth)),
         // Many repeated top-level entries of one field.
         (
             prop_oneof![Just(0x32u8), Just(0x3a), Just(0x4a), Just(0x52)],
@@ -125,16 +112,6 @@ fn hostile() -> impl Strategy<Value = Vec<u8>> {
         )
             .prop_map(|(pieces, times)| pieces.concat().repeat(times).into_bytes()),
     ]
-}
-
-fn push_len(out: &mut Vec<u8>, content: &[u8]) {
-    let mut n = content.len();
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
-    out.extend_from_slice(content);
 }
 
 proptest! {

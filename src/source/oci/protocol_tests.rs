@@ -233,25 +233,10 @@ async fn tag_and_digest_pulls_check_both_digests_and_reuse_the_token() {
         }
     );
     // A digest reference equal to the applied one needs no request at all.
-    let by_digest = pull(
-        &fetcher,
-        &registry,
-        &format!("team/g@{digest}"),
-        &alice,
-        Some(digest),
-        None,
-    )
-    .await;
+    let pinned = format!("team/g@{digest}");
+    let by_digest = pull(&fetcher, &registry, &pinned, &alice, Some(digest), None).await;
     assert!(matches!(by_digest, Ok(OciOutcome::Unchanged { .. })));
-    let fresh = pull(
-        &fetcher,
-        &registry,
-        &format!("team/g@{digest}"),
-        &alice,
-        None,
-        None,
-    )
-    .await;
+    let fresh = pull(&fetcher, &registry, &pinned, &alice, None, None).await;
     assert!(matches!(fresh, Ok(OciOutcome::Fetched { .. })));
     assert_eq!(
         registry.lock().expect("lock").token_requests,
