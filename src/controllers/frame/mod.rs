@@ -7,6 +7,8 @@
 //!   containment, and ONE retry policy with per-object backoff.
 //! - [`policy`]: the [`policy::ReconcileError`] trait each controller's `Error` implements
 //!   (category, transience, an optional requeue hint) and the pure retry decision.
+//! - [`failure`]: [`failure::KubeFailure`], a failed kube API call as every controller's `Error`
+//!   holds it, with the one metric category of such failures.
 //! - [`memory`]: [`memory::ObjectMemory`], per-object memory that starts afresh when the object's
 //!   uid changes (a deleted and re-created object inherits nothing).
 //! - [`refuse`]: [`refuse::refuse`], the one policy for a spec the rule book rejects.
@@ -23,6 +25,7 @@
 //! shutdown marks the operator unhealthy instead of silently leaving its kind unreconciled. The
 //! release profile keeps `panic = "unwind"` for this.
 
+pub mod failure;
 pub mod memory;
 pub mod policy;
 pub mod refuse;

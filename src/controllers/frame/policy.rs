@@ -23,7 +23,7 @@ use super::Panicked;
 /// ```ignore
 /// impl frame::policy::ReconcileError for Error {
 ///     fn category(&self) -> &'static str {
-///         match self { Error::Kube { .. } => "apply", Error::Panicked(_) => "panic", .. }
+///         match self { Error::Kube(_) => KubeFailure::CATEGORY, Error::Panicked(_) => "panic", .. }
 ///     }
 /// }
 /// ```

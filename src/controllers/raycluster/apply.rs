@@ -10,7 +10,7 @@ use tracing::{debug, info};
 
 use super::config::SHORT_REQUEUE;
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use super::status::{Outcome, Progress};
 use super::{builders, children, isolation, pods};
 use crate::api::raycluster::{RayCluster, RayClusterStatus};
@@ -55,7 +55,7 @@ pub(super) async fn set_finalizers(
     )
     .await
     .map_err(|e| {
-        Error::kube(
+        KubeFailure::new(
             format!(
                 "updating the finalizers of RayCluster {}",
                 cluster.name_any()

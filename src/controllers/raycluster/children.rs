@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use super::builders;
 use super::cache::owned_by;
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use crate::api::raycluster::RayCluster;
 use crate::k8s::field_managers;
 use crate::kuberay::keys::{annotations, reasons};
@@ -61,7 +61,7 @@ where
     let existing = api
         .get_opt(&name)
         .await
-        .map_err(|e| Error::kube(format!("reading {kind} {name}"), e))?;
+        .map_err(|e| KubeFailure::new(format!("reading {kind} {name}"), e))?;
     if let Some(existing) = &existing {
         if let Err(conflict) =
             crate::k8s::check_controlled_by(existing, &cluster.uid().unwrap_or_default())
@@ -129,7 +129,7 @@ pub(super) async fn ensure_autoscaler_rbac(
             let found = api
                 .get_opt(&name)
                 .await
-                .map_err(|e| Error::kube(format!("reading ServiceAccount {name}"), e))?;
+                .map_err(|e| KubeFailure::new(format!("reading ServiceAccount {name}"), e))?;
             if found.is_none() {
                 let message = format!(
                     "the head Pod names ServiceAccount {name}, which does not exist; create it (the operator only makes one it names itself)"
@@ -188,7 +188,7 @@ pub(super) async fn ensure_auth_secret(cluster: &RayCluster, ctx: &Context) -> R
     let existing = api
         .get_metadata_opt(&name)
         .await
-        .map_err(|e| Error::kube(format!("reading Secret {name}"), e))?;
+        .map_err(|e| KubeFailure::new(format!("reading Secret {name}"), e))?;
     if let Some(existing) = &existing {
         // Someone else's Secret of that name would hand its token to our Pods.
         if let Err(conflict) =
@@ -245,7 +245,7 @@ pub(super) async fn ensure_ingress(cluster: &RayCluster, ctx: &Context) -> Resul
     let existing = api
         .get_opt(&name)
         .await
-        .map_err(|e| Error::kube(format!("reading Ingress {name}"), e))?;
+        .map_err(|e| KubeFailure::new(format!("reading Ingress {name}"), e))?;
     match existing {
         None => {
             if let Err(e) =

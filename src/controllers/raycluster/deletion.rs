@@ -14,7 +14,7 @@ use super::apply::set_finalizers;
 use super::builders;
 use super::config::{HEAD_TERMINATION_REQUEUE, SHORT_REQUEUE};
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use super::expectations::key_of;
 use super::pods::{delete_pod_collection, node_type_of};
 use crate::api::conditions;
@@ -134,7 +134,7 @@ async fn delete_all_pods(cluster: &RayCluster, ctx: &Context) -> Result<(), Erro
         );
         delete_pod_collection(cluster, ctx, &selector)
             .await
-            .map_err(|e| Error::kube(format!("deleting the {node_type} Pods"), e))?;
+            .map_err(|e| KubeFailure::new(format!("deleting the {node_type} Pods"), e))?;
     }
     Ok(())
 }
@@ -152,7 +152,7 @@ async fn clean_up_redis(
     let job = jobs
         .get_opt(&job_name)
         .await
-        .map_err(|e| Error::kube(format!("reading Job {job_name}"), e))?;
+        .map_err(|e| KubeFailure::new(format!("reading Job {job_name}"), e))?;
     match job {
         // Someone else's Job of that name says nothing about our Redis: it is left alone, and
         // the deletion waits (bounded by the timeout).

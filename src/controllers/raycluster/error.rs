@@ -5,18 +5,21 @@
 use std::time::Duration;
 
 use super::builders::BuildError;
+use crate::controllers::frame::failure::K8S_ERROR_CATEGORY;
+// Re-exported: the controller's files take the shared failure from beside `Error`.
+pub(super) use crate::controllers::frame::failure::KubeFailure;
 use crate::controllers::frame::policy::ReconcileError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{action}: {source}")]
-    Kube {
-        action: String,
-        /// The `ReplicaFailure` reason when a Pod could not be created or deleted.
-        replica_failure: Option<&'static str>,
-        // Boxed: kube::Error is large and this enum travels through every reconcile.
+    #[error(transparent)]
+    Kube(#[from] KubeFailure),
+    /// A Pod could not be created or deleted; `reason` is the `ReplicaFailure` reason.
+    #[error("{failure}")]
+    Replica {
+        reason: &'static str,
         #[source]
-        source: Box<kube::Error>,
+        failure: KubeFailure,
     },
     #[error(transparent)]
     Apply(#[from] crate::k8s::K8sError),
@@ -37,7 +40,8 @@ pub enum Error {
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::Kube { .. } | Error::Apply(_) => "apply",
+            Error::Kube(_) | Error::Replica { .. } => KubeFailure::CATEGORY,
+            Error::Apply(_) => K8S_ERROR_CATEGORY,
             Error::Build(_) => "build",
             Error::Conflict(_) => "conflict",
             Error::InvalidStatus(_) => "status",
@@ -48,34 +52,66 @@ impl ReconcileError for Error {
 }
 
 impl Error {
-    pub(super) fn kube(action: impl Into<String>, source: kube::Error) -> Error {
-        Error::Kube {
-            action: action.into(),
-            replica_failure: None,
-            source: Box::new(source),
-        }
-    }
-
     pub(super) fn replica(
         reason: &'static str,
         action: impl Into<String>,
         source: kube::Error,
     ) -> Error {
-        Error::Kube {
-            action: action.into(),
-            replica_failure: Some(reason),
-            source: Box::new(source),
+        Error::Replica {
+            reason,
+            failure: KubeFailure::new(action, source),
         }
     }
 
     pub(super) fn replica_failure(&self) -> Option<&'static str> {
         match self {
-            Error::Kube {
-                replica_failure, ..
-            } => *replica_failure,
+            Error::Replica { reason, .. } => Some(reason),
             // An object in the way of a child blocks the cluster as a failed Pod would.
             Error::Apply(e) => e.conflict_reason(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forbidden() -> kube::Error {
+        crate::controllers::frame::failure::tests::api_error(403, "Forbidden")
+    }
+
+    #[test]
+    fn a_failed_pod_carries_its_replica_failure_reason_and_the_same_message() {
+        let replica = Error::replica("FailedCreateWorkerPod", "creating Pod w-1", forbidden());
+        assert_eq!(replica.replica_failure(), Some("FailedCreateWorkerPod"));
+        assert_eq!(
+            replica.to_string(),
+            format!("creating Pod w-1: {}", forbidden())
+        );
+        assert_eq!(replica.category(), KubeFailure::CATEGORY);
+
+        let other = Error::from(KubeFailure::new("reading Secret s", forbidden()));
+        assert_eq!(other.replica_failure(), None);
+        assert_eq!(
+            other.to_string(),
+            format!("reading Secret s: {}", forbidden())
+        );
+        assert_eq!(other.category(), KubeFailure::CATEGORY);
+    }
+
+    #[test]
+    fn an_object_in_the_way_is_a_replica_failure_counted_as_apply() {
+        let conflict = Error::Apply(crate::k8s::K8sError::NotOwned {
+            kind: "Service".into(),
+            namespace: "team".into(),
+            name: "c-head-svc".into(),
+            controller: None,
+        });
+        assert_eq!(
+            conflict.replica_failure(),
+            Some(crate::k8s::conflict_reason("Service"))
+        );
+        assert_eq!(conflict.category(), K8S_ERROR_CATEGORY);
     }
 }

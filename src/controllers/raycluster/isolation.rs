@@ -18,7 +18,7 @@ use kube::runtime::events::EventType;
 use super::builders::{self, gcs_storage, mtls};
 use super::cache::owned_by;
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use super::status::Progress;
 use crate::api::raycluster::RayCluster;
 use crate::k8s::field_managers;
@@ -57,7 +57,7 @@ pub(super) async fn ensure_network_policies(
     let existing = api
         .list_metadata(&ListParams::default().labels(&selector))
         .await
-        .map_err(|e| Error::kube("listing NetworkPolicies", e))?;
+        .map_err(|e| KubeFailure::new("listing NetworkPolicies", e))?;
     for stale in existing
         .items
         .iter()
@@ -85,7 +85,7 @@ pub(super) async fn ensure_network_policies(
                     format!("Failed to delete NetworkPolicy {namespace}/{name}: {e}"),
                 )
                 .await;
-                return Err(Error::kube(format!("deleting NetworkPolicy {name}"), e));
+                return Err(KubeFailure::new(format!("deleting NetworkPolicy {name}"), e).into());
             }
         }
     }
@@ -104,7 +104,7 @@ async fn ensure_network_policy(
     let existing = api
         .get_opt(&name)
         .await
-        .map_err(|e| Error::kube(format!("reading NetworkPolicy {name}"), e))?;
+        .map_err(|e| KubeFailure::new(format!("reading NetworkPolicy {name}"), e))?;
     let Some(existing) = existing else {
         if let Err(e) = crate::k8s::create_owned(api, desired, field_managers::RAYCLUSTER).await {
             ctx.event(
@@ -186,7 +186,7 @@ pub(super) async fn ensure_gcs_storage(cluster: &RayCluster, ctx: &Context) -> R
     let existing = api
         .get_opt(&name)
         .await
-        .map_err(|e| Error::kube(format!("reading PersistentVolumeClaim {name}"), e))?;
+        .map_err(|e| KubeFailure::new(format!("reading PersistentVolumeClaim {name}"), e))?;
     match (desired, existing) {
         (None, None) => {
             ctx.event(
@@ -205,7 +205,12 @@ pub(super) async fn ensure_gcs_storage(cluster: &RayCluster, ctx: &Context) -> R
             let created = api
                 .create(&PostParams::default(), &desired)
                 .await
-                .map_err(|e| Error::kube(format!("creating PersistentVolumeClaim {name}"), e));
+                .map_err(|e| {
+                    Error::Kube(KubeFailure::new(
+                        format!("creating PersistentVolumeClaim {name}"),
+                        e,
+                    ))
+                });
             if let Err(e) = created {
                 ctx.event(
                     cluster,
@@ -314,7 +319,7 @@ async fn align_pvc_owner(
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| {
-            Error::kube(
+            KubeFailure::new(
                 format!("updating the owner of PersistentVolumeClaim {name}"),
                 e,
             )
@@ -385,7 +390,7 @@ pub(super) async fn ensure_mtls(cluster: &RayCluster, ctx: &Context) -> Result<P
             // An error, so the frame backs off instead of repeating this every 2 s.
             return Err(Error::Conflict(message));
         }
-        return Err(Error::kube("discovering cert-manager.io/v1", e));
+        return Err(KubeFailure::new("discovering cert-manager.io/v1", e).into());
     }
     let result = async {
         for object in mtls::pki(cluster)? {
@@ -434,7 +439,7 @@ async fn create_if_absent(
     if let Some(found) = api
         .get_opt(&name)
         .await
-        .map_err(|e| Error::kube(format!("reading {} {name}", resource.kind), e))?
+        .map_err(|e| KubeFailure::new(format!("reading {} {name}", resource.kind), e))?
     {
         if !owned_by(&found.metadata, cluster) {
             let conflict = crate::k8s::K8sError::NotOwned {
@@ -449,7 +454,7 @@ async fn create_if_absent(
     }
     api.create(&PostParams::default(), object)
         .await
-        .map_err(|e| Error::kube(format!("creating {} {name}", resource.kind), e))
+        .map_err(|e| KubeFailure::new(format!("creating {} {name}", resource.kind), e).into())
 }
 
 fn resource_of(object: &DynamicObject) -> ApiResource {
@@ -480,7 +485,7 @@ async fn ensure_leaf(
     let written = api
         .replace(&name, &PostParams::default(), &updated)
         .await
-        .map_err(|e| Error::kube(format!("updating Certificate {name}"), e))?;
+        .map_err(|e| KubeFailure::new(format!("updating Certificate {name}"), e))?;
     ctx.event(
         cluster,
         EventType::Normal,
@@ -508,7 +513,7 @@ async fn own_secret(
     let Some(secret) = api
         .get_metadata_opt(secret_name)
         .await
-        .map_err(|e| Error::kube(format!("reading Secret {secret_name}"), e))?
+        .map_err(|e| KubeFailure::new(format!("reading Secret {secret_name}"), e))?
     else {
         return Ok(false);
     };
@@ -531,7 +536,7 @@ async fn own_secret(
     }});
     api.patch(secret_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| Error::kube(format!("setting the owner of Secret {secret_name}"), e))?;
+        .map_err(|e| KubeFailure::new(format!("setting the owner of Secret {secret_name}"), e))?;
     Ok(true)
 }
 
@@ -554,7 +559,7 @@ pub(super) async fn mtls_not_ready(
         let certificate = certificates
             .get_opt(&certificate_name)
             .await
-            .map_err(|e| Error::kube(format!("reading Certificate {certificate_name}"), e))?;
+            .map_err(|e| KubeFailure::new(format!("reading Certificate {certificate_name}"), e))?;
         if !certificate.as_ref().is_some_and(mtls::certificate_ready) {
             return Ok(Some(format!(
                 "certificate {certificate_name} is not ready at its current generation"
@@ -564,7 +569,7 @@ pub(super) async fn mtls_not_ready(
         let secret = secrets
             .get_opt(&secret_name)
             .await
-            .map_err(|e| Error::kube(format!("reading Secret {secret_name}"), e))?;
+            .map_err(|e| KubeFailure::new(format!("reading Secret {secret_name}"), e))?;
         let complete = secret.is_some_and(|s| {
             let data = s.data.unwrap_or_default();
             mtls::SECRET_KEYS

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::time::Instant;
 
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use super::status::{
     LastWritten, Outcome, StatusInputs, StatusWrite, compute_status, is_true, plan_write,
 };
@@ -79,7 +79,7 @@ pub(super) async fn update(
         )
         .await
         .map_err(|e| {
-            Error::kube(
+            KubeFailure::new(
                 format!(
                     "writing the status of RayCluster {}",
                     kube::ResourceExt::name_any(cluster)

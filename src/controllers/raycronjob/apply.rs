@@ -77,7 +77,7 @@ pub(super) async fn apply(
                 .await;
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(kube_err(format!("deleting RayJob {name}"))(e)),
+            Err(e) => return Err(kube_err(format!("deleting RayJob {name}"))(e).into()),
         }
     }
     let mut active: Vec<String> = observed

@@ -1,15 +1,14 @@
 //! The RayCronJob controller's one error type.
 
+use crate::controllers::frame::failure::K8S_ERROR_CATEGORY;
+// Re-exported: the controller's files take the shared failure from beside `Error`.
+pub(super) use crate::controllers::frame::failure::{KubeFailure, kube_err};
 use crate::controllers::frame::policy::ReconcileError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{action}: {source}")]
-    Kube {
-        action: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error(transparent)]
+    Kube(#[from] KubeFailure),
     #[error(transparent)]
     K8s(#[from] crate::k8s::K8sError),
     /// A bug: the reconcile panicked; contained to this object (see `controllers::frame`).
@@ -20,17 +19,9 @@ pub enum Error {
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::Kube { .. } => "kube",
-            Error::K8s(_) => "apply",
+            Error::Kube(_) => KubeFailure::CATEGORY,
+            Error::K8s(_) => K8S_ERROR_CATEGORY,
             Error::Panicked(_) => "panic",
         }
-    }
-}
-
-pub(super) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error::Kube {
-        action,
-        source: Box::new(source),
     }
 }

@@ -6,7 +6,7 @@ use kube::{Resource, ResourceExt};
 
 use super::apply::Applied;
 use super::context::Context;
-use super::error::{Error, kube_err};
+use super::error::{Error, KubeFailure};
 use crate::api::raycronjob::{RayCronJob, RayCronJobStatus};
 use crate::api::rayjob::RayJob;
 use crate::k8s::field_managers;
@@ -53,5 +53,5 @@ pub(super) async fn write(
         status,
     )
     .await
-    .map_err(kube_err("writing the RayCronJob status"))
+    .map_err(|e| KubeFailure::new("writing the RayCronJob status", e).into())
 }

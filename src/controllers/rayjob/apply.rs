@@ -355,7 +355,7 @@ pub(super) async fn delete_cluster(
                 format!("Failed to delete RayCluster {name}: {e}"),
             )
             .await;
-            Err(kube_err(format!("deleting RayCluster {name}"))(e))
+            Err(kube_err(format!("deleting RayCluster {name}"))(e).into())
         }
     }
 }
@@ -411,9 +411,7 @@ pub(super) async fn suspend_workers(
                 format!("Failed to suspend the worker groups of RayCluster {name}: {e}"),
             )
             .await;
-            Err(kube_err(format!(
-                "suspending the workers of RayCluster {name}"
-            ))(e))
+            Err(kube_err(format!("suspending the workers of RayCluster {name}"))(e).into())
         }
     }
 }

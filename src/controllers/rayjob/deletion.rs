@@ -114,7 +114,7 @@ pub(super) async fn tear_down(
                             format!("Failed to delete submitter Job {}: {e}", job.name_any()),
                         )
                         .await;
-                        return Err(kube_err("deleting the submitter Job")(e));
+                        return Err(kube_err("deleting the submitter Job")(e).into());
                     }
                 }
             }
@@ -201,7 +201,7 @@ pub(super) async fn finished(
                     {
                         Ok(_) => {}
                         Err(kube::Error::Api(e)) if e.code == 404 => {}
-                        Err(e) => return Err(kube_err("deleting the RayJob")(e)),
+                        Err(e) => return Err(kube_err("deleting the RayJob")(e).into()),
                     }
                     return Ok(Action::await_change());
                 }

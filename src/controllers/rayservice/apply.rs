@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt};
 use tracing::info;
 
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use super::observed::Observed;
 use super::status::write_status_if_changed;
 use super::upgrade::{Built, Candidate, Desired, IncrementalPlan};
@@ -312,7 +312,7 @@ pub(super) async fn count_serve_endpoints(
         .list(&ListParams::default().labels(&format!("kubernetes.io/service-name in ({names})")))
         .await
         .map_err(|e| {
-            Error::kube(
+            KubeFailure::new(
                 format!("listing the EndpointSlices of Service(s) {names}"),
                 e,
             )

@@ -2,16 +2,15 @@
 
 use std::time::Duration;
 
+use crate::controllers::frame::failure::K8S_ERROR_CATEGORY;
+// Re-exported: the controller's files take the shared failure from beside `Error`.
+pub(super) use crate::controllers::frame::failure::KubeFailure;
 use crate::controllers::raycluster::builders::BuildError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{action}: {source}")]
-    Kube {
-        action: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error(transparent)]
+    Kube(#[from] KubeFailure),
     #[error(transparent)]
     Apply(#[from] crate::k8s::K8sError),
     #[error(transparent)]
@@ -27,19 +26,11 @@ impl crate::controllers::frame::policy::ReconcileError for Error {
     /// The `category` label of the reconcile error metric.
     fn category(&self) -> &'static str {
         match self {
-            Error::Kube { .. } | Error::Apply(_) => "apply",
+            Error::Kube(_) => KubeFailure::CATEGORY,
+            Error::Apply(_) => K8S_ERROR_CATEGORY,
             Error::Build(_) => "build",
             Error::CacheNotReady(_) => "cache",
             Error::Panicked(_) => "panic",
-        }
-    }
-}
-
-impl Error {
-    pub(super) fn kube(action: impl Into<String>, source: kube::Error) -> Error {
-        Error::Kube {
-            action: action.into(),
-            source: Box::new(source),
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
 use kube::ResourceExt;
 
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use super::observed::ServeObservation;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{
@@ -274,7 +274,7 @@ pub(super) async fn write_status_if_changed(
     )
     .await
     .map_err(|e| {
-        Error::kube(
+        KubeFailure::new(
             format!("writing the status of RayService {}", service.name_any()),
             e,
         )

@@ -1,24 +1,18 @@
 //! The ServePipeline controller's one error type and how the frame retries each kind.
 
 use super::build::reasons;
+use crate::controllers::frame::failure::K8S_ERROR_CATEGORY;
+// Re-exported: the controller's files take the shared failure from beside `Error`.
+pub(super) use crate::controllers::frame::failure::KubeFailure;
 use crate::controllers::frame::policy::{ReconcileError, Retry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("reading {what}: {source}")]
-    Read {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
+    /// Reading an object ("reading X: ...") or writing the status ("writing the status of N: ...").
+    #[error(transparent)]
+    Kube(#[from] KubeFailure),
     #[error(transparent)]
     Apply(#[from] crate::k8s::K8sError),
-    #[error("writing the status of {name}: {source}")]
-    Status {
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
     /// A problem with the pipeline's input (source, graph, spec); already in its status.
     #[error("{reason}: {message}")]
     Input {
@@ -34,9 +28,8 @@ pub enum Error {
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::Read { .. } => "read",
-            Error::Apply(_) => "apply",
-            Error::Status { .. } => "status",
+            Error::Kube(_) => KubeFailure::CATEGORY,
+            Error::Apply(_) => K8S_ERROR_CATEGORY,
             Error::Input { .. } => "input",
             Error::Panicked(_) => "panic",
         }

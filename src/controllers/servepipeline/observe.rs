@@ -12,7 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 use super::build;
 use super::canary;
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use super::memory::{PipelineState, Versions};
 use super::plan::Strategy;
 use super::source;
@@ -59,13 +59,9 @@ async fn read_rayservice(
     let namespace = pipeline.namespace().unwrap_or_default();
     let rs_name = build::rayservice_name(pipeline);
     let rs_api: Api<RayService> = Api::namespaced(ctx.client.clone(), &namespace);
-    rs_api
-        .get_opt(&rs_name)
-        .await
-        .map_err(|source| Error::Read {
-            what: format!("RayService {namespace}/{rs_name}"),
-            source,
-        })
+    rs_api.get_opt(&rs_name).await.map_err(|source| {
+        KubeFailure::new(format!("reading RayService {namespace}/{rs_name}"), source).into()
+    })
 }
 
 /// The routers' counters as the pipeline's reader last read them, mid-rollout (never a wait);

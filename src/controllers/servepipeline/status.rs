@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use super::conditions::{MAX_LOGGED_MESSAGE, Problem};
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, KubeFailure};
 use super::memory::{GoodGraph, MemoryUpdate};
 use crate::api::servepipeline::{ServePipeline, ServePipelineStatus};
 use crate::k8s::field_managers;
@@ -63,9 +63,12 @@ pub(super) async fn write(
         status,
     )
     .await
-    .map_err(|source| Error::Status {
-        name: pipeline.name_any(),
-        source,
+    .map_err(|source| {
+        KubeFailure::new(
+            format!("writing the status of {}", pipeline.name_any()),
+            source,
+        )
+        .into()
     })
 }
 
