@@ -15,6 +15,8 @@
 //! - [`status`]: [`status::apply_status`], the one server-side apply of a status subresource.
 //! - [`watch`]: [`watch::Watches`], the watch kit: a controller declares its watches (its own
 //!   kind, owned children, caches, related objects) and the kit wires and runs them.
+//! - [`children`]: [`children::ChildWriter`], a child object's write (create-only or
+//!   server-side apply, never taking one over) with the Event that reports its outcome.
 //! - This file: panic containment ([`contain`], [`contain_policy`], [`ReportPanic`]) and the
 //!   controller-task [`Supervisor`].
 //!
@@ -25,6 +27,7 @@
 //! shutdown marks the operator unhealthy instead of silently leaving its kind unreconciled. The
 //! release profile keeps `panic = "unwind"` for this.
 
+pub mod children;
 pub mod failure;
 pub mod memory;
 pub mod policy;

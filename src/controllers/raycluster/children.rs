@@ -17,6 +17,7 @@ use super::cache::owned_by;
 use super::context::Context;
 use super::error::{Error, KubeFailure};
 use crate::api::raycluster::RayCluster;
+use crate::controllers::frame::children::{ChildEvents, ChildWriter, Mode};
 use crate::k8s::field_managers;
 use crate::kuberay::keys::{annotations, reasons};
 use crate::kuberay::names;
@@ -69,32 +70,26 @@ where
             return Err(report_conflict(cluster, ctx, conflict).await);
         }
     } else {
-        if let Err(e) = crate::k8s::create_owned(&api, desired, field_managers::RAYCLUSTER).await {
-            if e.is_not_owned() {
-                return Err(report_conflict(cluster, ctx, e).await);
-            }
-            ctx.event(
-                cluster,
-                EventType::Warning,
-                failed,
-                "Create",
-                format!("Failed creating {kind} {namespace}/{name}: {e}"),
-            )
-            .await;
-            return Err(e.into());
-        }
-        ctx.event(
-            cluster,
-            EventType::Normal,
-            created,
-            "Create",
-            format!("Created {kind} {namespace}/{name}"),
-        )
-        .await;
+        let events = ChildEvents::new("Create")
+            .written(created, format!("Created {kind} {namespace}/{name}"))
+            .already_ours_too()
+            .failed(failed, format!("Failed creating {kind} {namespace}/{name}"))
+            .conflict_report(CONFLICT_ACTION);
+        writer(cluster, ctx)
+            .write(&api, desired, Mode::Create, events)
+            .await?;
     }
     ctx.remember_ensured(cluster, memo_key, hash);
     Ok(())
 }
+
+/// Writes the cluster's children, with their Events on it.
+fn writer<'a>(cluster: &'a RayCluster, ctx: &'a Context) -> ChildWriter<'a, RayCluster> {
+    ChildWriter::new(&ctx.recorder, cluster, field_managers::RAYCLUSTER)
+}
+
+/// The action of the Warning that names someone else's object of a child's name.
+const CONFLICT_ACTION: &str = "Create";
 
 /// A Warning event naming an object of a child's name that the cluster does not control (and
 /// which is left as it is); the error ends the pass and shows in the ReplicaFailure condition.
@@ -107,7 +102,7 @@ async fn report_conflict(
         cluster,
         EventType::Warning,
         conflict.conflict_reason().unwrap_or("ObjectConflict"),
-        "Create",
+        CONFLICT_ACTION,
         conflict.to_string(),
     )
     .await;
@@ -200,31 +195,19 @@ pub(super) async fn ensure_auth_secret(cluster: &RayCluster, ctx: &Context) -> R
         let token = random_token()
             .map_err(|e| Error::Conflict(format!("no random token for Secret {name}: {e}")))?;
         let secret = builders::objects::auth_secret(cluster, &token)?;
-        match crate::k8s::create_owned(&api, &secret, field_managers::RAYCLUSTER).await {
-            Err(e) if e.is_not_owned() => return Err(report_conflict(cluster, ctx, e).await),
-            Err(e) => {
-                ctx.event(
-                    cluster,
-                    EventType::Warning,
-                    reasons::FAILED_TO_CREATE_SECRET,
-                    "Create",
-                    format!("Failed creating Secret {namespace}/{name}: {e}"),
-                )
-                .await;
-                return Err(e.into());
-            }
-            Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
-            Ok(crate::k8s::Created::New(_)) => {
-                ctx.event(
-                    cluster,
-                    EventType::Normal,
-                    reasons::CREATED_SECRET,
-                    "Create",
-                    format!("Created Secret {namespace}/{name}"),
-                )
-                .await;
-            }
-        }
+        let events = ChildEvents::new("Create")
+            .written(
+                reasons::CREATED_SECRET,
+                format!("Created Secret {namespace}/{name}"),
+            )
+            .failed(
+                reasons::FAILED_TO_CREATE_SECRET,
+                format!("Failed creating Secret {namespace}/{name}"),
+            )
+            .conflict_report(CONFLICT_ACTION);
+        writer(cluster, ctx)
+            .write(&api, &secret, Mode::Create, events)
+            .await?;
     }
     ctx.remember_ensured(cluster, memo_key, String::new());
     Ok(())
@@ -248,30 +231,22 @@ pub(super) async fn ensure_ingress(cluster: &RayCluster, ctx: &Context) -> Resul
         .map_err(|e| KubeFailure::new(format!("reading Ingress {name}"), e))?;
     match existing {
         None => {
-            if let Err(e) =
-                crate::k8s::apply_owned(&api, &desired, None, field_managers::RAYCLUSTER).await
-            {
-                if e.is_not_owned() {
-                    return Err(report_conflict(cluster, ctx, e).await);
-                }
-                ctx.event(
-                    cluster,
-                    EventType::Warning,
-                    reasons::FAILED_TO_CREATE_INGRESS,
-                    "Create",
-                    format!("Failed creating Ingress {namespace}/{name}: {e}"),
+            let events = ChildEvents::new("Create")
+                .written(
+                    reasons::CREATED_INGRESS,
+                    format!("Created Ingress {namespace}/{name}"),
                 )
-                .await;
-                return Err(e.into());
-            }
-            ctx.event(
-                cluster,
-                EventType::Normal,
-                reasons::CREATED_INGRESS,
-                "Create",
-                format!("Created Ingress {namespace}/{name}"),
-            )
-            .await;
+                .failed(
+                    reasons::FAILED_TO_CREATE_INGRESS,
+                    format!("Failed creating Ingress {namespace}/{name}"),
+                )
+                .conflict_report(CONFLICT_ACTION);
+            // An apply, not a create: one already ours (the read raced our own create) is
+            // brought to the desired state too.
+            let mode = Mode::Apply { existing: None };
+            writer(cluster, ctx)
+                .write(&api, &desired, mode, events)
+                .await?;
         }
         Some(existing) if !owned_by(&existing.metadata, cluster) => {
             // Left alone, with a Warning; the cluster itself still works without it.
@@ -303,28 +278,21 @@ pub(super) async fn ensure_ingress(cluster: &RayCluster, ctx: &Context) -> Resul
                     != desired.metadata.annotations.clone().unwrap_or_default()
                 || Some(existing_spec) != desired.spec;
             if drifted {
-                let known = Some(&existing.metadata);
-                if let Err(e) =
-                    crate::k8s::apply_owned(&api, &desired, known, field_managers::RAYCLUSTER).await
-                {
-                    ctx.event(
-                        cluster,
-                        EventType::Warning,
-                        reasons::FAILED_TO_UPDATE_INGRESS,
-                        "Update",
-                        format!("Failed updating Ingress {namespace}/{name}: {e}"),
+                let events = ChildEvents::new("Update")
+                    .written(
+                        reasons::UPDATED_INGRESS,
+                        format!("Updated Ingress {namespace}/{name}"),
                     )
-                    .await;
-                    return Err(e.into());
-                }
-                ctx.event(
-                    cluster,
-                    EventType::Normal,
-                    reasons::UPDATED_INGRESS,
-                    "Update",
-                    format!("Updated Ingress {namespace}/{name}"),
-                )
-                .await;
+                    .failed(
+                        reasons::FAILED_TO_UPDATE_INGRESS,
+                        format!("Failed updating Ingress {namespace}/{name}"),
+                    );
+                let mode = Mode::Apply {
+                    existing: Some(&existing.metadata),
+                };
+                writer(cluster, ctx)
+                    .write(&api, &desired, mode, events)
+                    .await?;
             }
         }
     }
@@ -374,31 +342,19 @@ async fn create_service(
     let namespace = cluster.namespace().unwrap_or_default();
     let name = desired.name_any();
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
-    match crate::k8s::create_owned(&api, desired, field_managers::RAYCLUSTER).await {
-        Ok(crate::k8s::Created::New(_)) => {
-            ctx.event(
-                cluster,
-                EventType::Normal,
-                reasons::CREATED_SERVICE,
-                "Create",
-                format!("Created Service {namespace}/{name}"),
-            )
-            .await;
-        }
-        Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
-        Err(e) if e.is_not_owned() => return Err(report_conflict(cluster, ctx, e).await),
-        Err(e) => {
-            ctx.event(
-                cluster,
-                EventType::Warning,
-                reasons::FAILED_TO_CREATE_SERVICE,
-                "Create",
-                format!("Failed creating Service {namespace}/{name}: {e}"),
-            )
-            .await;
-            return Err(e.into());
-        }
-    }
+    let events = ChildEvents::new("Create")
+        .written(
+            reasons::CREATED_SERVICE,
+            format!("Created Service {namespace}/{name}"),
+        )
+        .failed(
+            reasons::FAILED_TO_CREATE_SERVICE,
+            format!("Failed creating Service {namespace}/{name}"),
+        )
+        .conflict_report(CONFLICT_ACTION);
+    writer(cluster, ctx)
+        .write(&api, desired, Mode::Create, events)
+        .await?;
     Ok(())
 }
 

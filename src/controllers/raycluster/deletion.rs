@@ -19,6 +19,7 @@ use super::expectations::key_of;
 use super::pods::{delete_pod_collection, node_type_of};
 use crate::api::conditions;
 use crate::api::raycluster::RayCluster;
+use crate::controllers::frame::children::{ChildEvents, ChildWriter, Mode};
 use crate::controllers::frame::run::Framed;
 use crate::k8s::field_managers;
 use crate::kuberay::keys::{annotations, labels, reasons};
@@ -215,31 +216,19 @@ async fn create_cleanup_job(
     let (namespace, _) = key_of(cluster);
     let spec_hash = crate::kuberay::spec::spec_hash(&cluster.spec);
     let job = builders::cleanup_job::redis_cleanup_job(cluster, &ctx.config.build, &spec_hash)?;
-    match crate::k8s::create_owned(jobs, &job, field_managers::RAYCLUSTER).await {
-        Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
-        Ok(crate::k8s::Created::New(_)) => {
-            ctx.event(
-                cluster,
-                EventType::Normal,
-                reasons::CREATED_REDIS_CLEANUP_JOB,
-                "Create",
-                format!("Created Redis cleanup Job {namespace}/{job_name}"),
-            )
-            .await;
-        }
-        Err(e) => {
-            ctx.event(
-                cluster,
-                EventType::Warning,
-                e.conflict_reason()
-                    .unwrap_or(reasons::FAILED_TO_CREATE_REDIS_CLEANUP_JOB),
-                "Create",
-                format!("Failed to create Redis cleanup Job {namespace}/{job_name}: {e}"),
-            )
-            .await;
-            return Err(e.into());
-        }
-    }
+    let events = ChildEvents::new("Create")
+        .written(
+            reasons::CREATED_REDIS_CLEANUP_JOB,
+            format!("Created Redis cleanup Job {namespace}/{job_name}"),
+        )
+        .failed(
+            reasons::FAILED_TO_CREATE_REDIS_CLEANUP_JOB,
+            format!("Failed to create Redis cleanup Job {namespace}/{job_name}"),
+        )
+        .conflict_reason();
+    ChildWriter::new(&ctx.recorder, cluster, field_managers::RAYCLUSTER)
+        .write(jobs, &job, Mode::Create, events)
+        .await?;
     Ok(())
 }
 

@@ -21,6 +21,7 @@ use super::context::Context;
 use super::error::{Error, KubeFailure};
 use super::status::Progress;
 use crate::api::raycluster::RayCluster;
+use crate::controllers::frame::children::{ChildEvents, ChildWriter, Mode};
 use crate::k8s::field_managers;
 use crate::kuberay::keys::{labels, reasons};
 use crate::kuberay::names::{self, NodeType};
@@ -105,26 +106,19 @@ async fn ensure_network_policy(
         .get_opt(&name)
         .await
         .map_err(|e| KubeFailure::new(format!("reading NetworkPolicy {name}"), e))?;
+    let writer = ChildWriter::new(&ctx.recorder, cluster, field_managers::RAYCLUSTER);
     let Some(existing) = existing else {
-        if let Err(e) = crate::k8s::create_owned(api, desired, field_managers::RAYCLUSTER).await {
-            ctx.event(
-                cluster,
-                EventType::Warning,
-                reasons::FAILED_TO_CREATE_NETWORK_POLICY,
-                "Create",
-                format!("Failed to create NetworkPolicy {namespace}/{name}: {e}"),
+        let events = ChildEvents::new("Create")
+            .written(
+                reasons::CREATED_NETWORK_POLICY,
+                format!("Created NetworkPolicy {namespace}/{name}"),
             )
-            .await;
-            return Err(e.into());
-        }
-        ctx.event(
-            cluster,
-            EventType::Normal,
-            reasons::CREATED_NETWORK_POLICY,
-            "Create",
-            format!("Created NetworkPolicy {namespace}/{name}"),
-        )
-        .await;
+            .already_ours_too()
+            .failed(
+                reasons::FAILED_TO_CREATE_NETWORK_POLICY,
+                format!("Failed to create NetworkPolicy {namespace}/{name}"),
+            );
+        writer.write(api, desired, Mode::Create, events).await?;
         return Ok(());
     };
     if !owned_by(&existing.metadata, cluster) {
@@ -144,26 +138,19 @@ async fn ensure_network_policy(
     if existing.spec == desired.spec && existing.metadata.labels == desired.metadata.labels {
         return Ok(());
     }
-    let known = Some(&existing.metadata);
-    if let Err(e) = crate::k8s::apply_owned(api, desired, known, field_managers::RAYCLUSTER).await {
-        ctx.event(
-            cluster,
-            EventType::Warning,
-            reasons::FAILED_TO_UPDATE_NETWORK_POLICY,
-            "Update",
-            format!("Failed to update NetworkPolicy {namespace}/{name}: {e}"),
+    let events = ChildEvents::new("Update")
+        .written(
+            reasons::UPDATED_NETWORK_POLICY,
+            format!("Updated NetworkPolicy {namespace}/{name}"),
         )
-        .await;
-        return Err(e.into());
-    }
-    ctx.event(
-        cluster,
-        EventType::Normal,
-        reasons::UPDATED_NETWORK_POLICY,
-        "Update",
-        format!("Updated NetworkPolicy {namespace}/{name}"),
-    )
-    .await;
+        .failed(
+            reasons::FAILED_TO_UPDATE_NETWORK_POLICY,
+            format!("Failed to update NetworkPolicy {namespace}/{name}"),
+        );
+    let mode = Mode::Apply {
+        existing: Some(&existing.metadata),
+    };
+    writer.write(api, desired, mode, events).await?;
     Ok(())
 }
 

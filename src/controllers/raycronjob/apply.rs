@@ -13,6 +13,7 @@ use super::error::{Error, kube_err};
 use super::reasons;
 use crate::api::raycronjob::RayCronJob;
 use crate::api::rayjob::RayJob;
+use crate::controllers::frame::children::{ChildEvents, ChildWriter, Mode};
 use crate::k8s::field_managers;
 
 /// What the apply stage leaves for the status.
@@ -103,36 +104,17 @@ pub(super) async fn apply(
     if let Some(tick) = plan.create {
         let job = build_job(cron, tick)?;
         let name = job.name_any();
-        match crate::k8s::create_owned(jobs_api, &job, field_managers::RAYCRONJOB).await {
-            // Created in an earlier pass whose status write was lost: the tick is done.
-            Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
-            Ok(crate::k8s::Created::New(_)) => {
-                info!(job = %name, %tick, "created a RayJob");
-                crate::k8s::publish_event(
-                    &ctx.recorder,
-                    cron,
-                    EventType::Normal,
-                    reasons::CREATED_RAY_JOB,
-                    "CreateRayJob",
-                    format!("Created RayJob {name}"),
-                )
-                .await;
-            }
-            // Someone else's RayJob has the name: left alone, reported, the tick retried.
-            Err(e) => {
-                if let Some(reason) = e.conflict_reason() {
-                    crate::k8s::publish_event(
-                        &ctx.recorder,
-                        cron,
-                        EventType::Warning,
-                        reason,
-                        "CreateRayJob",
-                        e.to_string(),
-                    )
-                    .await;
-                }
-                return Err(e.into());
-            }
+        // Someone else's RayJob of the name is left alone, reported, and the tick retried;
+        // other failures go to the error policy without an Event.
+        let events = ChildEvents::new("CreateRayJob")
+            .written(reasons::CREATED_RAY_JOB, format!("Created RayJob {name}"))
+            .conflict_report("CreateRayJob");
+        let written = ChildWriter::new(&ctx.recorder, cron, field_managers::RAYCRONJOB)
+            .write(jobs_api, &job, Mode::Create, events)
+            .await?;
+        // Not new: created in an earlier pass whose status write was lost; the tick is done.
+        if written.is_new() {
+            info!(job = %name, %tick, "created a RayJob");
         }
         if !active.contains(&name) {
             active.push(name);

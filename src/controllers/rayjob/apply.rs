@@ -16,6 +16,7 @@ use super::error::{Error, kube_err};
 use super::{build, reasons};
 use crate::api::RayCluster;
 use crate::api::rayjob::{RayJob, RayJobStatus};
+use crate::controllers::frame::children::{ChildEvents, ChildWriter, Mode};
 use crate::k8s::field_managers;
 use crate::kuberay::keys::labels;
 use crate::validation::rayjob::RayJobValues;
@@ -43,6 +44,14 @@ impl Context {
         crate::k8s::publish_event(&self.recorder, job, type_, reason, action, note).await;
     }
 }
+
+/// Writes the RayJob's children, with their Events on it.
+fn writer<'a>(job: &'a RayJob, ctx: &'a Context) -> ChildWriter<'a, RayJob> {
+    ChildWriter::new(&ctx.recorder, job, field_managers::RAYJOB)
+}
+
+/// The action of the Warning that names someone else's object of a child's name.
+const CONFLICT_ACTION: &str = "CreateRayJobChild";
 
 pub(super) async fn set_finalizers(
     job: &RayJob,
@@ -111,35 +120,21 @@ pub(super) async fn ensure_cluster(
         &name,
         status.job_id.as_deref().unwrap_or_default(),
     )?;
-    match crate::k8s::create_owned(&api, &desired, field_managers::RAYJOB).await {
-        Ok(crate::k8s::Created::AlreadyOurs(found)) => Ok(found),
-        Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
-        Ok(crate::k8s::Created::New(created)) => {
-            ctx.event(
-                job,
-                EventType::Normal,
-                reasons::CREATED_RAY_CLUSTER,
-                "CreateRayCluster",
-                format!(
-                    "Created RayCluster {}/{name}",
-                    job.namespace().unwrap_or_default()
-                ),
-            )
-            .await;
-            Ok(created)
-        }
-        Err(e) => {
-            ctx.event(
-                job,
-                EventType::Warning,
-                reasons::FAILED_TO_CREATE_RAY_CLUSTER,
-                "CreateRayCluster",
-                format!("Failed to create RayCluster {name}: {e}"),
-            )
-            .await;
-            Err(e.into())
-        }
-    }
+    let namespace = job.namespace().unwrap_or_default();
+    let events = ChildEvents::new("CreateRayCluster")
+        .written(
+            reasons::CREATED_RAY_CLUSTER,
+            format!("Created RayCluster {namespace}/{name}"),
+        )
+        .failed(
+            reasons::FAILED_TO_CREATE_RAY_CLUSTER,
+            format!("Failed to create RayCluster {name}"),
+        )
+        .conflict_report(CONFLICT_ACTION);
+    let written = writer(job, ctx)
+        .write(&api, &desired, Mode::Create, events)
+        .await?;
+    Ok(written.into_object())
 }
 
 /// A Warning event naming an object of a child's name that the RayJob does not control; the
@@ -153,7 +148,7 @@ pub(super) async fn report_conflict(
         job,
         EventType::Warning,
         conflict.conflict_reason().unwrap_or("ObjectConflict"),
-        "CreateRayJobChild",
+        CONFLICT_ACTION,
         conflict.to_string(),
     )
     .await;
@@ -207,41 +202,24 @@ pub(super) async fn ensure_head_service(
         ),
     };
     let namespace = job.namespace().unwrap_or_default();
-    match crate::k8s::apply_owned(
-        &api,
-        &desired,
-        found.as_ref().map(|f| f.meta()),
-        field_managers::RAYJOB,
-    )
-    .await
-    {
-        Ok(_) => {
-            ctx.event(
-                job,
-                EventType::Normal,
-                reason,
-                "ApplyService",
-                format!(
-                    "{verb} the service {namespace}/{name}; it selects RayCluster {}",
-                    cluster.name_any()
-                ),
-            )
-            .await;
-            Ok(())
-        }
-        Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
-        Err(e) => {
-            ctx.event(
-                job,
-                EventType::Warning,
-                failed_reason,
-                "ApplyService",
-                format!("Failed to apply the service {namespace}/{name}: {e}"),
-            )
-            .await;
-            Err(e.into())
-        }
-    }
+    let events = ChildEvents::new("ApplyService")
+        .written(
+            reason,
+            format!(
+                "{verb} the service {namespace}/{name}; it selects RayCluster {}",
+                cluster.name_any()
+            ),
+        )
+        .failed(
+            failed_reason,
+            format!("Failed to apply the service {namespace}/{name}"),
+        )
+        .conflict_report(CONFLICT_ACTION);
+    let mode = Mode::Apply {
+        existing: found.as_ref().map(|f| f.meta()),
+    };
+    writer(job, ctx).write(&api, &desired, mode, events).await?;
+    Ok(())
 }
 
 pub(super) async fn ensure_submitter(
@@ -269,36 +247,24 @@ pub(super) async fn ensure_submitter(
         status.dashboard_url.as_deref().unwrap_or_default(),
         status.job_id.as_deref().unwrap_or_default(),
     )?;
-    match crate::k8s::create_owned(&api, &desired, field_managers::RAYJOB).await {
-        Ok(crate::k8s::Created::AlreadyOurs(_)) => Ok(()),
-        Err(e) if e.is_not_owned() => Err(report_conflict(job, ctx, e).await),
-        Ok(crate::k8s::Created::New(_)) => {
-            ctx.event(
-                job,
-                EventType::Normal,
-                reasons::CREATED_SUBMITTER,
-                "CreateRayJobSubmitter",
-                format!(
-                    "Created Kubernetes Job {}/{}",
-                    job.namespace().unwrap_or_default(),
-                    job.name_any()
-                ),
-            )
-            .await;
-            Ok(())
-        }
-        Err(e) => {
-            ctx.event(
-                job,
-                EventType::Warning,
-                reasons::FAILED_TO_CREATE_SUBMITTER,
-                "CreateRayJobSubmitter",
-                format!("Failed to create the submitter Job: {e}"),
-            )
-            .await;
-            Err(e.into())
-        }
-    }
+    let events = ChildEvents::new("CreateRayJobSubmitter")
+        .written(
+            reasons::CREATED_SUBMITTER,
+            format!(
+                "Created Kubernetes Job {}/{}",
+                job.namespace().unwrap_or_default(),
+                job.name_any()
+            ),
+        )
+        .failed(
+            reasons::FAILED_TO_CREATE_SUBMITTER,
+            "Failed to create the submitter Job".to_owned(),
+        )
+        .conflict_report(CONFLICT_ACTION);
+    writer(job, ctx)
+        .write(&api, &desired, Mode::Create, events)
+        .await?;
+    Ok(())
 }
 
 /// Whether the RayJob is the controller of the object `meta` describes.

@@ -27,6 +27,7 @@ use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{
     RayService, RayServiceClusterStatus, RayServiceStatus, condition_types,
 };
+use crate::controllers::frame::children::{ChildEvents, ChildWriter, Mode};
 use crate::k8s::field_managers;
 
 /// How the cluster writes of a pass ended.
@@ -89,36 +90,24 @@ async fn create_cluster(
     let cluster = built?;
     let api: Api<RayCluster> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    match crate::k8s::create_owned(&api, &cluster, field_managers::RAYSERVICE).await {
-        // Made by an earlier pass whose event the cache has not shown yet.
-        Ok(crate::k8s::Created::AlreadyOurs(_)) => Ok(()),
-        Ok(crate::k8s::Created::New(_)) => {
-            info!(cluster = %name, "created the RayCluster");
-            ctx.event(
-                service,
-                EventType::Normal,
-                reasons::CREATED_RAY_CLUSTER,
-                "CreateRayCluster",
-                format!("created RayCluster {name}"),
-            )
-            .await;
-            Ok(())
-        }
-        Err(e) => {
-            let reason = e
-                .conflict_reason()
-                .unwrap_or(reasons::FAILED_TO_CREATE_RAY_CLUSTER);
-            ctx.event(
-                service,
-                EventType::Warning,
-                reason,
-                "CreateRayCluster",
-                format!("creating RayCluster {name} failed: {e}"),
-            )
-            .await;
-            Err(e.into())
-        }
+    let events = ChildEvents::new("CreateRayCluster")
+        .written(
+            reasons::CREATED_RAY_CLUSTER,
+            format!("created RayCluster {name}"),
+        )
+        .failed(
+            reasons::FAILED_TO_CREATE_RAY_CLUSTER,
+            format!("creating RayCluster {name} failed"),
+        )
+        .conflict_reason();
+    let written = writer(service, ctx)
+        .write(&api, &cluster, Mode::Create, events)
+        .await?;
+    // Not new: an earlier pass made it and the cache has not shown its event yet.
+    if written.is_new() {
+        info!(cluster = %name, "created the RayCluster");
     }
+    Ok(())
 }
 
 async fn update_cluster(
@@ -131,32 +120,28 @@ async fn update_cluster(
     let desired = built?;
     let api: Api<RayCluster> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    let known = Some(cluster.meta());
-    match crate::k8s::apply_owned(&api, &desired, known, field_managers::RAYSERVICE).await {
-        Ok(_) => {
-            info!(cluster = %name, "updated the RayCluster in place");
-            ctx.event(
-                service,
-                EventType::Normal,
-                reasons::UPDATED_RAY_CLUSTER,
-                "UpdateRayCluster",
-                format!("updated RayCluster {name} in place"),
-            )
-            .await;
-            Ok(())
-        }
-        Err(e) => {
-            ctx.event(
-                service,
-                EventType::Warning,
-                reasons::FAILED_TO_UPDATE_RAY_CLUSTER,
-                "UpdateRayCluster",
-                format!("updating RayCluster {name} failed: {e}"),
-            )
-            .await;
-            Err(e.into())
-        }
-    }
+    let events = ChildEvents::new("UpdateRayCluster")
+        .written(
+            reasons::UPDATED_RAY_CLUSTER,
+            format!("updated RayCluster {name} in place"),
+        )
+        .failed(
+            reasons::FAILED_TO_UPDATE_RAY_CLUSTER,
+            format!("updating RayCluster {name} failed"),
+        );
+    let mode = Mode::Apply {
+        existing: Some(cluster.meta()),
+    };
+    writer(service, ctx)
+        .write(&api, &desired, mode, events)
+        .await?;
+    info!(cluster = %name, "updated the RayCluster in place");
+    Ok(())
+}
+
+/// Writes the RayService's children, with their Events on it.
+fn writer<'a>(service: &'a RayService, ctx: &'a Context) -> ChildWriter<'a, RayService> {
+    ChildWriter::new(&ctx.recorder, service, field_managers::RAYSERVICE)
 }
 
 /// Deletes `clusters` once each has been dangling for `delay`; returns how many remain.
@@ -260,42 +245,31 @@ pub(super) async fn apply_services(
             None => (reasons::CREATED_SERVICE, "created"),
             Some(_) => (reasons::UPDATED_SERVICE, "updated"),
         };
-        // A cached Service of that name we do not control is refused without a request.
-        let known = cached.as_ref().map(|c| c.meta());
-        match crate::k8s::apply_owned(&api, &svc, known, field_managers::RAYSERVICE).await {
-            Ok(_) => {
-                ctx.with_memory(service, |m| m.applied_services.insert(name.clone(), hash));
-                let moved = cached
-                    .as_ref()
-                    .and_then(|c| build::selected_cluster(c).map(str::to_owned))
-                    != Some(target.name_any());
-                if moved {
-                    ctx.event(
-                        service,
-                        EventType::Normal,
-                        reason,
-                        "ApplyService",
-                        format!(
-                            "{verb} Service {name}; it selects RayCluster {}",
-                            target.name_any()
-                        ),
-                    )
-                    .await;
-                }
-            }
-            Err(e) => {
-                ctx.event(
-                    service,
-                    EventType::Warning,
-                    e.conflict_reason()
-                        .unwrap_or(reasons::FAILED_TO_CREATE_SERVICE),
-                    "ApplyService",
-                    format!("applying Service {name} failed: {e}"),
-                )
-                .await;
-                return Err(e.into());
-            }
+        let mut events = ChildEvents::new("ApplyService")
+            .failed(
+                reasons::FAILED_TO_CREATE_SERVICE,
+                format!("applying Service {name} failed"),
+            )
+            .conflict_reason();
+        // Only a Service that now selects another cluster is news.
+        let moved = cached
+            .as_ref()
+            .and_then(|c| build::selected_cluster(c).map(str::to_owned))
+            != Some(target.name_any());
+        if moved {
+            events = events.written(
+                reason,
+                format!(
+                    "{verb} Service {name}; it selects RayCluster {}",
+                    target.name_any()
+                ),
+            );
         }
+        // A cached Service of that name we do not control is refused without a request.
+        let existing = cached.as_ref().map(|c| c.meta());
+        let mode = Mode::Apply { existing };
+        writer(service, ctx).write(&api, &svc, mode, events).await?;
+        ctx.with_memory(service, |m| m.applied_services.insert(name, hash));
     }
     Ok(())
 }
@@ -430,35 +404,23 @@ async fn create_cluster_serve_services(
             continue;
         }
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
-        match crate::k8s::create_owned(&api, &svc, field_managers::RAYSERVICE).await {
-            Ok(crate::k8s::Created::New(_)) => {
-                ctx.event(
-                    service,
-                    EventType::Normal,
-                    reasons::CREATED_SERVICE,
-                    "ApplyService",
-                    format!(
-                        "created Service {}; it selects RayCluster {}",
-                        svc.name_any(),
-                        cluster.name_any()
-                    ),
-                )
-                .await;
-            }
-            Ok(crate::k8s::Created::AlreadyOurs(_)) => {}
-            Err(e) => {
-                ctx.event(
-                    service,
-                    EventType::Warning,
-                    e.conflict_reason()
-                        .unwrap_or(reasons::FAILED_TO_CREATE_SERVICE),
-                    "ApplyService",
-                    format!("creating Service {} failed: {e}", svc.name_any()),
-                )
-                .await;
-                return Err(e.into());
-            }
-        }
+        let name = svc.name_any();
+        let events = ChildEvents::new("ApplyService")
+            .written(
+                reasons::CREATED_SERVICE,
+                format!(
+                    "created Service {name}; it selects RayCluster {}",
+                    cluster.name_any()
+                ),
+            )
+            .failed(
+                reasons::FAILED_TO_CREATE_SERVICE,
+                format!("creating Service {name} failed"),
+            )
+            .conflict_reason();
+        writer(service, ctx)
+            .write(&api, &svc, Mode::Create, events)
+            .await?;
     }
     Ok(())
 }
@@ -542,45 +504,20 @@ where
         return Ok(());
     }
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    let result = crate::k8s::apply_owned(
-        &api,
-        desired,
-        existing.map(|e| e.meta()),
-        field_managers::RAYSERVICE,
-    )
-    .await;
-    let (reason, verb) = match (&result, existing) {
-        (Ok(_), None) => (created, "created"),
-        (Ok(_), Some(_)) => (updated, "updated"),
-        (Err(e), _) if e.is_not_owned() => {
-            (e.conflict_reason().unwrap_or(failed_create), "applying")
-        }
-        (Err(_), None) => (failed_create, "creating"),
-        (Err(_), Some(_)) => (failed_update, "updating"),
+    let (reason, verb, failed, failing) = match existing {
+        None => (created, "created", failed_create, "creating"),
+        Some(_) => (updated, "updated", failed_update, "updating"),
     };
-    match result {
-        Ok(_) => {
-            info!(%kind, %name, "{verb} the {kind}");
-            ctx.event(
-                service,
-                EventType::Normal,
-                reason,
-                "Apply",
-                format!("{verb} {kind} {name}"),
-            )
-            .await;
-            Ok(())
-        }
-        Err(e) => {
-            ctx.event(
-                service,
-                EventType::Warning,
-                reason,
-                "Apply",
-                format!("{verb} {kind} {name} failed: {e}"),
-            )
-            .await;
-            Err(e.into())
-        }
-    }
+    let events = ChildEvents::new("Apply")
+        .written(reason, format!("{verb} {kind} {name}"))
+        .failed(failed, format!("{failing} {kind} {name} failed"))
+        .conflict_reason_as(format!("applying {kind} {name} failed"));
+    let mode = Mode::Apply {
+        existing: existing.map(|e| e.meta()),
+    };
+    writer(service, ctx)
+        .write(&api, desired, mode, events)
+        .await?;
+    info!(%kind, %name, "{verb} the {kind}");
+    Ok(())
 }
