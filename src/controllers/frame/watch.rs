@@ -10,7 +10,7 @@
 //!
 //! ```ignore
 //! let frame = Frame::new("raything", &config.metrics);
-//! let mut watches = Watches::new(&frame, &client, config.namespace.as_deref(), &config.readiness);
+//! let mut watches = Watches::new(&frame, &client, &config.namespace, &config.readiness);
 //! let pods = watches.owns_cached(Child::<Pod>::labelled(selector).trimmed(trim_pod));
 //! watches.owns(Child::<Job>::labelled(other_selector));
 //! let ctx = Arc::new(Context { frame, pods, .. });
@@ -157,14 +157,14 @@ impl<K: Watchable> Watches<K> {
     pub fn new(
         frame: &super::run::Frame<K>,
         client: &kube::Client,
-        namespace: Option<&str>,
+        namespace: &Option<String>,
         readiness: &Readiness,
     ) -> Self {
         let (store, writer) = reflector::store();
         frame.track_ready(readiness, store.clone());
         Watches {
             client: client.clone(),
-            namespace: namespace.map(str::to_owned),
+            namespace: namespace.clone(),
             controller: frame.controller(),
             readiness: readiness.clone(),
             queue: frame.queue().clone(),

@@ -59,17 +59,9 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let crate::k8s::Clients {
-        api: client,
-        events,
-    } = clients.into();
+    let clients: crate::k8s::Clients = clients.into();
     let frame = Frame::new("raycluster", &config.metrics);
-    let mut watches = Watches::new(
-        &frame,
-        &client,
-        config.namespace.as_deref(),
-        &config.readiness,
-    );
+    let mut watches = Watches::new(&frame, &clients.api, &config.namespace, &config.readiness);
     // Label-scoped watches: memory does not grow with unrelated Pods, Services or Jobs.
     let pod_index = ObjectIndex::by_label(labels::CLUSTER);
     let pods = watches.owns_cached(
@@ -109,8 +101,8 @@ pub async fn run(
         .debounce(RECONCILE_DEBOUNCE);
     let _kuberay = config.metrics.observe_rayclusters(watches.store());
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(events, field_managers::RAYCLUSTER),
-        client,
+        recorder: crate::k8s::recorder(clients.events, field_managers::RAYCLUSTER),
+        client: clients.api,
         config,
         pods,
         pod_index,

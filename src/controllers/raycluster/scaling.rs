@@ -166,14 +166,7 @@ pub fn plan_group(
     }
 
     // Only Pods of this group are deleted by name; Pods already terminating need no call.
-    let requested: BTreeSet<&str> = group
-        .scale_strategy
-        .as_ref()
-        .and_then(|s| s.workers_to_delete.as_ref())
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
+    let requested = workers_to_delete(group);
     let mut deleted = BTreeSet::new();
     for pod in pods {
         let name = pod_name(pod);
@@ -259,14 +252,7 @@ fn plan_multi_host(
         }
     }
 
-    let requested: BTreeSet<&str> = group
-        .scale_strategy
-        .as_ref()
-        .and_then(|s| s.workers_to_delete.as_ref())
-        .into_iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
+    let requested = workers_to_delete(group);
     let requested_replicas: BTreeSet<&str> = replicas
         .iter()
         .filter(|(name, members)| {
@@ -327,6 +313,18 @@ fn plan_multi_host(
         }
     }
     plan
+}
+
+/// The Pod names `scaleStrategy.workersToDelete` asks to delete.
+fn workers_to_delete(group: &WorkerGroupSpec) -> BTreeSet<&str> {
+    group
+        .scale_strategy
+        .as_ref()
+        .and_then(|s| s.workers_to_delete.as_ref())
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect()
 }
 
 #[cfg(test)]

@@ -59,27 +59,19 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let crate::k8s::Clients {
-        api: client,
-        events,
-    } = clients.into();
+    let clients: crate::k8s::Clients = clients.into();
     // Failures back off from KubeRay's 5 s retry.
     let frame = Frame::new("raycronjob", &config.metrics)
         .with_backoff(Backoff::starting_at(Duration::from_secs(5)));
-    let mut watches = Watches::new(
-        &frame,
-        &client,
-        config.namespace.as_deref(),
-        &config.readiness,
-    );
+    let mut watches = Watches::new(&frame, &clients.api, &config.namespace, &config.readiness);
     watches
         .relevant_when(reconcile_relevant)
         .concurrency(config.concurrency)
         // RayJobs finishing free a Forbid slot and feed the history: watch the ones we created.
         .owns(Child::<RayJob>::labelled(CRONJOB_NAME_LABEL));
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(events, "raycronjob-controller"),
-        client,
+        recorder: crate::k8s::recorder(clients.events, "raycronjob-controller"),
+        client: clients.api,
         config,
         frame,
     });

@@ -53,18 +53,10 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let crate::k8s::Clients {
-        api: client,
-        events,
-    } = clients.into();
+    let clients: crate::k8s::Clients = clients.into();
     let frame =
         Frame::new("rayjob", &config.metrics).with_backoff(Backoff::starting_at(config.requeue));
-    let mut watches = Watches::new(
-        &frame,
-        &client,
-        config.namespace.as_deref(),
-        &config.readiness,
-    );
+    let mut watches = Watches::new(&frame, &clients.api, &config.namespace, &config.readiness);
     // Label-scoped: only what RayJobs created is watched. A deleted or edited head Service is
     // put back.
     let origin = format!(
@@ -79,8 +71,8 @@ pub async fn run(
         .owns(Child::<Service>::labelled(&origin));
     let _kuberay = config.metrics.observe_rayjobs(watches.store());
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(events, "rayjob-controller"),
-        client,
+        recorder: crate::k8s::recorder(clients.events, "rayjob-controller"),
+        client: clients.api,
         config,
         frame,
     });

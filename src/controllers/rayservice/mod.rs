@@ -63,17 +63,9 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let crate::k8s::Clients {
-        api: client,
-        events,
-    } = clients.into();
+    let clients: crate::k8s::Clients = clients.into();
     let frame = Frame::new("rayservice", &config.metrics);
-    let mut watches = Watches::new(
-        &frame,
-        &client,
-        config.namespace.as_deref(),
-        &config.readiness,
-    );
+    let mut watches = Watches::new(&frame, &clients.api, &config.namespace, &config.readiness);
     // Label-scoped: only what RayServices made (clusters, Services) and their head Pods.
     let owned = format!("{}={}", labels::ORIGINATED_FROM_CRD, build::CREATOR);
     let cluster_index = ObjectIndex::by_controller();
@@ -105,8 +97,8 @@ pub async fn run(
         .reconcile_on(serve_lost);
     let _kuberay = config.metrics.observe_rayservices(watches.store());
     let ctx = Arc::new(Context {
-        recorder: crate::k8s::recorder(events, field_managers::RAYSERVICE),
-        client,
+        recorder: crate::k8s::recorder(clients.events, field_managers::RAYSERVICE),
+        client: clients.api,
         config,
         clusters,
         cluster_index,

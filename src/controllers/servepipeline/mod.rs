@@ -58,17 +58,9 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let crate::k8s::Clients {
-        api: client,
-        events,
-    } = clients.into();
+    let clients: crate::k8s::Clients = clients.into();
     let frame = Frame::new(METRICS_NAME, &config.metrics).with_retry_ceiling(refresh_interval);
-    let mut watches = Watches::new(
-        &frame,
-        &client,
-        config.namespace.as_deref(),
-        &config.readiness,
-    );
+    let mut watches = Watches::new(&frame, &clients.api, &config.namespace, &config.readiness);
     // Only the metadata of Secrets is watched: enough to see a rotation, without caching values.
     let secrets = watches.watches_cached(
         Child::<PartialObjectMeta<Secret>>::every(),
@@ -94,9 +86,9 @@ pub async fn run(
         .reconcile_on(fetched);
     let _phases = config.metrics.observe_pipelines(watches.store());
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        client: clients.api,
         fetcher: config.fetcher.clone(),
-        recorder: crate::k8s::recorder(events, field_managers::SERVEPIPELINE),
+        recorder: crate::k8s::recorder(clients.events, field_managers::SERVEPIPELINE),
         config,
         secrets,
         state: ObjectMemory::new(),
