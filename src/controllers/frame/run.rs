@@ -14,10 +14,11 @@
 //! impl frame::ReportPanic<RayThing> for Context { .. frame::panic_event(..) .. }
 //! impl frame::policy::ReconcileError for Error { fn category(&self) -> &'static str { .. } }
 //!
-//! // In `run`:
+//! // In `run` (the watches are declared with `frame::watch::Watches`, which calls `drive`):
 //! let frame = Frame::new("raything", &config.metrics);        // or Metrics::new() if none
-//! let queue = frame.queue().clone();  // mark changes seen by the watches: queue.changed(..)
-//! frame::run::drive(Controller::for_stream(..).owns_stream(..), reconcile, ctx).await;
+//! let mut watches = Watches::new(&frame, &client, &config.namespace, &config.readiness);
+//! watches.owns(Child::<Pod>::labelled(selector));
+//! watches.run(reconcile, Arc::new(Context { frame, .. }), shutdown).await;
 //!
 //! // reconcile is the bare stage sequence: no span, no metrics, no failure bookkeeping.
 //! async fn reconcile(thing: Arc<RayThing>, ctx: Arc<Context>) -> Result<Action, Error>
