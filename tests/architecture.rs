@@ -117,8 +117,9 @@ fn controller_files_import_one_way() {
 
 /// The stages inside a controller keep their places (issue 30 item 1): only the folder's
 /// `mod.rs` starts a pass (nothing else imports `reconcile.rs`), a pure builder never reaches
-/// the writes (`apply.rs`, `serve.rs`, `status_write.rs`) or the pass, and the shared frame
-/// knows no controller.
+/// the writes (`apply.rs`, `serve.rs`, `status_write.rs`) or the pass, the shared frame knows
+/// no controller, and only the frame's pass (and ServePipeline's panic report) reaches
+/// `frame/status.rs`: every status goes out through the one status stage.
 #[test]
 fn stages_keep_their_places() {
     let folder = |file: &str| file.split('/').next().unwrap_or_default().to_owned();
@@ -141,6 +142,12 @@ fn stages_keep_their_places() {
         }
         if folder(from) == "frame" && folder(to) != "frame" {
             problems.push(format!("{at}: the frame imports the controller file {to}"));
+        }
+        // A status is written by the pass's status stage (and a panic report), nowhere else.
+        if to == "frame/status.rs" && !["frame/pass.rs", "servepipeline/mod.rs"].contains(&from) {
+            problems.push(format!(
+                "{at}: {from} writes a status outside the status stage"
+            ));
         }
     }
     assert!(

@@ -5,6 +5,9 @@
 //!   [`run::reconciler`] / [`run::error_policy`] handed to `Controller::run`. Together they give
 //!   every reconcile a tracing span, the queue mark, timing and error metrics, panic
 //!   containment, and ONE retry policy with per-object backoff.
+//! - [`pass`]: [`pass::Stages`], the stages of one reconcile every controller implements
+//!   (observe → validate → act → status → finish), and [`pass::pass`], which runs them in that
+//!   order with one refusal policy and at most one status write.
 //! - [`policy`]: the [`policy::ReconcileError`] trait each controller's `Error` implements
 //!   (category, transience, an optional requeue hint) and the pure retry decision.
 //! - [`failure`]: [`failure::KubeFailure`], a failed kube API call as every controller's `Error`
@@ -30,6 +33,7 @@
 pub mod children;
 pub mod failure;
 pub mod memory;
+pub mod pass;
 pub mod policy;
 pub mod refuse;
 pub mod run;

@@ -112,7 +112,9 @@ pub async fn run(
         memory: ObjectMemory::new(),
         frame,
     });
-    watches.run(reconcile::reconcile, ctx, shutdown).await;
+    watches
+        .run(crate::controllers::frame::pass::pass, ctx, shutdown)
+        .await;
 }
 
 /// How long a cluster's triggers are gathered before it reconciles: a new cluster's Pods turn

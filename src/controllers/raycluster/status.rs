@@ -19,6 +19,8 @@ use crate::api::raycluster::{
 use crate::kuberay::keys::labels;
 use crate::kuberay::quantity::Amount;
 
+pub use crate::controllers::frame::pass::StatusWrite;
+
 /// How the reconcile that precedes the status went.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -480,18 +482,6 @@ pub const PROGRESS_HOLD: Duration = Duration::from_secs(5);
 /// How long a status this controller wrote may be missing from its cache before it is written
 /// again (the watch usually shows it within milliseconds; a write in between would repeat it).
 pub const CACHE_LAG_GRACE: Duration = Duration::from_secs(30);
-
-/// What the status stage does with a computed status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatusWrite {
-    /// Nothing new: the API server has it, or this controller wrote it moments ago.
-    Skip,
-    /// Write it now.
-    Now,
-    /// Only provisioning progress changed: write it after this long, unless a milestone comes
-    /// first (the next pass recomputes it).
-    Hold(Duration),
-}
 
 /// What the status stage last wrote (or found written), and how long ago it wrote it.
 #[derive(Clone, Copy, Debug)]

@@ -1,7 +1,8 @@
-//! The status stage of a RayCluster reconcile: computes the status (pure, in `status`) from
-//! what the apply stage left and writes it when `status::plan_write` says so (changed, and not
-//! merely provisioning progress that can wait for the next change), remembering it as the base
-//! of the next one; records the provisioning time when the cluster first becomes provisioned.
+//! The status stage of a RayCluster pass: computes the status (pure, in `status`) from what the
+//! apply stage left, decides with `status::plan_write` whether the frame writes it (changed, and
+//! not merely provisioning progress that can wait for the next change), and remembers it as the
+//! base of the next one; records the provisioning time when the cluster first becomes
+//! provisioned.
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -9,21 +10,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::time::Instant;
 
 use super::context::Context;
-use super::error::{Error, KubeFailure};
+use super::error::Error;
 use super::status::{
     LastWritten, Outcome, StatusInputs, StatusWrite, compute_status, is_true, plan_write,
 };
 use crate::api::raycluster::{RayCluster, RayClusterStatus, condition_types};
 
-/// The status stage: computes the status from what the apply stage left (`outcome`) and writes
-/// it as `plan_write` decides, which it returns. A status written is remembered as the base of
-/// the next one, even before the cache shows it; a held one is the base while it waits.
-pub(super) async fn update(
+/// The status after this pass, from what the apply stage left (`outcome`); records the
+/// provisioning time when the cluster first becomes provisioned.
+pub(super) fn compute(
     cluster: &RayCluster,
     ctx: &Context,
     base_status: Option<&RayClusterStatus>,
     outcome: &Result<Outcome, Error>,
-) -> Result<StatusWrite, Error> {
+) -> RayClusterStatus {
     let pods = ctx.cluster_pods(cluster);
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
     // KubeRay writes no status at all while the head Service is missing; here the status goes
@@ -55,8 +55,17 @@ pub(super) async fn update(
     {
         ctx.config.metrics.raycluster_provisioned(took);
     }
-    let plan = ctx.with_memory(cluster, |m| {
-        // After a restart the cache's status stands in (written by someone, not lately).
+    new_status
+}
+
+/// Whether `new_status` is written now, held or skipped (`plan_write`, from what this process
+/// last wrote or, after a restart, what the cache shows).
+pub(super) fn plan(
+    ctx: &Context,
+    cluster: &RayCluster,
+    new_status: &RayClusterStatus,
+) -> StatusWrite {
+    ctx.with_memory(cluster, |m| {
         let last = match &m.last_status {
             Some(status) => Some(LastWritten {
                 status,
@@ -68,26 +77,18 @@ pub(super) async fn update(
             }),
         };
         let held_for = m.held_status.as_ref().map(|(_, since)| since.elapsed());
-        plan_write(cluster.status.as_ref(), last, held_for, &new_status)
-    });
-    if plan == StatusWrite::Now {
-        crate::controllers::frame::status::apply_status(
-            &ctx.client,
-            cluster,
-            crate::k8s::field_managers::RAYCLUSTER,
-            &new_status,
-        )
-        .await
-        .map_err(|e| {
-            KubeFailure::new(
-                format!(
-                    "writing the status of RayCluster {}",
-                    kube::ResourceExt::name_any(cluster)
-                ),
-                e,
-            )
-        })?;
-    }
+        plan_write(cluster.status.as_ref(), last, held_for, new_status)
+    })
+}
+
+/// Remembers the status the stage decided on: a written one is the base of the next pass even
+/// before the cache shows it; a held one is the base while it waits.
+pub(super) fn remember(
+    ctx: &Context,
+    cluster: &RayCluster,
+    new_status: RayClusterStatus,
+    plan: StatusWrite,
+) {
     ctx.with_memory(cluster, |m| match plan {
         StatusWrite::Hold(_) => {
             let since = m
@@ -108,7 +109,6 @@ pub(super) async fn update(
             m.held_status = None;
         }
     });
-    Ok(plan)
 }
 
 /// The current time in whole seconds, as the API server stores it: a status computed from the

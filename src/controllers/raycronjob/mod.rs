@@ -75,7 +75,9 @@ pub async fn run(
         config,
         frame,
     });
-    watches.run(reconcile::reconcile, ctx, shutdown).await;
+    watches
+        .run(crate::controllers::frame::pass::pass, ctx, shutdown)
+        .await;
 }
 
 #[cfg(test)]

@@ -5,11 +5,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Resource, ResourceExt};
 
 use super::apply::Applied;
-use super::context::Context;
-use super::error::{Error, KubeFailure};
 use crate::api::raycronjob::{RayCronJob, RayCronJobStatus};
 use crate::api::rayjob::RayJob;
-use crate::k8s::field_managers;
+use crate::controllers::frame::pass::StatusWrite;
 
 /// The status after this pass (pure).
 pub(super) fn desired(cron: &RayCronJob, applied: Applied) -> RayCronJobStatus {
@@ -35,23 +33,13 @@ pub(super) fn desired(cron: &RayCronJob, applied: Applied) -> RayCronJobStatus {
     status
 }
 
-/// Writes `status` unless the RayCronJob already shows it.
-pub(super) async fn write(
-    ctx: &Context,
-    cron: &RayCronJob,
-    status: &RayCronJobStatus,
-) -> Result<(), Error> {
+/// Whether `status` needs writing: not when the RayCronJob already shows it.
+pub(super) fn plan_write(cron: &RayCronJob, status: &RayCronJobStatus) -> StatusWrite {
     if cron.status.as_ref() == Some(status)
         || (cron.status.is_none() && *status == RayCronJobStatus::default())
     {
-        return Ok(());
+        StatusWrite::Skip
+    } else {
+        StatusWrite::Now
     }
-    crate::controllers::frame::status::apply_status(
-        &ctx.client,
-        cron,
-        field_managers::RAYCRONJOB,
-        status,
-    )
-    .await
-    .map_err(|e| KubeFailure::new("writing the RayCronJob status", e).into())
 }

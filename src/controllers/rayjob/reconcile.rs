@@ -1,8 +1,8 @@
-//! One RayJob pass inside the shared frame (`controllers::frame::run`: span, metrics, per-object
-//! backoff): `reconcile_job` reads
-//! get → validate → one state-machine step (the stage of `status.jobDeploymentStatus`) →
-//! status. The Initializing and Waiting steps live here; Running is in `submit`, teardown,
-//! cleanup and finalization in `deletion`, writes to the API server in `apply` and `status`.
+//! The stages of one RayJob pass, as the frame runs them (`controllers::frame::pass`): observe
+//! (the RayJob read fresh) → validate → act (one state-machine step, the stage of
+//! `status.jobDeploymentStatus`) → status → finish. The Initializing and Waiting steps live
+//! here; Running is in `submit`, teardown, cleanup and finalization in `deletion`, writes to the
+//! API server in `apply`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use super::context::Context;
 use super::deletion::FINALIZER;
 use super::deletion::{finalize, finished, tear_down};
 use super::error::{Error, kube_err};
-use super::status::write_status;
+use super::status::status_write;
 use super::submit::{dashboard_url_of, running};
 use super::transitions::check_deadlines;
 use super::{build, transitions};
@@ -27,10 +27,11 @@ use crate::api::raycluster::{ClusterState, MANAGED_BY_KUBERAY};
 use crate::api::rayjob::{
     JobDeploymentStatus, JobFailedReason, JobSubmissionMode, RayJob, RayJobStatus,
 };
-use crate::controllers::frame::refuse::refuse;
+use crate::controllers::frame::pass::{Acted, Flow, Stages, StatusWrite};
 use crate::controllers::frame::run::{Frame, Framed};
+use crate::validation::problem::Problem;
 use crate::validation::rayjob::RayJobValues;
-use crate::validation::validated::for_controller;
+use crate::validation::validated::{Validated, for_controller};
 
 impl crate::controllers::frame::ReportPanic<RayJob> for Context {
     fn report_panic(
@@ -48,94 +49,149 @@ impl Framed<RayJob> for Context {
     }
 }
 
-/// The stage sequence inside the frame (span, metrics, backoff: `controllers::frame::run`).
-/// Each pass starts from a fresh GET (see the module header of `rayjob`).
-pub(super) async fn reconcile(job: Arc<RayJob>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let api: Api<RayJob> =
-        Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-    let Some(fresh) = api
-        .get_opt(&job.name_any())
-        .await
-        .map_err(kube_err("reading the RayJob"))?
-    else {
-        return Ok(Action::await_change());
-    };
-    reconcile_job(&fresh, &ctx).await
+/// What a RayJob pass reads: the RayJob fresh from the API server (see the module header of
+/// `rayjob`), and its status as found there.
+pub struct Seen {
+    job: RayJob,
+    before: RayJobStatus,
+}
+
+impl Seen {
+    /// The status the pass starts from: as found, with the counters the CRD defaults set, so
+    /// an unchanged status compares equal.
+    fn start_status(&self) -> RayJobStatus {
+        let mut status = self.before.clone();
+        status.succeeded.get_or_insert(0);
+        status.failed.get_or_insert(0);
+        status
+    }
+}
+
+impl Stages<RayJob> for Context {
+    type Observed = Seen;
+    type Valid = Validated<RayJob>;
+    type Status = RayJobStatus;
+    /// The step's action, and whether the deployment status moved.
+    type Applied = (Action, bool);
+    type Error = Error;
+    const FIELD_MANAGER: &'static str = crate::k8s::field_managers::RAYJOB;
+
+    fn kube(&self) -> (&kube::Client, &crate::k8s::EventRecorder) {
+        (&self.client, &self.recorder)
+    }
+
+    async fn observe(self: &Arc<Self>, job: Arc<RayJob>) -> Result<Flow<RayJob, Seen>, Error> {
+        let api: Api<RayJob> =
+            Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default());
+        let Some(job) = api
+            .get_opt(&job.name_any())
+            .await
+            .map_err(kube_err("reading the RayJob"))?
+        else {
+            return Ok(Flow::Done(Action::await_change()));
+        };
+        if job
+            .spec
+            .managed_by
+            .as_deref()
+            .is_some_and(|m| m != MANAGED_BY_KUBERAY)
+        {
+            // Another controller (e.g. Kueue MultiKueue) owns this RayJob.
+            return Ok(Flow::Done(Action::await_change()));
+        }
+        if job.meta().deletion_timestamp.is_some() {
+            return Ok(Flow::Deleting(Arc::new(job)));
+        }
+        let before = job.status.clone().unwrap_or_default();
+        Ok(Flow::Go(Seen { job, before }))
+    }
+
+    fn object(seen: &Seen) -> &RayJob {
+        &seen.job
+    }
+
+    async fn finalize(&self, job: Arc<RayJob>) -> Result<Action, Error> {
+        finalize(&job, self).await
+    }
+
+    fn validate(&self, seen: &Seen) -> Result<Validated<RayJob>, Problem> {
+        for_controller(&seen.job, &self.config.feature_gates)
+    }
+
+    /// A refused RayJob's status says `ValidationFailed`.
+    fn refused(&self, seen: &Seen, problem: &Problem) -> Result<Option<RayJobStatus>, Error> {
+        let mut status = seen.start_status();
+        status.job_deployment_status = Some(JobDeploymentStatus::ValidationFailed);
+        status.reason = Some(JobFailedReason::ValidationFailed);
+        status.message = Some(problem.message.clone());
+        Ok(Some(status))
+    }
+
+    /// One step of the state machine; a finished RayJob only has its cleanup rules applied (its
+    /// status is not written).
+    async fn act(
+        self: &Arc<Self>,
+        seen: &Seen,
+        valid: Validated<RayJob>,
+    ) -> Acted<RayJobStatus, (Action, bool), Error> {
+        let (job, before) = (&seen.job, &seen.before);
+        let mut status = seen.start_status();
+        let now = now();
+        let started_in = status.job_deployment_status;
+        if matches!(
+            started_in,
+            Some(JobDeploymentStatus::Complete | JobDeploymentStatus::Failed)
+        ) {
+            return Acted {
+                status: None,
+                result: finished(job, self, &status, &now).await.map(|a| (a, false)),
+            };
+        }
+        let action = match step(job, &valid, self, &mut status, &now).await {
+            Ok(action) => action,
+            Err(e) => return Acted::failed(e),
+        };
+        if started_in.is_some_and(|s| !s.is_terminal()) {
+            transitions::finish_pass(&job.spec, before, &mut status, &now);
+        }
+        let moved = status.job_deployment_status != before.job_deployment_status;
+        if moved {
+            info!(
+                from = ?before.job_deployment_status,
+                to = ?status.job_deployment_status,
+                reason = ?status.reason,
+                "RayJob deployment status changed"
+            );
+        }
+        Acted {
+            status: Some(status),
+            result: Ok((action, moved)),
+        }
+    }
+
+    fn plan_write(&self, seen: &Seen, status: &RayJobStatus) -> StatusWrite {
+        status_write(&seen.before, status)
+    }
+
+    /// A transition written is followed at once by the next step (KubeRay requeues immediately
+    /// too).
+    async fn finish(
+        &self,
+        _: &Seen,
+        applied: Result<(Action, bool), Error>,
+        write: StatusWrite,
+    ) -> Result<Action, Error> {
+        let (action, moved) = applied?;
+        Ok(if moved && write == StatusWrite::Now {
+            Action::requeue(Duration::from_millis(100))
+        } else {
+            action
+        })
+    }
 }
 
 pub(super) fn now() -> Time {
     crate::k8s::now()
-}
-
-/// The whole state machine for one RayJob read fresh from the API server.
-pub(super) async fn reconcile_job(job: &RayJob, ctx: &Context) -> Result<Action, Error> {
-    if job
-        .spec
-        .managed_by
-        .as_deref()
-        .is_some_and(|m| m != MANAGED_BY_KUBERAY)
-    {
-        // Another controller (e.g. Kueue MultiKueue) owns this RayJob.
-        return Ok(Action::await_change());
-    }
-    if job.meta().deletion_timestamp.is_some() {
-        return finalize(job, ctx).await;
-    }
-    let before = job.status.clone().unwrap_or_default();
-    let mut status = before.clone();
-    // The CRD defaults these; keeping them set means an unchanged status compares equal.
-    status.succeeded.get_or_insert(0);
-    status.failed.get_or_insert(0);
-
-    let valid = match for_controller(job, &ctx.config.feature_gates) {
-        Ok(valid) => valid,
-        Err(invalid) => return refused(job, ctx, &before, status, invalid).await,
-    };
-    let now = now();
-    let started_in = status.job_deployment_status;
-    if matches!(
-        started_in,
-        Some(JobDeploymentStatus::Complete | JobDeploymentStatus::Failed)
-    ) {
-        return finished(job, ctx, &status, &now).await;
-    }
-    let action = step(job, &valid, ctx, &mut status, &now).await?;
-    if started_in.is_some_and(|s| !s.is_terminal()) {
-        transitions::finish_pass(&job.spec, &before, &mut status, &now);
-    }
-    if status.job_deployment_status != before.job_deployment_status {
-        info!(
-            from = ?before.job_deployment_status,
-            to = ?status.job_deployment_status,
-            reason = ?status.reason,
-            "RayJob deployment status changed"
-        );
-    }
-    let changed = write_status(job, ctx, &before, &status).await?;
-    // A transition is followed at once by the next step (KubeRay requeues immediately too).
-    Ok(
-        if changed && status.job_deployment_status != before.job_deployment_status {
-            Action::requeue(Duration::from_millis(100))
-        } else {
-            action
-        },
-    )
-}
-
-/// The validate stage's refusal: the frame's policy, and the status says `ValidationFailed`.
-async fn refused(
-    job: &RayJob,
-    ctx: &Context,
-    before: &RayJobStatus,
-    mut status: RayJobStatus,
-    invalid: crate::validation::problem::Problem,
-) -> Result<Action, Error> {
-    let wait = refuse(&ctx.recorder, job, invalid.reason, &invalid.message).await;
-    status.job_deployment_status = Some(JobDeploymentStatus::ValidationFailed);
-    status.reason = Some(JobFailedReason::ValidationFailed);
-    status.message = Some(invalid.message);
-    write_status(job, ctx, before, &status).await?;
-    Ok(wait)
 }
 
 /// One step of the state machine from a status that is not final (`Complete` and `Failed` are

@@ -19,7 +19,6 @@ use tracing::info;
 use super::context::Context;
 use super::error::{Error, KubeFailure};
 use super::observed::Observed;
-use super::status::write_status_if_changed;
 use super::upgrade::{Built, Candidate, Desired, IncrementalPlan};
 use super::{build, gateway, incremental, reasons, status};
 use crate::api::conditions::FALSE;
@@ -34,6 +33,9 @@ use crate::k8s::field_managers;
 pub(super) enum ClustersApplied {
     /// The pending cluster was created: the pass ends and comes back shortly.
     PendingCreated,
+    /// Someone else's RayCluster blocks the first cluster: the Ready condition says so, and
+    /// the pass fails with this error after its status is written.
+    Blocked(Error),
     /// Clusters are as desired; `dangling_left` old ones still wait for deletion.
     Applied { dangling_left: usize },
 }
@@ -67,7 +69,7 @@ pub(super) async fn clusters(
                     generation,
                     now.clone(),
                 );
-                write_status_if_changed(service, ctx, status.clone()).await?;
+                return Ok(ClustersApplied::Blocked(e));
             }
             return Err(e);
         }

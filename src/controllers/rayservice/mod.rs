@@ -109,5 +109,7 @@ pub async fn run(
         frame,
         serve_watches,
     });
-    watches.run(reconcile::reconcile, ctx, shutdown).await;
+    watches
+        .run(crate::controllers::frame::pass::pass, ctx, shutdown)
+        .await;
 }

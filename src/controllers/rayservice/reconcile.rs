@@ -1,8 +1,7 @@
-//! One RayService pass inside the shared frame (`controllers::frame::run`: span, metrics,
-//! per-object backoff): `reconcile_inner` reads get → validate → suspend → build (the desired clusters and
-//! Services, pure) → apply (clusters, Serve, the Gateway API objects of an incremental upgrade,
-//! traffic switch; the apply stage owns the order) → status, each stage one call into its own
-//! file.
+//! The stages of one RayService pass, as the frame runs them (`controllers::frame::pass`):
+//! observe (caches) → validate → act (suspend → build the desired clusters and Services, pure →
+//! apply clusters, Serve, the Gateway API objects of an incremental upgrade, the traffic switch;
+//! the act stage owns the order) → status → finish, each step one call into its own file.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,14 +16,16 @@ use super::config::SHORT_REQUEUE;
 use super::context::Context;
 use super::error::Error;
 use super::observed::Observed;
-use super::status::write_status_if_changed;
 use super::suspend::reconcile_suspend;
 use super::upgrade::Desired;
 use super::{apply, build, incremental, reasons, serve, status, upgrade};
 use crate::api::conditions::FALSE;
+use crate::api::raycluster::MANAGED_BY_KUBERAY;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{RayService, RayServiceStatus, condition_reasons, condition_types};
-use crate::controllers::frame::refuse::refuse;
+use crate::controllers::frame::pass::{Acted, Flow, Stages, StatusWrite};
+use crate::k8s::field_managers;
+use crate::validation::problem::Problem;
 use crate::validation::validated::Validated;
 
 impl crate::controllers::frame::ReportPanic<RayService> for Context {
@@ -37,79 +38,191 @@ impl crate::controllers::frame::ReportPanic<RayService> for Context {
     }
 }
 
-/// The stage sequence inside the frame (span, metrics, backoff: `controllers::frame::run`).
-pub(super) async fn reconcile(
+/// What a RayService pass reads.
+pub struct Seen {
     service: Arc<RayService>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
-    ctx.wait_for_caches().await?;
-    reconcile_inner(&service, &ctx).await
+    /// The status last written: this controller's memory (the cache may not show it yet), else
+    /// the cache's.
+    written: Option<RayServiceStatus>,
+    /// The RayClusters this RayService owns.
+    clusters: Vec<Arc<RayCluster>>,
+    now: Time,
 }
 
-/// One pass over a RayService: validate → suspend → build → apply → status.
-async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, Error> {
-    use crate::api::raycluster::MANAGED_BY_KUBERAY;
-    if service
-        .spec
-        .managed_by
-        .as_deref()
-        .is_some_and(|m| m != MANAGED_BY_KUBERAY)
-    {
-        return Ok(Action::await_change());
-    }
-    if service.meta().deletion_timestamp.is_some() {
-        // The garbage collector deletes the owned clusters and Services.
-        return Ok(Action::await_change());
-    }
-    let now = crate::k8s::now();
-    let generation = service.meta().generation;
-    let mut status = ctx
-        .with_memory(service, |m| m.last_status.clone())
-        .or_else(|| service.status.clone())
-        .unwrap_or_default();
-    let clusters = ctx.owned_clusters(service);
+impl Stages<RayService> for Context {
+    type Observed = Seen;
+    type Valid = Validated<RayService>;
+    type Status = RayServiceStatus;
+    type Applied = Action;
+    type Error = Error;
+    const FIELD_MANAGER: &'static str = field_managers::RAYSERVICE;
 
-    // Validate.
-    let valid = match validate(service, ctx, &mut status, generation, &now).await? {
-        Ok(valid) => valid,
-        Err(action) => return Ok(action),
+    fn kube(&self) -> (&kube::Client, &crate::k8s::EventRecorder) {
+        (&self.client, &self.recorder)
+    }
+
+    /// A deleted RayService is left to the garbage collector, which deletes the owned clusters
+    /// and Services (the default `finalize`).
+    async fn observe(
+        self: &Arc<Self>,
+        service: Arc<RayService>,
+    ) -> Result<Flow<RayService, Seen>, Error> {
+        self.wait_for_caches().await?;
+        if service
+            .spec
+            .managed_by
+            .as_deref()
+            .is_some_and(|m| m != MANAGED_BY_KUBERAY)
+        {
+            return Ok(Flow::Done(Action::await_change()));
+        }
+        if service.meta().deletion_timestamp.is_some() {
+            return Ok(Flow::Deleting(service));
+        }
+        let written = self
+            .with_memory(&service, |m| m.last_status.clone())
+            .or_else(|| service.status.clone());
+        let clusters = self.owned_clusters(&service);
+        Ok(Flow::Go(Seen {
+            service,
+            written,
+            clusters,
+            now: crate::k8s::now(),
+        }))
+    }
+
+    fn object(seen: &Seen) -> &RayService {
+        &seen.service
+    }
+
+    /// Every problem the rule book finds, in one message.
+    fn validate(&self, seen: &Seen) -> Result<Validated<RayService>, Problem> {
+        crate::validation::rayservice::validate(&seen.service, &self.config.feature_gates).map_err(
+            |problems| {
+                let message = crate::validation::problem::join(&problems.into_vec());
+                Problem::new("spec", reasons::INVALID_SPEC, message)
+            },
+        )
+    }
+
+    /// A refused spec is named in the Ready condition.
+    fn refused(&self, seen: &Seen, problem: &Problem) -> Result<Option<RayServiceStatus>, Error> {
+        let generation = seen.service.meta().generation;
+        let mut status = seen.written.clone().unwrap_or_default();
+        status::set(
+            &mut status,
+            condition_types::READY,
+            FALSE,
+            condition_reasons::VALIDATION_FAILED,
+            &problem.message,
+            generation,
+            seen.now.clone(),
+        );
+        status.service_status = None;
+        status.observed_generation = generation;
+        Ok(Some(status))
+    }
+
+    async fn act(
+        self: &Arc<Self>,
+        seen: &Seen,
+        valid: Validated<RayService>,
+    ) -> Acted<RayServiceStatus, Action, Error> {
+        act(seen, self, valid).await.unwrap_or_else(Acted::failed)
+    }
+
+    fn plan_write(&self, seen: &Seen, status: &RayServiceStatus) -> StatusWrite {
+        if status::differs(seen.written.as_ref(), status) {
+            StatusWrite::Now
+        } else {
+            StatusWrite::Skip
+        }
+    }
+
+    fn stamp(&self, status: &mut RayServiceStatus) {
+        status.last_update_time = Some(crate::k8s::now());
+    }
+
+    fn remember(&self, seen: &Seen, status: RayServiceStatus, write: StatusWrite) {
+        if write == StatusWrite::Now {
+            self.with_memory(&seen.service, |m| m.last_status = Some(status));
+        }
+    }
+
+    async fn finish(
+        &self,
+        _: &Seen,
+        action: Result<Action, Error>,
+        _: StatusWrite,
+    ) -> Result<Action, Error> {
+        action
+    }
+}
+
+/// The act stage: suspend → build (the desired clusters and Services, pure) → apply (clusters,
+/// Serve, the Gateway API objects of an incremental upgrade, the traffic switch; in that order)
+/// → the status to write.
+async fn act(
+    seen: &Seen,
+    ctx: &Context,
+    valid: Validated<RayService>,
+) -> Result<Acted<RayServiceStatus, Action, Error>, Error> {
+    let (service, clusters, now) = (&*seen.service, &seen.clusters, &seen.now);
+    let generation = service.meta().generation;
+    let mut status = seen.written.clone().unwrap_or_default();
+    let done = |status: RayServiceStatus, action: Action| Acted {
+        status: Some(status),
+        result: Ok(action),
     };
 
     // Suspend.
-    if let Some(action) = reconcile_suspend(service, ctx, &mut status, &clusters).await? {
-        write_status_if_changed(service, ctx, status).await?;
-        return Ok(action);
+    if let Some(action) = reconcile_suspend(service, ctx, &mut status, clusters).await? {
+        return Ok(done(status, action));
     }
 
     // A RayService that did not start in time stays failed; only cleanup goes on.
     if status::reason(&status.conditions, condition_types::READY)
         == Some(condition_reasons::INITIALIZING_TIMEOUT)
     {
-        return stay_failed(service, ctx, status, &clusters).await;
+        let action = stay_failed(service, ctx, &mut status, clusters).await;
+        return Ok(done(status, action));
     }
 
     // Build: the desired clusters and Services (pure).
-    let mut desired = upgrade::desired(service, &status, &clusters, &ctx.config.build);
+    let mut desired = upgrade::desired(service, &status, clusters, &ctx.config.build);
     desired.initializing_timeout = valid.initializing_timeout;
 
     // Apply: clusters first, then Serve on the cluster it belongs to, then the traffic switch.
     let dangling_left =
-        match apply::clusters(service, ctx, &mut desired, &mut status, generation, &now).await? {
-            ClustersApplied::PendingCreated => return Ok(Action::requeue(SHORT_REQUEUE)),
+        match apply::clusters(service, ctx, &mut desired, &mut status, generation, now).await? {
+            // The pass ends and comes back shortly; its status is not written.
+            ClustersApplied::PendingCreated => {
+                return Ok(Acted {
+                    status: None,
+                    result: Ok(Action::requeue(SHORT_REQUEUE)),
+                });
+            }
+            // The Ready condition names what blocks the first cluster; the pass fails.
+            ClustersApplied::Blocked(error) => {
+                return Ok(Acted {
+                    status: Some(status),
+                    result: Err(error),
+                });
+            }
             ClustersApplied::Applied { dangling_left } => dangling_left,
         };
     // An incremental upgrade: a rollback starts when the spec moved, and the pass's
     // capacities are decided before Serve takes them.
     let incremental = incremental::options(service, &ctx.config.feature_gates).cloned();
     if let Some(options) = &incremental {
-        upgrade::detect_rollback(service, ctx, &desired, &mut status, &now).await;
+        upgrade::detect_rollback(service, ctx, &desired, &mut status, now).await;
         desired.incremental =
             Some(upgrade::incremental_plan(service, ctx, options, &desired, &status).await);
     }
     let traffic = upgrade::traffic(service, ctx, &desired, &status);
     let mut observed = serve::reconcile_clusters(service, ctx, &desired, traffic).await;
     if let Some(plan) = &desired.incremental {
-        apply::gateway_objects(service, ctx, plan, &desired, &observed, &mut status, &now).await?;
+        apply::gateway_objects(service, ctx, plan, &desired, &observed, &mut status, now).await?;
     }
     if let Some(target) = upgrade::traffic_target(&mut desired, &observed, &status) {
         apply_services(service, ctx, target).await?;
@@ -117,16 +230,17 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
     }
 
     // Status.
-    record_status(
+    let action = record_status(
         service,
         ctx,
-        status,
+        &mut status,
         &desired,
         &observed,
         dangling_left,
-        &now,
+        now,
     )
-    .await
+    .await?;
+    Ok(done(status, action))
 }
 
 /// The status stage: the clusters after the switch, the Serve endpoints, the conditions (and
@@ -134,7 +248,7 @@ async fn reconcile_inner(service: &RayService, ctx: &Context) -> Result<Action, 
 async fn record_status(
     service: &RayService,
     ctx: &Context,
-    mut status: RayServiceStatus,
+    status: &mut RayServiceStatus,
     desired: &Desired,
     observed: &Observed,
     mut dangling_left: usize,
@@ -145,7 +259,7 @@ async fn record_status(
         now_active,
         now_pending,
         promoted,
-    } = upgrade::advance(service, ctx, &mut status, desired, observed, now).await;
+    } = upgrade::advance(service, ctx, status, desired, observed, now).await;
     if promoted {
         dangling_left += 1;
     }
@@ -177,7 +291,7 @@ async fn record_status(
         });
     let initializing_timeout = desired.initializing_timeout;
     let timed_out = status::set_conditions(
-        &mut status,
+        status,
         &status::ConditionInputs {
             generation,
             num_serve_endpoints: num_endpoints,
@@ -214,7 +328,6 @@ async fn record_status(
         ),
         _ => ctx.serve_watches.unwatch(&key),
     }
-    write_status_if_changed(service, ctx, status).await?;
     Ok(Action::requeue(if settled {
         ctx.config.steady_poll
     } else {
@@ -222,51 +335,19 @@ async fn record_status(
     }))
 }
 
-/// The validate stage: a refused spec is named in an Event and the Ready condition, and the
-/// pass ends (`Err`) after the status is written; else the values parsed on the way.
-async fn validate(
-    service: &RayService,
-    ctx: &Context,
-    status: &mut RayServiceStatus,
-    generation: Option<i64>,
-    now: &Time,
-) -> Result<Result<Validated<RayService>, Action>, Error> {
-    let problems = match crate::validation::rayservice::validate(service, &ctx.config.feature_gates)
-    {
-        Ok(valid) => return Ok(Ok(valid)),
-        Err(problems) => problems.into_vec(),
-    };
-    let message = crate::validation::problem::join(&problems);
-    let wait = refuse(&ctx.recorder, service, reasons::INVALID_SPEC, &message).await;
-    status::set(
-        status,
-        condition_types::READY,
-        FALSE,
-        condition_reasons::VALIDATION_FAILED,
-        &message,
-        generation,
-        now.clone(),
-    );
-    status.service_status = None;
-    status.observed_generation = generation;
-    write_status_if_changed(service, ctx, status.clone()).await?;
-    Ok(Err(wait))
-}
-
 /// After the initializing timeout: no cluster is active or pending, and every cluster goes.
 async fn stay_failed(
     service: &RayService,
     ctx: &Context,
-    mut status: RayServiceStatus,
+    status: &mut RayServiceStatus,
     clusters: &[Arc<RayCluster>],
-) -> Result<Action, Error> {
+) -> Action {
     status.active_service_status = None;
     status.pending_service_status = None;
     let remaining = delete_clusters(service, ctx, clusters, Duration::ZERO).await;
-    write_status_if_changed(service, ctx, status).await?;
-    Ok(if remaining > 0 {
+    if remaining > 0 {
         Action::requeue(SHORT_REQUEUE)
     } else {
         Action::await_change()
-    })
+    }
 }

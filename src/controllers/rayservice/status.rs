@@ -1,6 +1,6 @@
 //! The status of a RayService: its conditions (pure): `Ready` and `UpgradeInProgress` with
 //! KubeRay's reasons, messages that say what is being waited for, and the initializing
-//! timeout; the per-cluster part; and the one status write (only when it changed).
+//! timeout; the per-cluster part; and `differs`, which the status stage writes by.
 
 use std::time::Duration;
 
@@ -9,15 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::api::conditions::{self, FALSE, TRUE, UNKNOWN};
 use kube::ResourceExt;
 
-use super::context::Context;
-use super::error::{Error, KubeFailure};
 use super::observed::ServeObservation;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{
-    RayService, RayServiceClusterStatus, RayServiceStatus, ServiceStatus, condition_reasons,
-    condition_types,
+    RayServiceClusterStatus, RayServiceStatus, ServiceStatus, condition_reasons, condition_types,
 };
-use crate::k8s::field_managers;
 
 /// What the conditions are computed from.
 pub struct ConditionInputs<'a> {
@@ -252,35 +248,6 @@ pub(super) fn fill_cluster_status(
     if let Some(apps) = obs.and_then(|o| o.apps.clone()) {
         out.application_statuses = (!apps.is_empty()).then_some(apps);
     }
-}
-
-pub(super) async fn write_status_if_changed(
-    service: &RayService,
-    ctx: &Context,
-    mut status: RayServiceStatus,
-) -> Result<(), Error> {
-    let base = ctx
-        .with_memory(service, |m| m.last_status.clone())
-        .or_else(|| service.status.clone());
-    if !differs(base.as_ref(), &status) {
-        return Ok(());
-    }
-    status.last_update_time = Some(crate::k8s::now());
-    crate::controllers::frame::status::apply_status(
-        &ctx.client,
-        service,
-        field_managers::RAYSERVICE,
-        &status,
-    )
-    .await
-    .map_err(|e| {
-        KubeFailure::new(
-            format!("writing the status of RayService {}", service.name_any()),
-            e,
-        )
-    })?;
-    ctx.with_memory(service, |m| m.last_status = Some(status));
-    Ok(())
 }
 
 #[cfg(test)]

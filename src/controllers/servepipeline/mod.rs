@@ -98,7 +98,9 @@ pub async fn run(
         fetches,
         stats: Default::default(),
     });
-    watches.run(reconcile::reconcile, ctx, shutdown).await;
+    watches
+        .run(crate::controllers::frame::pass::pass, ctx, shutdown)
+        .await;
 }
 
 fn references_secret(pipeline: &ServePipeline, secret: &str) -> bool {
@@ -155,7 +157,14 @@ impl crate::controllers::frame::ReportPanic<ServePipeline> for Context {
             event.await;
             let status =
                 conditions::panic_status(&pipeline, applied.as_ref(), &message, crate::k8s::now());
-            if let Err(e) = status::write(&client, &pipeline, &status).await {
+            if let Err(e) = crate::controllers::frame::status::apply_status(
+                &client,
+                &*pipeline,
+                crate::k8s::field_managers::SERVEPIPELINE,
+                &status,
+            )
+            .await
+            {
                 warn!(error = %e, "recording a panic in the status failed");
             }
         })

@@ -1,80 +1,167 @@
-//! One ServePipeline pass, as named stages: observe (reads only: the RayService, the graph
-//! versions the source lane published, the routers' counters) → validate (pure, durations
-//! parsed once) → plan (pure: desired RayService, rollout step, Events) → apply (the only
-//! writes) → status (settled status, Events, memory). Bad input never touches what runs. The
-//! frame (`controllers::frame::run`) adds the span, metrics, panic containment and the retry
-//! policy.
+//! The stages of one ServePipeline pass, as the frame runs them (`controllers::frame::pass`):
+//! observe (reads only: the RayService, the graph versions the source lane published, the
+//! routers' counters) → validate → act (plan, pure: desired RayService, rollout step, Events;
+//! then apply, the only writes) → status (the settled status) → finish (Events, memory, when
+//! to look again). Bad input never touches what runs.
+//!
+//! The spec is parsed (durations once, in `validation::servepipeline`) as the observe stage
+//! begins, because the source lane it drives needs the spec's timing; a spec the rule book
+//! faults becomes a condition through the plan, never a refusal that would stop the pipeline
+//! from serving its last good graph. So the validate stage has nothing left to refuse.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 
 use super::apply;
 use super::context::Context;
 use super::error::Error;
-use super::observe;
+use super::observe::{self, Observed};
 use super::plan::{self, PlanInputs, Settled};
 use super::status;
-use crate::api::servepipeline::ServePipeline;
+use crate::api::servepipeline::{ServePipeline, ServePipelineStatus};
+use crate::controllers::frame::pass::{Acted, Flow, Stages, StatusWrite};
+use crate::validation::problem::Problem;
 use crate::validation::servepipeline::Validated;
 
-/// The reconcile the frame runs for every ServePipeline.
-pub(super) async fn reconcile(
+/// What a ServePipeline pass reads.
+pub struct Seen {
     pipeline: Arc<ServePipeline>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
-    if pipeline.meta().deletion_timestamp.is_some() {
-        return Ok(forget(&pipeline, &ctx));
-    }
-    if status::cache_is_behind(&ctx, &pipeline) {
-        // Its watch event brings the pipeline back with the status this controller wrote.
-        ctx.frame.keep_failures(&pipeline);
-        return Ok(Action::requeue(status::CACHE_CATCH_UP));
-    }
-    let spec = crate::validation::servepipeline::validated(&pipeline);
-    let observed = observe::observe(&pipeline, &ctx, &spec).await?;
-    let now = crate::k8s::now();
-    let inputs = PlanInputs {
-        pipeline: &pipeline,
-        spec: &spec,
-        config: &ctx.config,
-        versions: &observed.versions,
-        existing: observed.existing.as_ref(),
-        stats: observed.stats.as_ref(),
-        now: &now,
-    };
-    let planning = Instant::now();
-    let plan = plan::plan(&inputs)?;
-    let planned_in = planning.elapsed();
-    let applied = apply::apply(&pipeline, &ctx, &spec, &plan, planned_in).await;
-    let mut settled = plan.settle(applied, &inputs);
-    status::count_ended_rollout(&ctx, &pipeline, settled.rollout_ended.take());
-    status::write_if_changed(&ctx, &pipeline, &settled.status).await?;
-    let announced = observed
-        .previous
-        .as_ref()
-        .and_then(|s| s.announced_problem.clone());
-    let newly_applied = settled.newly_applied.take();
-    settled.memory.announced_problem = status::announce(
-        &ctx,
-        &pipeline,
-        newly_applied.as_ref(),
-        settled.problem.as_ref(),
-        announced,
-    )
-    .await;
-    next_action(&pipeline, &ctx, &spec, settled)
+    spec: Validated,
+    observed: Observed,
 }
 
-/// The pipeline is being deleted: its RayService goes with its owner (garbage collection),
-/// and its fetch and counters reader are no longer wanted.
-fn forget(pipeline: &ServePipeline, ctx: &Context) -> Action {
-    ctx.fetches.forget(&ObjectRef::from_obj(pipeline));
-    ctx.stats.stop(&ObjectRef::from_obj(pipeline));
-    Action::await_change()
+/// The pass after its writes, for the finish stage.
+pub struct Passed(Settled);
+
+impl Stages<ServePipeline> for Context {
+    type Observed = Seen;
+    type Valid = ();
+    type Status = ServePipelineStatus;
+    type Applied = Passed;
+    type Error = Error;
+    const FIELD_MANAGER: &'static str = crate::k8s::field_managers::SERVEPIPELINE;
+
+    fn kube(&self) -> (&kube::Client, &crate::k8s::EventRecorder) {
+        (&self.client, &self.recorder)
+    }
+
+    async fn observe(
+        self: &Arc<Self>,
+        pipeline: Arc<ServePipeline>,
+    ) -> Result<Flow<ServePipeline, Seen>, Error> {
+        if pipeline.meta().deletion_timestamp.is_some() {
+            return Ok(Flow::Deleting(pipeline));
+        }
+        if status::cache_is_behind(self, &pipeline) {
+            // Its watch event brings the pipeline back with the status this controller wrote.
+            self.frame.keep_failures(&pipeline);
+            return Ok(Flow::Done(Action::requeue(status::CACHE_CATCH_UP)));
+        }
+        let spec = crate::validation::servepipeline::validated(&pipeline);
+        let observed = observe::observe(&pipeline, self, &spec).await?;
+        Ok(Flow::Go(Seen {
+            pipeline,
+            spec,
+            observed,
+        }))
+    }
+
+    fn object(seen: &Seen) -> &ServePipeline {
+        &seen.pipeline
+    }
+
+    /// The pipeline is being deleted: its RayService goes with its owner (garbage collection),
+    /// and its fetch and counters reader are no longer wanted.
+    async fn finalize(&self, pipeline: Arc<ServePipeline>) -> Result<Action, Error> {
+        self.fetches.forget(&ObjectRef::from_obj(&*pipeline));
+        self.stats.stop(&ObjectRef::from_obj(&*pipeline));
+        Ok(Action::await_change())
+    }
+
+    fn validate(&self, _: &Seen) -> Result<(), Problem> {
+        Ok(())
+    }
+
+    async fn act(
+        self: &Arc<Self>,
+        seen: &Seen,
+        _: (),
+    ) -> Acted<ServePipelineStatus, Passed, Error> {
+        let (pipeline, spec, observed) = (&seen.pipeline, &seen.spec, &seen.observed);
+        let now = crate::k8s::now();
+        let inputs = PlanInputs {
+            pipeline,
+            spec,
+            config: &self.config,
+            versions: &observed.versions,
+            existing: observed.existing.as_ref(),
+            stats: observed.stats.as_ref(),
+            now: &now,
+        };
+        let planning = Instant::now();
+        let plan = match plan::plan(&inputs) {
+            Ok(plan) => plan,
+            Err(e) => return Acted::failed(e.into()),
+        };
+        let planned_in = planning.elapsed();
+        let applied = apply::apply(pipeline, self, spec, &plan, planned_in).await;
+        let mut settled = plan.settle(applied, &inputs);
+        status::count_ended_rollout(self, pipeline, settled.rollout_ended.take());
+        Acted {
+            status: Some(std::mem::take(&mut settled.status)),
+            result: Ok(Passed(settled)),
+        }
+    }
+
+    fn plan_write(&self, seen: &Seen, status: &ServePipelineStatus) -> StatusWrite {
+        if seen.pipeline.status.as_ref() == Some(status) {
+            StatusWrite::Skip
+        } else {
+            StatusWrite::Now
+        }
+    }
+
+    /// A written status is remembered with the copy it was planned from, so a pass on that
+    /// copy waits for the cache (see `status::cache_is_behind`).
+    fn remember(&self, seen: &Seen, _: ServePipelineStatus, write: StatusWrite) {
+        if write == StatusWrite::Now {
+            let planned_from = seen.pipeline.resource_version().unwrap_or_default();
+            self.status_written.with(&*seen.pipeline, |w| {
+                *w = Some((planned_from, Instant::now()))
+            });
+        }
+    }
+
+    /// The Events of the pass (once per transition), the pipeline's memory, and when to look
+    /// again.
+    async fn finish(
+        &self,
+        seen: &Seen,
+        passed: Result<Passed, Error>,
+        _: StatusWrite,
+    ) -> Result<Action, Error> {
+        let Passed(mut settled) = passed?;
+        let pipeline = &*seen.pipeline;
+        let announced = seen
+            .observed
+            .previous
+            .as_ref()
+            .and_then(|s| s.announced_problem.clone());
+        let newly_applied = settled.newly_applied.take();
+        settled.memory.announced_problem = status::announce(
+            self,
+            pipeline,
+            newly_applied.as_ref(),
+            settled.problem.as_ref(),
+            announced,
+        )
+        .await;
+        next_action(pipeline, self, &seen.spec, settled)
+    }
 }
 
 /// Remembers the pass and says when to look again: soon mid-rollout, at the fetch's end while

@@ -1,6 +1,7 @@
-//! The status stage of a ServePipeline pass: the status `plan` settled on, written (server-side
-//! apply) when it changed; the Events, once per transition (a graph newly applied, a new
-//! problem); an ended rollout counted once; and the pipeline's memory for the next pass.
+//! What follows a ServePipeline pass's status (the frame writes the status `plan` settled on,
+//! when it changed): the Events, once per transition (a graph newly applied, a new problem); an
+//! ended rollout counted once; the pipeline's memory for the next pass; and the wait for a cache
+//! that does not show the last write yet.
 
 use std::time::{Duration, Instant};
 
@@ -10,25 +11,8 @@ use tracing::{info, warn};
 
 use super::conditions::{MAX_LOGGED_MESSAGE, Problem};
 use super::context::Context;
-use super::error::{Error, KubeFailure};
 use super::memory::{GoodGraph, MemoryUpdate};
-use crate::api::servepipeline::{ServePipeline, ServePipelineStatus};
-use crate::k8s::field_managers;
-
-/// Writes `status` when the pipeline does not show it yet.
-pub(super) async fn write_if_changed(
-    ctx: &Context,
-    pipeline: &ServePipeline,
-    status: &ServePipelineStatus,
-) -> Result<(), Error> {
-    if pipeline.status.as_ref() != Some(status) {
-        write(&ctx.client, pipeline, status).await?;
-        let planned_from = pipeline.resource_version().unwrap_or_default();
-        ctx.status_written
-            .with(pipeline, |w| *w = Some((planned_from, Instant::now())));
-    }
-    Ok(())
-}
+use crate::api::servepipeline::ServePipeline;
 
 /// How soon a pass that found the cache behind looks again (the watch event usually comes first).
 pub(super) const CACHE_CATCH_UP: Duration = Duration::from_millis(500);
@@ -48,28 +32,6 @@ pub(super) fn cache_is_behind(ctx: &Context, pipeline: &ServePipeline) -> bool {
             })
         })
         .unwrap_or(false)
-}
-
-/// Server-side applies the pipeline's status.
-pub(super) async fn write(
-    client: &kube::Client,
-    pipeline: &ServePipeline,
-    status: &ServePipelineStatus,
-) -> Result<(), Error> {
-    crate::controllers::frame::status::apply_status(
-        client,
-        pipeline,
-        field_managers::SERVEPIPELINE,
-        status,
-    )
-    .await
-    .map_err(|source| {
-        KubeFailure::new(
-            format!("writing the status of {}", pipeline.name_any()),
-            source,
-        )
-        .into()
-    })
 }
 
 /// Publishes the Events of this pass: `GraphApplied` for a graph `newly_applied`, and a Warning
