@@ -15,6 +15,7 @@
 //! 5. **finish** — what the pass returns: when to look again, or the error the frame's retry
 //!    policy takes.
 
+use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,29 @@ use super::policy::ReconcileError;
 use super::refuse::refuse;
 use super::run::Framed;
 use crate::validation::problem::Problem;
+
+/// What a kind the frame watches and reconciles needs to be: namespaced, typed and cacheable.
+pub trait Watchable:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> Watchable for T where
+    T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
 
 /// Whether the pass goes on after the observe stage.
 pub enum Flow<K, O> {
@@ -74,16 +98,7 @@ pub enum StatusWrite {
 }
 
 /// The stages one controller implements for its kind `K`; [`pass`] runs them.
-pub trait Stages<K>: Framed<K> + Sized
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+pub trait Stages<K: Watchable>: Framed<K> + Sized {
     /// What the observe stage read.
     type Observed: Send + Sync;
     /// The values the rule book parsed on the way (durations, modes, schedules).
@@ -163,17 +178,10 @@ where
 }
 
 /// One pass over `object`: observe → validate (or refuse) → act → status → finish.
-pub async fn pass<K, S>(object: Arc<K>, stages: Arc<S>) -> Result<Action, S::Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    S: Stages<K>,
-{
+pub async fn pass<K: Watchable, S: Stages<K>>(
+    object: Arc<K>,
+    stages: Arc<S>,
+) -> Result<Action, S::Error> {
     let observed = match stages.observe(object).await? {
         Flow::Go(observed) => observed,
         Flow::Deleting(object) => return stages.finalize(object).await,
@@ -202,21 +210,11 @@ where
 
 /// The status stage: plans the write, stamps and server-side applies the status when it is due
 /// now, and hands it back to the kind to remember.
-async fn write_status<K, S>(
+async fn write_status<K: Watchable, S: Stages<K>>(
     stages: &S,
     observed: &S::Observed,
     mut status: S::Status,
-) -> Result<StatusWrite, S::Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    S: Stages<K>,
-{
+) -> Result<StatusWrite, S::Error> {
     let write = stages.plan_write(observed, &status);
     if write == StatusWrite::Now {
         stages.stamp(&mut status);

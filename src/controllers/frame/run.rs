@@ -18,10 +18,10 @@
 //! let frame = Frame::new("raything", &config.metrics);        // or Metrics::new() if none
 //! let mut watches = Watches::new(&frame, &client, &config.namespace, &config.readiness);
 //! watches.owns(Child::<Pod>::labelled(selector));
-//! watches.run(reconcile, Arc::new(Context { frame, .. }), shutdown).await;
+//! watches.run(Arc::new(Context { frame, .. }), shutdown).await;
 //!
-//! // reconcile is the bare stage sequence: no span, no metrics, no failure bookkeeping.
-//! async fn reconcile(thing: Arc<RayThing>, ctx: Arc<Context>) -> Result<Action, Error>
+//! // Context implements frame::pass::Stages: the bare stages, no span, no metrics, no failure
+//! // bookkeeping; `frame::pass::pass` runs them.
 //! ```
 //!
 //! What every reconcile then gets, in order: the queue mark (`raypipe_reconcile_queue_depth`),

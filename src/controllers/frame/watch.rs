@@ -6,7 +6,7 @@
 //! before anything is cached, an optional index, readiness tracking for every cache, and a
 //! mark in the queue-depth metric for each object a change puts in line. The primary kind is
 //! cached without managed fields, triggers only on changes its predicate calls relevant (status
-//! writes never), and a deleted object is forgotten through [`Framed::forget`].
+//! writes never), and a deleted object is forgotten through [`super::run::Framed::forget`].
 //!
 //! ```ignore
 //! let frame = Frame::new("raything", &config.metrics);
@@ -14,10 +14,9 @@
 //! let pods = watches.owns_cached(Child::<Pod>::labelled(selector).trimmed(trim_pod));
 //! watches.owns(Child::<Job>::labelled(other_selector));
 //! let ctx = Arc::new(Context { frame, pods, .. });
-//! watches.concurrency(config.concurrency).run(reconcile, ctx, shutdown).await;
+//! watches.concurrency(config.concurrency).run(ctx, shutdown).await; // ctx: frame::pass::Stages
 //! ```
 
-use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,43 +24,18 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
+use kube::ResourceExt;
 use kube::api::Api;
-use kube::core::NamespaceResourceScope;
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 
 use super::memory::key_of;
-use super::policy::ReconcileError;
-use super::run::{Framed, drive};
+use super::pass::{Stages, Watchable, pass};
+use super::run::drive;
 use crate::admin::Readiness;
 use crate::admin::metrics::ReconcileQueue;
 use crate::k8s::index::ObjectIndex;
-
-/// What a watched kind needs to be: namespaced, typed and cacheable.
-pub trait Watchable:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Debug
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<T> Watchable for T where
-    T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static
-{
-}
 
 /// One watch of objects other than the controller's own kind: which ones (a label selector),
 /// what of them is kept (a trim applied before caching), and an index to find them by.
@@ -290,19 +264,13 @@ impl<K: Watchable> Watches<K> {
         self
     }
 
-    /// Runs the controller with the framed `reconcile` until `shutdown` completes; the caches
-    /// that reconcile nothing stop with it.
-    pub async fn run<C, E, F, Fut>(
+    /// Runs the controller, each reconcile one [`pass`] over the context's stages, until
+    /// `shutdown` completes; the caches that reconcile nothing stop with it.
+    pub async fn run<C: Stages<K>>(
         self,
-        reconcile: F,
         ctx: Arc<C>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) where
-        C: Framed<K> + 'static,
-        E: ReconcileError + 'static,
-        F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    {
+    ) {
         let api: Api<K> = self.api();
         let queue = self.queue;
         let forget = ctx.clone();
@@ -332,7 +300,7 @@ impl<K: Watchable> Watches<K> {
         let caches: Vec<_> = self.caches.into_iter().map(tokio::spawn).collect();
         // Boxed: in a debug build the controller's future is large enough to overflow a test
         // thread's stack when kept inline in the caller's.
-        Box::pin(drive(controller, reconcile, ctx)).await;
+        Box::pin(drive(controller, pass::<K, C>, ctx)).await;
         for cache in caches {
             cache.abort();
         }

@@ -112,9 +112,7 @@ pub async fn run(
         memory: ObjectMemory::new(),
         frame,
     });
-    watches
-        .run(crate::controllers::frame::pass::pass, ctx, shutdown)
-        .await;
+    watches.run(ctx, shutdown).await;
 }
 
 /// How long a cluster's triggers are gathered before it reconciles: a new cluster's Pods turn

@@ -75,9 +75,7 @@ pub async fn run(
         config,
         frame,
     });
-    watches
-        .run(crate::controllers::frame::pass::pass, ctx, shutdown)
-        .await;
+    watches.run(ctx, shutdown).await;
 }
 
 #[cfg(test)]

@@ -109,7 +109,5 @@ pub async fn run(
         frame,
         serve_watches,
     });
-    watches
-        .run(crate::controllers::frame::pass::pass, ctx, shutdown)
-        .await;
+    watches.run(ctx, shutdown).await;
 }

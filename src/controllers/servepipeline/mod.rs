@@ -98,9 +98,7 @@ pub async fn run(
         fetches,
         stats: Default::default(),
     });
-    watches
-        .run(crate::controllers::frame::pass::pass, ctx, shutdown)
-        .await;
+    watches.run(ctx, shutdown).await;
 }
 
 fn references_secret(pipeline: &ServePipeline, secret: &str) -> bool {
