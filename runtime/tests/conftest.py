@@ -8,7 +8,8 @@ runtime::` does):
 (`venv-2.52.0` for the oldest Ray the README's support matrix claims; `cargo test --test
 integration runtime::` runs the suite on both.)
 
-Everything except test_ray_serve.py, test_router_ray.py and test_metrics_ray.py runs without Ray.
+Everything except test_ray_serve.py, test_router_ray.py, test_metrics_ray.py and
+test_serve_semantics_ray.py runs without Ray.
 """
 
 import asyncio
