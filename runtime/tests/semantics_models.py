@@ -52,6 +52,22 @@ class Caller:
         return {"called": await handle.remote(), "replica": _replica_id()}
 
 
+@serve.deployment
+class Env:
+    """Reports the runtime_env its replica runs in."""
+
+    def __call__(self, request: Request) -> dict:
+        import ray
+
+        env = ray.get_runtime_context().runtime_env
+        return {"env_vars": env.get("env_vars") or {}, "config": env.get("config") or {}}
+
+
+def env(args: dict):
+    """Application builder: Env alone."""
+    return Env.bind()
+
+
 def front(args: dict):
     """Application builder: Front (`args["tag"]`) → Back (`args["back_tag"]`)."""
     return Front.bind(Back.bind(args["back_tag"]), args["tag"])

@@ -8,7 +8,10 @@ fails before the design silently stops holding:
   init arguments did not change: Serve versions an application's code by its args as a whole;
 - other applications in the same config keep their replicas, also while an application is
   added beside them and removed again;
-- a deployment calls another application's deployment by name (`get_deployment_handle`).
+- a deployment calls another application's deployment by name (`get_deployment_handle`);
+- a deployment's own `runtime_env` replaces its application's key by key (only `env_vars`
+  are combined), so raypipe must add the application's `py_modules` to a node's own
+  (src/serve/render.rs, `keep_application_modules`).
 
 Skipped when Ray is not importable, unless RAYPIPE_REQUIRE_RAY=1 (then it fails).
 """
@@ -56,6 +59,21 @@ def config(head: RayHead, front_tag: str, front_config: dict, extra: bool = Fals
                 "route_prefix": "/c",
                 "import_path": "semantics_models:caller",
                 "args": {"app": "nodes", "deployment": "Back"},
+            },
+            {
+                "name": "env",
+                "route_prefix": "/env",
+                "import_path": "semantics_models:env",
+                "args": {},
+                "runtime_env": {"env_vars": {"FROM_APP": "1"}, "config": {"setup_timeout_seconds": 601}},
+                "deployments": [
+                    {
+                        "name": "Env",
+                        "ray_actor_options": {
+                            "runtime_env": {"env_vars": {"FROM_NODE": "1"}, "config": {"eager_install": False}}
+                        },
+                    }
+                ],
             },
         ]
         + (extra_apps if extra else []),
@@ -113,6 +131,16 @@ def deployed():
         yield Deployed(head)
     finally:
         head.stop()
+
+
+def test_a_deployments_runtime_env_replaces_its_applications_key_by_key(deployed):
+    deployed.put("v1", {"weight": 1})
+    env = deployed.answer("/env", lambda b: "env_vars" in b, "application env")
+    # env_vars are combined; any other key (here `config`, as `py_modules` would) is replaced.
+    assert env["env_vars"].get("FROM_APP") == "1" and env["env_vars"].get("FROM_NODE") == "1", env
+    # The application's `config` (setup_timeout_seconds 601) is gone; Ray fills in its default.
+    assert env["config"].get("setup_timeout_seconds") != 601, env
+    assert env["config"].get("eager_install") is False, env
 
 
 def test_what_a_serve_config_change_restarts(deployed):

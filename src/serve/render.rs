@@ -180,14 +180,18 @@ pub fn render(graph: &ValidatedGraph, opts: &RenderOptions) -> Result<ServeConfi
         deployments.push(executor_deployment(opts, pipeline));
     }
 
+    let runtime_env = application_runtime_env(
+        pipeline.runtime_env.as_ref(),
+        opts.code_py_modules.iter().chain(&opts.runtime_py_modules),
+    );
+    if let Some(application_env) = &runtime_env {
+        keep_application_modules(&mut deployments, &application_env.py_modules);
+    }
     let application = Application {
         name,
         route_prefix: Some(route_prefix),
         import_path: opts.runtime_import_path.clone(),
-        runtime_env: application_runtime_env(
-            pipeline.runtime_env.as_ref(),
-            opts.code_py_modules.iter().chain(&opts.runtime_py_modules),
-        ),
+        runtime_env,
         args: RuntimeArgs {
             api_version: RUNTIME_ARGS_API_VERSION.to_string(),
             executor_deployment: opts.executor_deployment.clone(),
@@ -459,6 +463,26 @@ fn runtime_env(env: &proto::RuntimeEnv) -> RuntimeEnvConfig {
         py_modules: env.py_modules.clone(),
         pip: env.pip.clone(),
         env_vars: env.env_vars.clone(),
+    }
+}
+
+/// Serve merges a deployment's own `runtime_env` over its application's key by key
+/// (`override_runtime_envs_except_env_vars`: only `env_vars` are combined), so a node (or the
+/// executor) that names `py_modules` of its own would lose the application's: the graph's
+/// modules, the version's code layer and the runtime's package, and its class could no longer
+/// be imported. A deployment's own modules therefore come first and the application's follow,
+/// without duplicates: a node's `py_modules` adds to the graph's.
+fn keep_application_modules(deployments: &mut [Deployment], application_modules: &[String]) {
+    let own_envs = deployments
+        .iter_mut()
+        .filter_map(|d| d.ray_actor_options.as_mut()?.runtime_env.as_mut())
+        .filter(|env| !env.py_modules.is_empty());
+    for env in own_envs {
+        for module in application_modules {
+            if !env.py_modules.contains(module) {
+                env.py_modules.push(module.clone());
+            }
+        }
     }
 }
 

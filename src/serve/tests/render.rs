@@ -258,6 +258,80 @@ fn runtime_env_merges_graph_and_runtime_without_duplicates() {
 }
 
 #[test]
+fn a_deployments_own_py_modules_keep_the_applications() {
+    let yaml = r#"
+name: own-modules
+ingress: request
+runtime_env: {py_modules: ["https://models.example/graph.zip"]}
+nodes:
+  - {name: request, input: {}}
+  - name: extra
+    model:
+      import_path: samples.models:M
+      deployment:
+        ray_actor_options: {runtime_env: {py_modules: ["s3://bucket/extra.zip", "http://rt/r.zip"]}}
+  - name: plain
+    model:
+      import_path: samples.models:M
+      deployment:
+        ray_actor_options: {runtime_env: {env_vars: {A: b}}}
+  - {name: response, output: {}}
+edges:
+  - {source: request, target: extra}
+  - {source: extra, target: plain}
+  - {source: plain, target: response}
+executor: {ray_actor_options: {runtime_env: {py_modules: ["https://x/executor.zip"]}}}
+"#;
+    let graph = validate(from_yaml(yaml).unwrap()).unwrap();
+    let opts = RenderOptions {
+        code_py_modules: vec!["http://operator/code.zip".into()],
+        runtime_py_modules: vec!["http://rt/r.zip".into()],
+        ..RenderOptions::default()
+    };
+    let config = render(&graph, &opts).unwrap();
+    let modules = |name: &str| {
+        let env = deployment(&config, name)
+            .ray_actor_options
+            .as_ref()
+            .and_then(|a| a.runtime_env.as_ref())
+            .unwrap();
+        (env.py_modules.clone(), env.env_vars.clone())
+    };
+    // Serve would replace the application's modules with these: the node's first, then the
+    // graph's, the code layer and the runtime's, each once.
+    assert_eq!(
+        modules("extra").0,
+        [
+            "s3://bucket/extra.zip",
+            "http://rt/r.zip",
+            "https://models.example/graph.zip",
+            "http://operator/code.zip"
+        ]
+    );
+    assert_eq!(
+        modules("raypipe-executor").0,
+        [
+            "https://x/executor.zip",
+            "https://models.example/graph.zip",
+            "http://operator/code.zip",
+            "http://rt/r.zip"
+        ]
+    );
+    // Without modules of its own a deployment inherits the application's (Serve merges env_vars).
+    let (plain_modules, plain_vars) = modules("plain");
+    assert!(plain_modules.is_empty(), "{plain_modules:?}");
+    assert_eq!(plain_vars.get("A").map(String::as_str), Some("b"));
+    assert_eq!(
+        app(&config).runtime_env.as_ref().unwrap().py_modules,
+        [
+            "https://models.example/graph.zip",
+            "http://operator/code.zip",
+            "http://rt/r.zip"
+        ]
+    );
+}
+
+#[test]
 fn rendering_is_deterministic() {
     for name in ["sequence.yaml", "ensemble.yaml", "switch-canary.yaml"] {
         let first = render(&sample(name), &RenderOptions::default())
