@@ -493,6 +493,11 @@ fn diff(args: &DiffArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8,
         let (old_code, new_code) = (code_files(&args.old_code)?, code_files(&args.new_code)?);
         plan = plan.with_code(&old_code, &new_code, new.graph());
     }
+    // Counted as the default rendering deploys the new version (a ServePipeline's node
+    // overrides are its own plan's business).
+    if let Ok(rendered) = crate::serve::render(new, &crate::serve::RenderOptions::default()) {
+        plan.starts = Some(crate::serve::rollout_starts(&plan, &rendered));
+    }
     let text = match args.output {
         DiffOutput::Text => plan.to_string(),
         DiffOutput::Json => {

@@ -422,6 +422,8 @@ fn diff_prints_the_plan_of_two_graph_files() {
             "{plan}"
         );
     for line in [
+        // The version changed (wiring, in the application's args): everything restarts.
+        "starts: 6 replicas with strategy Immediate, 6 replicas with Canary",
         "candidate  model   in place   model.deployment.num_replicas",
         "premium    model   restarted  model.init_kwargs",
         "  edge canary -> candidate: weight 10 (10%) -> 30 (25%)",
@@ -438,11 +440,16 @@ fn diff_prints_the_plan_of_two_graph_files() {
         new.to_str().unwrap(),
     ]);
     assert_eq!(code, EXIT_OK);
-    let plan: graph::diff::GraphDiff = serde_json::from_slice(&out).unwrap();
+    let mut plan: graph::diff::GraphDiff = serde_json::from_slice(&out).unwrap();
     let expected = graph::diff::diff(
         &read_graph(&input(old)).unwrap(),
         &read_graph(&input(new)).unwrap(),
     );
+    let starts = plan
+        .starts
+        .take()
+        .expect("the plan counts what the rollout starts");
+    assert_eq!(starts.canary, starts.immediate);
     assert_eq!(plan, expected);
     assert!(plan.restarts_all_replicas);
 }

@@ -114,8 +114,49 @@ pub struct NodeDiff {
     pub fields: Vec<String>,
 }
 
+/// Replicas a rollout starts, and the GPUs they ask for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Starts {
+    pub replicas: u32,
+    /// `ray_actor_options.num_gpus` times the replicas (GPUs may be shared: 0.25 each).
+    pub gpus: f64,
+}
+
+impl Starts {
+    pub fn add(&mut self, other: Starts) {
+        self.replicas = self.replicas.saturating_add(other.replicas);
+        self.gpus += other.gpus;
+    }
+}
+
+impl fmt::Display for Starts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let replicas = plural(self.replicas as usize, "replica");
+        if self.gpus == 1.0 {
+            write!(f, "{replicas} (1 GPU)")
+        } else if self.gpus > 0.0 {
+            write!(f, "{replicas} ({} GPUs)", self.gpus)
+        } else {
+            write!(f, "{replicas}")
+        }
+    }
+}
+
+/// What rolling the new version out starts, per strategy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStarts {
+    /// `Immediate`: the replicas of the nodes that restart or are added; every replica of the
+    /// application (executor included) when [`GraphDiff::restarts_all_replicas`].
+    pub immediate: Starts,
+    /// `Canary`: the canary is a Serve application of its own, so every replica of the new
+    /// version (executor and every node that is not fused).
+    pub canary: Starts,
+}
+
 /// What a new graph version changes, node by node.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GraphDiff {
     /// Every node of either graph, sorted by name.
@@ -131,6 +172,10 @@ pub struct GraphDiff {
     /// version, so every replica of the application restarts, `unchanged` and `inPlace` nodes
     /// included.
     pub restarts_all_replicas: bool,
+    /// The replicas (and GPUs) a rollout of the new version starts, per strategy, counted on
+    /// the new version's rendered Serve config (`serve::rollout_starts`); absent until counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts: Option<RolloutStarts>,
     /// The code layer changed (`raypipe dag diff --old-code/--new-code`); absent when no code
     /// was compared or it did not change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -322,6 +367,13 @@ impl fmt::Display for GraphDiff {
             return writeln!(f, "no changes");
         }
         writeln!(f, "{}", self.summary())?;
+        if let Some(starts) = &self.starts {
+            writeln!(
+                f,
+                "starts: {} with strategy Immediate, {} with Canary",
+                starts.immediate, starts.canary
+            )?;
+        }
         writeln!(f)?;
         let rows: Vec<[String; 4]> = self
             .nodes
@@ -400,6 +452,7 @@ pub fn diff(old: &PipelineGraph, new: &PipelineGraph) -> GraphDiff {
         restarts_all_replicas: !same_wiring(old, new)
             || old.runtime_env != new.runtime_env
             || !options::fusable_nodes(old).eq(options::fusable_nodes(new)),
+        starts: None,
         code: None,
     }
 }

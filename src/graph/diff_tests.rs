@@ -410,6 +410,10 @@ fn plan_prints_as_a_table_and_serializes_in_camel_case() {
     );
     let json = serde_json::to_value(&diff).unwrap();
     assert_eq!(json["restartsAllReplicas"], true);
+    assert!(
+        json.get("starts").is_none(),
+        "counted only on a rendering: {json}"
+    );
     let stable = json["nodes"]
         .as_array()
         .unwrap()

@@ -12,6 +12,7 @@ pub mod fuse;
 pub mod fuzzing;
 mod render;
 pub mod rollout;
+mod starts;
 
 #[cfg(test)]
 mod tests;
@@ -24,6 +25,7 @@ pub use render::{
     DEFAULT_APPLICATION_NAME, DEFAULT_EXECUTOR_DEPLOYMENT, DEFAULT_RUNTIME_IMPORT_PATH,
     EXECUTOR_MAX_ONGOING_REQUESTS, NodeOverride, RUNTIME_ARGS_API_VERSION, RenderOptions, render,
 };
+pub use starts::rollout_starts;
 
 /// Environment raypipe gives every Ray process that serves a pipeline (each Ray container of
 /// a ServePipeline's cluster, and `raypipe dev`'s local head) unless the user sets the

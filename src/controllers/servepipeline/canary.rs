@@ -116,7 +116,7 @@ fn render_newest(inputs: &CanaryInputs<'_>, base: &str) -> Result<Rendered, Stri
             digest: g.applied.digest.clone(),
             version: g.applied.version.clone(),
             application,
-            plan: change_plan(inputs.stable, g),
+            plan: change_plan(inputs.stable, g, &rendered),
         }),
         route_prefix: rendered
             .applications
@@ -260,13 +260,18 @@ fn router_route(current: &BTreeMap<String, Value>, base: &str) -> Option<String>
 }
 
 /// What the new graph changes against the stable one, one line per change.
-fn change_plan(stable: Option<&GoodGraph>, newest: &GoodGraph) -> Vec<String> {
+fn change_plan(
+    stable: Option<&GoodGraph>,
+    newest: &GoodGraph,
+    rendered: &crate::serve::ServeConfig,
+) -> Vec<String> {
     match stable {
         Some(old) if old.applied.digest != newest.applied.digest => {
             let code = |g: &GoodGraph| g.applied.oci.as_ref().and_then(|o| o.code_digest.clone());
             let (old_code, new_code) = (code(old), code(newest));
-            let mut lines = crate::graph::diff::diff(old.graph.graph(), newest.graph.graph())
-                .lines(MAX_PLAN_LINES - 2);
+            let plan = crate::graph::diff::diff(old.graph.graph(), newest.graph.graph());
+            let starts = crate::serve::rollout_starts(&plan, rendered).canary;
+            let mut lines = plan.lines(MAX_PLAN_LINES - 2);
             if old_code != new_code {
                 let name = |digest: Option<String>| digest.unwrap_or_else(|| "none".to_owned());
                 lines.push(format!(
@@ -277,9 +282,9 @@ fn change_plan(stable: Option<&GoodGraph>, newest: &GoodGraph) -> Vec<String> {
             }
             // Serve shares no deployment between applications: per-node "in place" or
             // "unchanged" describes the graph change, not what the canary deploys.
-            lines.push(
-                "the canary is its own Serve application: every node of it starts new replicas, and the stable version keeps its own".to_owned(),
-            );
+            lines.push(format!(
+                "the canary is its own Serve application: every node of it starts new replicas ({starts} in all), and the stable version keeps its own"
+            ));
             lines
         }
         _ => Vec::new(),

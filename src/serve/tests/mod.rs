@@ -7,3 +7,4 @@ mod fuzz;
 mod properties;
 mod render;
 mod samples;
+mod starts;
