@@ -60,6 +60,7 @@ fn dag_diff_prints_the_plan_of_two_graph_files() {
     assert_eq!(code, 0, "{err}");
     let expected = "\
 4 unchanged, 1 in place, 1 restarted, 0 added, 0 removed, 1 routing change, 0 graph changes
+starts: 5 replicas with strategy Immediate, 5 replicas with Canary
 
 NODE        KIND    CHANGE     FIELDS
 combine     model   unchanged  -
@@ -80,6 +81,9 @@ routing:
     let plan: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(plan["restartsAllReplicas"], true);
     assert_eq!(plan["nodes"][1]["change"], "inPlace");
+    // The edge's `optional` is wiring in the application's args: everything restarts.
+    assert_eq!(plan["starts"]["immediate"]["replicas"], 5);
+    assert_eq!(plan["starts"]["canary"]["replicas"], 5);
 
     let (code, out, _) = raypipe(&["dag", "diff", old, old]);
     assert_eq!((code, out.as_str()), (0, "no changes\n"));
