@@ -41,6 +41,12 @@ impl Creator {
 }
 
 /// `enableInTreeAutoscaling: true`.
+/// Whether `spec.managedBy` names another controller (e.g. Kueue's MultiKueue), which then
+/// reconciles the object instead of raypipe.
+pub fn managed_elsewhere(managed_by: Option<&str>) -> bool {
+    managed_by.is_some_and(|m| m != crate::api::raycluster::MANAGED_BY_KUBERAY)
+}
+
 pub fn autoscaling_enabled(spec: &RayClusterSpec) -> bool {
     spec.enable_in_tree_autoscaling == Some(true)
 }
@@ -197,7 +203,16 @@ pub(crate) fn ray_version_at_least(version: &str, minimum: (u64, u64, u64)) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::raycluster::{ScaleStrategy, WorkerGroupSpec};
+    use crate::api::raycluster::{MANAGED_BY_MULTIKUEUE, ScaleStrategy, WorkerGroupSpec};
+
+    #[test]
+    fn only_another_controllers_name_hands_the_object_over() {
+        assert!(!managed_elsewhere(None));
+        assert!(!managed_elsewhere(Some(
+            crate::api::raycluster::MANAGED_BY_KUBERAY
+        )));
+        assert!(managed_elsewhere(Some(MANAGED_BY_MULTIKUEUE)));
+    }
 
     #[test]
     fn spec_hash_ignores_what_the_autoscaler_changes() {

@@ -14,7 +14,7 @@ use super::context::Context;
 use super::error::Error;
 use super::status::{Outcome, StatusWrite};
 use super::{apply, deletion, status_write};
-use crate::api::raycluster::{AutoscalerVersion, MANAGED_BY_KUBERAY, RayCluster, RayClusterStatus};
+use crate::api::raycluster::{AutoscalerVersion, RayCluster, RayClusterStatus};
 use crate::controllers::frame::pass::{Acted, Flow, Stages};
 use crate::kuberay::keys::reasons;
 use crate::validation::problem::Problem;
@@ -53,12 +53,7 @@ impl Stages<RayCluster> for Context {
         cluster: Arc<RayCluster>,
     ) -> Result<Flow<RayCluster, Seen>, Error> {
         self.wait_for_caches().await?;
-        if cluster
-            .spec
-            .managed_by
-            .as_deref()
-            .is_some_and(|m| m != MANAGED_BY_KUBERAY)
-        {
+        if crate::kuberay::spec::managed_elsewhere(cluster.spec.managed_by.as_deref()) {
             // Another controller (e.g. Kueue MultiKueue) owns this cluster.
             return Ok(Flow::Done(Action::await_change()));
         }

@@ -23,7 +23,7 @@ use super::status::status_write;
 use super::submit::{dashboard_url_of, running};
 use super::transitions::check_deadlines;
 use super::{build, transitions};
-use crate::api::raycluster::{ClusterState, MANAGED_BY_KUBERAY};
+use crate::api::raycluster::ClusterState;
 use crate::api::rayjob::{
     JobDeploymentStatus, JobFailedReason, JobSubmissionMode, RayJob, RayJobStatus,
 };
@@ -90,12 +90,7 @@ impl Stages<RayJob> for Context {
         else {
             return Ok(Flow::Done(Action::await_change()));
         };
-        if job
-            .spec
-            .managed_by
-            .as_deref()
-            .is_some_and(|m| m != MANAGED_BY_KUBERAY)
-        {
+        if crate::kuberay::spec::managed_elsewhere(job.spec.managed_by.as_deref()) {
             // Another controller (e.g. Kueue MultiKueue) owns this RayJob.
             return Ok(Flow::Done(Action::await_change()));
         }

@@ -20,7 +20,6 @@ use super::suspend::reconcile_suspend;
 use super::upgrade::Desired;
 use super::{apply, build, incremental, reasons, serve, status, upgrade};
 use crate::api::conditions::FALSE;
-use crate::api::raycluster::MANAGED_BY_KUBERAY;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{RayService, RayServiceStatus, condition_reasons, condition_types};
 use crate::controllers::frame::pass::{Acted, Flow, Stages, StatusWrite};
@@ -68,12 +67,7 @@ impl Stages<RayService> for Context {
         service: Arc<RayService>,
     ) -> Result<Flow<RayService, Seen>, Error> {
         self.wait_for_caches().await?;
-        if service
-            .spec
-            .managed_by
-            .as_deref()
-            .is_some_and(|m| m != MANAGED_BY_KUBERAY)
-        {
+        if crate::kuberay::spec::managed_elsewhere(service.spec.managed_by.as_deref()) {
             return Ok(Flow::Done(Action::await_change()));
         }
         if service.meta().deletion_timestamp.is_some() {
