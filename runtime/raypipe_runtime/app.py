@@ -39,6 +39,7 @@ import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from . import engine, metrics
+from . import spec as specs
 from .pointer import RawBody
 from .spec import ArgsError, GraphSpec, NodeSpec, parse_args
 
@@ -162,7 +163,16 @@ def bind_models(spec):
 
 
 def build(args: dict):
-    """Serve application builder: the graph in `args` -> the executor bound to every node."""
+    """Serve application builder: the graph in `args` -> the executor bound to every node.
+    With shared node applications (`args.wiring: user_config`) the executor is bound alone:
+    its graph and its nodes' applications arrive in `reconfigure`."""
+    if specs.is_shared(args):
+        shared = specs.parse_shared_args(args)
+        executor = serve_deployment(
+            GraphExecutor, name=shared.executor_deployment, max_ongoing_requests=EXECUTOR_MAX_ONGOING_REQUESTS
+        )
+        logger.info("raypipe: built an executor with %d fused nodes; its graph comes in user_config", len(shared.fused))
+        return executor.bind(args, {}, [])
     spec = parse_args(args)
     bound, header_nodes = bind_models(spec)
     # The executor mostly waits on its nodes, so it takes many requests at once (Ray's default
@@ -270,10 +280,50 @@ def encode_result(result: engine.Result):
     return result.status, content, "application/json", result.headers
 
 
+def _construct_all_fused(fused: dict) -> dict:
+    objects = {}
+    for name, node in fused.items():
+        try:
+            objects[name] = construct_fused(node)
+        except Exception as exc:
+            # The replica does not start; Serve shows this message in the status.
+            raise RuntimeError(
+                f"raypipe: fused node {name!r} ({node.model.import_path}) "
+                f"failed to construct: {engine.describe_exception(exc)}"
+            ) from exc
+    return objects
+
+
+def _header_nodes(graph: GraphSpec, names) -> list:
+    """The nodes among `names` whose method takes the graph's forwarded headers (their classes
+    imported here, in the version application's environment, as `bind_models` does)."""
+    if not graph.forward_headers:
+        return []
+    found, problems = [], []
+    for name in names:
+        model = graph.nodes[name].model
+        try:
+            fn = _user_callable(import_attr(model.import_path), model.method)
+        except Exception as exc:
+            problems.append((_node_field(graph, graph.nodes[name], "import_path"), engine.describe_exception(exc)))
+            continue
+        if _takes_headers(fn):
+            found.append(name)
+    if problems:
+        raise ArgsError(problems)
+    return found
+
+
 class GraphExecutor:
     """The ingress deployment: runs the graph for every HTTP request."""
 
     def __init__(self, args: dict, handles: dict, header_nodes: list):
+        self.shared = specs.parse_shared_args(args) if specs.is_shared(args) else None
+        if self.shared is not None:
+            # The graph comes in `reconfigure`, which Serve calls before the first request.
+            self.fused_objects = _construct_all_fused(self.shared.fused)
+            self.node_applications: dict[str, str] = {}
+            return
         self.spec = parse_args(args)
         callers = {}
         for node in self.spec.graph.model_nodes():
@@ -291,6 +341,35 @@ class GraphExecutor:
             callers[node.name] = _local_caller(obj, node.model.method)
         self.executor = engine.Executor(
             self.spec.graph, callers, header_nodes=header_nodes, observer=metrics.ray_observer(self.spec.graph)
+        )
+
+    async def reconfigure(self, user_config: dict):
+        """A new wiring (shared node applications): the graph, its fused nodes' names and the
+        application of each deployed node. The new engine replaces the old one in one
+        assignment, so a request in flight finishes on the graph that took it; nothing
+        restarts. A wiring this executor cannot run raises with every problem named, which
+        Serve reports as the deployment's failure."""
+        if self.shared is None:
+            raise ArgsError([("user_config", "this executor's graph is in its args; it takes no user_config")])
+        runtime, applications = specs.parse_wiring(user_config, self.shared)
+        from ray import serve
+
+        graph = runtime.graph
+        header_nodes = _header_nodes(graph, [n.name for n in graph.model_nodes()])
+        callers = {}
+        for node in graph.model_nodes():
+            if node.name in runtime.fused_nodes:
+                callers[node.name] = _local_caller(self.fused_objects[node.name], node.model.method)
+            else:
+                handle = serve.get_deployment_handle(node.name, app_name=applications[node.name])
+                callers[node.name] = _ray_caller(handle, node.model.method)
+        executor = engine.Executor(graph, callers, header_nodes=header_nodes, observer=metrics.ray_observer(graph))
+        self.spec, self.node_applications, self.executor = runtime, applications, executor
+        logger.info(
+            "raypipe: executor now runs graph %r (version %r) over %d node applications",
+            graph.name,
+            graph.version,
+            len(set(applications.values())),
         )
 
     async def handle_request(self, body: bytes, headers: dict):

@@ -5,6 +5,23 @@
     graph: <the pipeline in the text form of proto/raypipe/v1/pipeline.proto, wiring only>
     fused_nodes: [<model node names>]   # optional: run in-process in the executor (src/serve/fuse.rs)
 
+With shared node applications (src/serve/shared.rs) a version application's args are instead
+
+    api_version: "raypipe.v1"
+    executor_deployment: <name>
+    wiring: "user_config"
+    fused: [<the fused nodes' definitions>]   # built into the executor: one keyed unit
+
+and the graph arrives in the executor's `user_config` (applied in place by Serve):
+
+    raypipe: {graph: <as above>, fused_nodes: [<names>], node_applications: {<node>: <app>}}
+
+while each model node is an application of its own (node_app.py) with the args
+
+    api_version: "raypipe.node.v1"
+    node: <node name, the deployment's name>
+    model: {import_path, init_args, init_kwargs}
+
 Parsing is strict, like raypipe's own reader: unknown keys, wrong types, dangling edges and the
 like are refused with every problem listed, each naming its field (`graph.edges[3].target`).
 Raypipe validates graphs fully before rendering; these checks keep the runtime from ever
@@ -22,6 +39,9 @@ from . import pointer as jp
 from . import predicate as pred
 
 API_VERSION = "raypipe.v1"
+NODE_API_VERSION = "raypipe.node.v1"
+WIRING_IN_USER_CONFIG = "user_config"
+WIRING_KEY = "raypipe"
 DEFAULT_DEADLINE_MS = 30_000
 MAX_DEADLINE_MS = 3_600_000
 DEFAULT_INITIAL_BACKOFF_MS = 50
@@ -256,6 +276,111 @@ def parse_args(args) -> RuntimeArgs:
         graph=graph,  # type: ignore[arg-type]
         fused_nodes=fused,
     )
+
+
+def is_shared(args) -> bool:
+    """Whether a version application's graph arrives in the executor's user_config."""
+    return isinstance(args, dict) and args.get("wiring") == WIRING_IN_USER_CONFIG
+
+
+@dataclass
+class SharedArgs:
+    """A version application's args with shared node applications."""
+
+    executor_deployment: str
+    fused: dict[str, NodeSpec]  # fused nodes by name, built into each executor replica
+    fused_raw: dict[str, Any]  # their definitions as written, to compare with the wiring's
+
+
+def parse_shared_args(args) -> SharedArgs:
+    """Parses a version application's args with shared nodes; raises ArgsError."""
+    problems = _Problems()
+    top = _keys(args, ("api_version", "executor_deployment", "wiring", "fused"), "args", problems)
+    if top.get("api_version") != API_VERSION:
+        problems.add("args.api_version", f"is {top.get('api_version')!r}; this runtime understands {API_VERSION!r}")
+    executor = top.get("executor_deployment")
+    if not isinstance(executor, str) or not _NAME.match(executor):
+        problems.add("args.executor_deployment", f"is {executor!r}; it must name the executor deployment")
+        executor = "raypipe-executor"
+    fused: dict[str, NodeSpec] = {}
+    fused_raw: dict[str, Any] = {}
+    raw_list = top.get("fused") or []
+    if not isinstance(raw_list, list):
+        problems.add("args.fused", "must be a list of node definitions")
+        raw_list = []
+    for i, raw in enumerate(raw_list):
+        node = _parse_node(raw, f"args.fused[{i}]", problems)
+        if node is None:
+            continue
+        if node.kind != "model":
+            problems.add(f"args.fused[{i}]", f"{node.name!r} is not a model node")
+        fused[node.name] = node
+        fused_raw[node.name] = raw
+    if problems.items:
+        raise ArgsError(problems.items)
+    return SharedArgs(executor_deployment=executor, fused=fused, fused_raw=fused_raw)
+
+
+def parse_wiring(user_config, shared: SharedArgs) -> tuple[RuntimeArgs, dict[str, str]]:
+    """The graph and the node applications from the executor's user_config, checked against
+    the args it was built with; raises ArgsError."""
+    problems = _Problems()
+    where = f"user_config.{WIRING_KEY}"
+    body = _keys(
+        _keys(user_config, (WIRING_KEY,), "user_config", problems).get(WIRING_KEY),
+        ("graph", "fused_nodes", "node_applications"),
+        where,
+        problems,
+    )
+    if problems.items:
+        raise ArgsError(problems.items)
+    runtime = parse_args(
+        {
+            "api_version": API_VERSION,
+            "executor_deployment": shared.executor_deployment,
+            "graph": body.get("graph"),
+            "fused_nodes": body.get("fused_nodes"),
+        }
+    )
+    if set(runtime.fused_nodes) != set(shared.fused):
+        problems.add(
+            f"{where}.fused_nodes",
+            f"names {sorted(runtime.fused_nodes)}; this executor was built with {sorted(shared.fused)}",
+        )
+    raw_nodes = {n.get("name"): n for n in body["graph"].get("nodes", []) if isinstance(n, dict)}
+    for name in sorted(set(runtime.fused_nodes) & set(shared.fused)):
+        if raw_nodes.get(name) != shared.fused_raw[name]:
+            problems.add(f"{where}.graph", f"fused node {name!r} differs from the one this executor was built with")
+    apps = body.get("node_applications") or {}
+    if not isinstance(apps, dict) or not all(isinstance(v, str) and _NAME.match(v) for v in apps.values()):
+        problems.add(f"{where}.node_applications", "must map node names to application names")
+        apps = {}
+    served = {n.name for n in runtime.graph.model_nodes()} - set(runtime.fused_nodes)
+    for name in sorted(served - set(apps)):
+        problems.add(f"{where}.node_applications", f"names no application for node {name!r}")
+    for name in sorted(set(apps) - served):
+        problems.add(f"{where}.node_applications", f"names {name!r}, which is not a deployed model node")
+    if problems.items:
+        raise ArgsError(problems.items)
+    return runtime, dict(apps)
+
+
+def parse_node_args(args) -> tuple[str, ModelSpec]:
+    """A node application's args: its node's name and model; raises ArgsError."""
+    problems = _Problems()
+    top = _keys(args, ("api_version", "node", "model"), "args", problems)
+    if top.get("api_version") != NODE_API_VERSION:
+        problems.add(
+            "args.api_version", f"is {top.get('api_version')!r}; this runtime understands {NODE_API_VERSION!r}"
+        )
+    name = top.get("node")
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.add("args.node", f"is {name!r}; it must name the node (1-63 of [A-Za-z0-9_.-])")
+        name = ""
+    model = _parse_model(top.get("model"), "args.model", problems)
+    if problems.items:
+        raise ArgsError(problems.items)
+    return name, model
 
 
 def _fused_nodes(value, graph: GraphSpec | None, problems: _Problems) -> frozenset:

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::graph::{self, Format, GraphError, ValidatedGraph, ValidationErrors, proto};
+use crate::serve::shared::NodeLayout;
 use crate::serve::{self, NodeOverride, RenderOptions};
 
 /// Success.
@@ -120,6 +121,11 @@ pub struct RenderArgs {
     /// Print JSON (the dashboard REST body) instead of YAML.
     #[arg(long)]
     pub json: bool,
+    /// Lay the graph out with shared node applications (docs/design/shared-nodes.md): a
+    /// version application with the executor, its wiring in the executor's user_config, and
+    /// one application per model node named by a hash of what defines it.
+    #[arg(long)]
+    pub shared_nodes: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -132,6 +138,9 @@ pub struct DiffArgs {
     /// How to print the plan.
     #[arg(long, value_enum, default_value_t = DiffOutput::Text)]
     pub output: DiffOutput,
+    /// How the operator lays the nodes out (its `--node-layout`): what restarts differs.
+    #[arg(long, value_enum, default_value_t)]
+    pub node_layout: NodeLayout,
     /// The code that runs with OLD (a package directory or a wheel, as `dag push --code` takes
     /// it); with --new-code, the plan says what the code change restarts.
     #[arg(long, value_name = "DIR|WHEEL")]
@@ -411,7 +420,19 @@ fn render(args: &RenderArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     };
     let options = render_options(args);
     let config = serve::render(&valid, &options)?;
-    let text = if args.json {
+    let text = if args.shared_nodes {
+        let base = config
+            .applications
+            .first()
+            .map(|a| a.name.clone())
+            .unwrap_or_default();
+        let layout = serve::shared::config_json(&config, &base)?;
+        if args.json {
+            serde_json::to_string_pretty(&layout).unwrap_or_default() + "\n"
+        } else {
+            serde_yaml::to_string(&layout).unwrap_or_default()
+        }
+    } else if args.json {
         // The JSON body carries the same facts in `args.fused_nodes`.
         config.to_json() + "\n"
     } else {
@@ -495,8 +516,16 @@ fn diff(args: &DiffArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8,
     }
     // Counted as the default rendering deploys the new version (a ServePipeline's node
     // overrides are its own plan's business).
-    if let Ok(rendered) = crate::serve::render(new, &crate::serve::RenderOptions::default()) {
-        plan.starts = Some(crate::serve::rollout_starts(&plan, &rendered));
+    let options = crate::serve::RenderOptions::default();
+    if let Ok(rendered) = crate::serve::render(new, &options) {
+        plan.starts = match args.node_layout {
+            NodeLayout::Shared => {
+                plan = plan.with_shared_nodes(old.graph(), new.graph());
+                let old_rendered = crate::serve::render(old, &options).ok();
+                crate::serve::shared::layout_starts(old_rendered.as_ref(), &rendered)
+            }
+            NodeLayout::Inline => Some(crate::serve::rollout_starts(&plan, &rendered)),
+        };
     }
     let text = match args.output {
         DiffOutput::Text => plan.to_string(),

@@ -193,6 +193,27 @@ fn render_prints_a_serve_config() {
 }
 
 #[test]
+fn render_lays_out_shared_node_applications_on_request() {
+    let sample = sample("ensemble.yaml");
+    let (code, out, err) = run_line(&[
+        "render",
+        "--json",
+        "--shared-nodes",
+        sample.to_str().unwrap(),
+    ]);
+    assert_eq!(code, EXIT_OK, "{err}");
+    let config: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let apps = config["applications"].as_array().unwrap();
+    // The version application and one per model node (preprocess, model_a, model_b, combine).
+    assert_eq!(apps.len(), 5);
+    assert_eq!(apps[0]["route_prefix"], "/ensemble");
+    assert!(apps[1..].iter().all(serve::shared::is_node_application));
+    let (code, out, _) = run_line(&["render", "--shared-nodes", sample.to_str().unwrap()]);
+    assert_eq!(code, EXIT_OK);
+    assert!(text(out).contains("import_path: raypipe_runtime.node_app:build"));
+}
+
+#[test]
 fn render_refuses_invalid_graphs_and_options() {
     let dir = tempfile::tempdir().unwrap();
     let path = invalid_file(&dir);
@@ -422,8 +443,9 @@ fn diff_prints_the_plan_of_two_graph_files() {
             "{plan}"
         );
     for line in [
-        // The version changed (wiring, in the application's args): everything restarts.
-        "starts: 6 replicas with strategy Immediate, 6 replicas with Canary",
+        // Shared node applications: the version and the weight are wiring, applied in place;
+        // premium's application starts (with a canary, the canary's executor too).
+        "starts: 1 replica with strategy Immediate, 2 replicas with Canary",
         "candidate  model   in place   model.deployment.num_replicas",
         "premium    model   restarted  model.init_kwargs",
         "  edge canary -> candidate: weight 10 (10%) -> 30 (25%)",
@@ -441,14 +463,36 @@ fn diff_prints_the_plan_of_two_graph_files() {
     ]);
     assert_eq!(code, EXIT_OK);
     let mut plan: graph::diff::GraphDiff = serde_json::from_slice(&out).unwrap();
-    let expected = graph::diff::diff(
-        &read_graph(&input(old)).unwrap(),
-        &read_graph(&input(new)).unwrap(),
+    let (old_graph, new_graph) = (
+        read_graph(&input(old.clone())).unwrap(),
+        read_graph(&input(new.clone())).unwrap(),
     );
+    let expected = graph::diff::diff(&old_graph, &new_graph);
     let starts = plan
         .starts
         .take()
         .expect("the plan counts what the rollout starts");
+    assert_eq!((starts.immediate.replicas, starts.canary.replicas), (1, 2));
+    assert_eq!(
+        plan,
+        expected.clone().with_shared_nodes(&old_graph, &new_graph)
+    );
+    assert!(!plan.restarts_all_replicas);
+
+    // The inline layout: the version changed (wiring, in the application's args), so
+    // everything restarts.
+    let (code, out, _) = run_line(&[
+        "diff",
+        "--node-layout",
+        "inline",
+        "--output",
+        "json",
+        old.to_str().unwrap(),
+        new.to_str().unwrap(),
+    ]);
+    assert_eq!(code, EXIT_OK);
+    let mut plan: graph::diff::GraphDiff = serde_json::from_slice(&out).unwrap();
+    let starts = plan.starts.take().expect("counted");
     assert_eq!(starts.canary, starts.immediate);
     assert_eq!(plan, expected);
     assert!(plan.restarts_all_replicas);

@@ -85,6 +85,7 @@ impl ControllerSettings {
                 None => self.serve_locator()?,
             }),
             rollout_poll: None,
+            node_layout: self.node_layout,
         })
     }
 

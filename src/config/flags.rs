@@ -171,6 +171,11 @@ pub struct ControllerArgs {
     /// Feature gates, `Name=true,Other=false` (KubeRay's names and defaults).
     #[arg(long, env = "RAYPIPE_FEATURE_GATES", default_value = "")]
     pub feature_gates: FeatureGates,
+    /// How pipelines' model nodes are laid out in Serve: `shared` (each node an application
+    /// keyed by its content, shared by every graph version that uses it; a change restarts
+    /// only the nodes it changes) or `inline` (every node inside its version's application).
+    #[arg(long, env = "RAYPIPE_NODE_LAYOUT", value_enum, default_value_t)]
+    pub node_layout: crate::serve::shared::NodeLayout,
 }
 
 #[derive(Debug, Clone, clap::Args)]

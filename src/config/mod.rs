@@ -94,6 +94,8 @@ pub struct ControllerSettings {
     /// with a code layer are refused (CodeNotServable).
     pub code_store: crate::pypackage::CodeStore,
     pub code_base_url: Option<String>,
+    /// How pipelines' model nodes are laid out in Serve (`--node-layout`).
+    pub node_layout: crate::serve::shared::NodeLayout,
 }
 
 impl ControllerSettings {
@@ -120,6 +122,7 @@ impl ControllerSettings {
             fetch_slots: Default::default(),
             code_store: crate::pypackage::CodeStore::default(),
             code_base_url: None,
+            node_layout: Default::default(),
         }
     }
 
@@ -138,6 +141,7 @@ impl ControllerSettings {
             runtime_base_url,
             runtime_env_mirrors,
             feature_gates,
+            node_layout,
         } = args.tuning.clone();
         let code_base_url = runtime_base_url
             .as_deref()
@@ -167,6 +171,7 @@ impl ControllerSettings {
             fetch_slots: Default::default(),
             code_store: crate::pypackage::CodeStore::new(args.source.code_memory_budget),
             code_base_url,
+            node_layout,
         }
     }
 }

@@ -180,6 +180,11 @@ pub struct GraphDiff {
     /// was compared or it did not change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<CodeDiff>,
+    /// Counted for shared node applications (the operator's default layout): the wiring is
+    /// applied in place, and only a new environment (`runtime_env`, code layer) restarts
+    /// every replica.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_nodes: bool,
 }
 
 /// Most changed code files listed.
@@ -429,7 +434,13 @@ impl fmt::Display for GraphDiff {
                 )?;
             }
         }
-        if self.restarts_all_replicas {
+        if self.restarts_all_replicas && self.shared_nodes {
+            writeln!(
+                f,
+                "\nnote: the environment (runtime_env or code layer) changes; it is part of every \
+                 node application's key, so every replica restarts"
+            )?;
+        } else if self.restarts_all_replicas {
             writeln!(
                 f,
                 "\nnote: the graph wiring in the Serve application's args (or its runtime_env) \
@@ -438,6 +449,16 @@ impl fmt::Display for GraphDiff {
             )?;
         }
         Ok(())
+    }
+}
+
+impl GraphDiff {
+    /// The plan as shared node applications deploy it: a wiring change restarts nothing; only
+    /// a new environment (or code layer, when compared) restarts every replica.
+    pub fn with_shared_nodes(mut self, old: &PipelineGraph, new: &PipelineGraph) -> Self {
+        self.shared_nodes = true;
+        self.restarts_all_replicas = old.runtime_env != new.runtime_env || self.code.is_some();
+        self
     }
 }
 
@@ -454,6 +475,7 @@ pub fn diff(old: &PipelineGraph, new: &PipelineGraph) -> GraphDiff {
             || !options::fusable_nodes(old).eq(options::fusable_nodes(new)),
         starts: None,
         code: None,
+        shared_nodes: false,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod fuse;
 pub mod fuzzing;
 mod render;
 pub mod rollout;
+pub mod shared;
 mod starts;
 
 #[cfg(test)]
@@ -99,6 +100,14 @@ pub enum RenderError {
         request_timeout_s: f64,
         deadline_ms: u32,
     },
+    #[error("the graph rendered no application")]
+    NoApplication,
+    #[error("laying out shared node applications: {0}")]
+    Layout(String),
+    #[error(
+        "executor.user_config is set; with shared node applications the executor's user_config carries the graph's wiring"
+    )]
+    ExecutorUserConfig,
 }
 
 impl RenderError {
@@ -117,6 +126,8 @@ impl RenderError {
             | RenderError::InvalidOverride { .. } => "InvalidOverride",
             RenderError::InvalidHttpOption { .. }
             | RenderError::RequestTimeoutBelowDeadline { .. } => "InvalidHttpOptions",
+            RenderError::NoApplication | RenderError::Layout(_) => "RenderFailed",
+            RenderError::ExecutorUserConfig => "InvalidOptions",
         }
     }
 }

@@ -30,7 +30,7 @@ pub fn rollout_starts(plan: &GraphDiff, rendered: &ServeConfig) -> RolloutStarts
 
 /// The replicas Serve starts for a deployment: its count; with autoscaling `initial_replicas`,
 /// else `min_replicas`, else Serve's 1; without either 1. And their GPUs.
-fn replicas_started(deployment: &Deployment) -> Starts {
+pub(super) fn replicas_started(deployment: &Deployment) -> Starts {
     let replicas = match (&deployment.num_replicas, &deployment.autoscaling_config) {
         (Some(NumReplicas::Count(n)), _) => *n,
         (_, Some(a)) => a.initial_replicas.or(a.min_replicas).unwrap_or(1),

@@ -56,11 +56,14 @@ fn dag_diff_prints_the_plan_of_two_graph_files() {
     let old = sample("ensemble.pb");
     let (old, new) = (old.to_str().unwrap(), new.to_str().unwrap());
 
+    // The operator's default layout, shared node applications: the edge's `optional` is
+    // wiring, applied in place; only model_b's application (and, for a canary, its executor)
+    // starts.
     let (code, out, err) = raypipe(&["dag", "diff", old, new]);
     assert_eq!(code, 0, "{err}");
     let expected = "\
 4 unchanged, 1 in place, 1 restarted, 0 added, 0 removed, 1 routing change, 0 graph changes
-starts: 5 replicas with strategy Immediate, 5 replicas with Canary
+starts: 1 replica with strategy Immediate, 2 replicas with Canary
 
 NODE        KIND    CHANGE     FIELDS
 combine     model   unchanged  -
@@ -73,15 +76,39 @@ response    output  unchanged  -
 routing:
   edge model_b -> combine: optional true -> false
 ";
-    assert!(out.starts_with(expected), "{out}");
-    assert!(out.contains("\nnote: "), "{out}");
+    assert_eq!(out, expected);
 
     let (code, out, err) = raypipe(&["dag", "diff", "--output", "json", old, new]);
     assert_eq!(code, 0, "{err}");
     let plan: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(plan["restartsAllReplicas"], true);
+    assert_eq!(plan["restartsAllReplicas"], false);
+    assert_eq!(plan["sharedNodes"], true);
     assert_eq!(plan["nodes"][1]["change"], "inPlace");
-    // The edge's `optional` is wiring in the application's args: everything restarts.
+    assert_eq!(plan["starts"]["immediate"]["replicas"], 1);
+    assert_eq!(plan["starts"]["canary"]["replicas"], 2);
+
+    // The inline layout (`--node-layout inline`): the edge's `optional` is wiring in the one
+    // application's args, so everything restarts.
+    let (code, out, err) = raypipe(&["dag", "diff", "--node-layout", "inline", old, new]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("starts: 5 replicas with strategy Immediate, 5 replicas with Canary\n"),
+        "{out}"
+    );
+    assert!(out.contains("\nnote: "), "{out}");
+    let (code, out, err) = raypipe(&[
+        "dag",
+        "diff",
+        "--node-layout",
+        "inline",
+        "--output",
+        "json",
+        old,
+        new,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let plan: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(plan["restartsAllReplicas"], true);
     assert_eq!(plan["starts"]["immediate"]["replicas"], 5);
     assert_eq!(plan["starts"]["canary"]["replicas"], 5);
 

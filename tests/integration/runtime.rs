@@ -29,25 +29,40 @@ fn fixture_path(sample: &str) -> PathBuf {
     repo().join(format!("runtime/tests/fixtures/rendered/{sample}.json"))
 }
 
-/// What `raypipe dag render --json samples/graphs/<sample>.yaml` prints.
-fn render_sample(sample: &str) -> serde_json::Value {
+/// The sample graph rendered with the default options.
+fn rendered_config(sample: &str) -> raypipe::serve::ServeConfig {
     let path = repo().join(format!("samples/graphs/{sample}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let graph = raypipe::graph::from_yaml(&text).expect("the sample graph parses");
     let valid = raypipe::graph::validate(graph).expect("the sample graph is valid");
-    let config = raypipe::serve::render(&valid, &raypipe::serve::RenderOptions::default())
-        .expect("the sample graph renders");
-    serde_json::from_str(&config.to_json()).expect("rendered JSON")
+    raypipe::serve::render(&valid, &raypipe::serve::RenderOptions::default())
+        .expect("the sample graph renders")
 }
+
+/// What `raypipe dag render --json samples/graphs/<sample>.yaml` prints.
+fn render_sample(sample: &str) -> serde_json::Value {
+    serde_json::from_str(&rendered_config(sample).to_json()).expect("rendered JSON")
+}
+
+/// `render_sample` laid out with shared node applications (`dag render --shared-nodes`).
+fn render_sample_shared(sample: &str) -> serde_json::Value {
+    raypipe::serve::shared::config_json(&rendered_config(sample), "ensemble").expect("the layout")
+}
+
+/// The shared-node fixtures: a version and its successor with one changed node.
+const SHARED_SAMPLES: [&str; 2] = ["ensemble", "ensemble-v2"];
 
 /// Set `RAYPIPE_UPDATE_FIXTURES=1` to rewrite the fixtures after a deliberate rendering change.
 #[test]
 fn runtime_fixtures_match_current_rendering() {
     let update = std::env::var_os("RAYPIPE_UPDATE_FIXTURES").is_some();
     let mut drifted = Vec::new();
-    for sample in SAMPLES {
-        let rendered = render_sample(sample);
-        let path = fixture_path(sample);
+    let plain = SAMPLES.iter().map(|s| (s.to_string(), render_sample(s)));
+    let shared = SHARED_SAMPLES
+        .iter()
+        .map(|s| (format!("{s}.shared"), render_sample_shared(s)));
+    for (sample, rendered) in plain.chain(shared) {
+        let path = fixture_path(&sample);
         if update {
             let text = serde_json::to_string_pretty(&rendered).expect("JSON") + "\n";
             std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

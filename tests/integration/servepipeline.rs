@@ -56,9 +56,10 @@ fn expected_serve_config(bytes: &[u8], name: &str) -> String {
         application_name: Some(name.to_owned()),
         ..Default::default()
     };
-    raypipe::serve::render(&graph, &options)
-        .expect("renders")
-        .to_yaml()
+    let rendered = raypipe::serve::render(&graph, &options).expect("renders");
+    // The operator's default layout: the version application and one per model node.
+    let config = raypipe::serve::shared::config_json(&rendered, name).expect("laid out");
+    serde_yaml::to_string(&config).expect("YAML")
 }
 
 struct Fixture {

@@ -66,6 +66,16 @@ pub fn desired_rayservice(
     serve_config_yaml: &str,
     graph_digest: &str,
 ) -> Result<RayService, K8sError> {
+    desired_rayservice_annotated(pipeline, serve_config_yaml, graph_digest, BTreeMap::new())
+}
+
+/// [`desired_rayservice`] with more annotations (the shared nodes' retirements).
+pub fn desired_rayservice_annotated(
+    pipeline: &ServePipeline,
+    serve_config_yaml: &str,
+    graph_digest: &str,
+    mut annotations: BTreeMap<String, String>,
+) -> Result<RayService, K8sError> {
     let owner = crate::k8s::controller_owner_ref(pipeline)?;
     let mut labels = BTreeMap::new();
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
@@ -77,7 +87,6 @@ pub fn desired_rayservice(
         suspend: pipeline.spec.suspend,
         ..Default::default()
     };
-    let mut annotations = BTreeMap::new();
     annotations.insert(ANNOTATION_GRAPH_DIGEST.to_owned(), graph_digest.to_owned());
     let mut rayservice = RayService {
         metadata: ObjectMeta {

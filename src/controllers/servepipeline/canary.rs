@@ -15,13 +15,16 @@ use super::config::Config;
 use super::desired::Desired;
 use super::memory::GoodGraph;
 use super::rollout::{self, Announcement, Inputs, Newest, Policy};
+use super::shared;
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{RolloutStatus, ServePipeline, condition_types};
 use crate::k8s::K8sError;
+use crate::serve::ServeConfig;
 use crate::serve::rollout::{
     RouterStats, applications_of, compose, options_of, rendered_options, router_application,
     version_application, version_application_name,
 };
+use crate::serve::shared::{NodeLayout, split};
 
 /// Lines of the plan kept in the status.
 const MAX_PLAN_LINES: usize = 12;
@@ -91,11 +94,36 @@ fn application_base(pipeline: &ServePipeline, config: &Config) -> String {
 }
 
 /// The newest graph rendered as a version application, with the route and top-level options
-/// of its config (`None` for each when there is no newest graph).
+/// of its config (`None` for each when there is no newest graph), and its node applications
+/// (shared nodes).
 struct Rendered {
     newest: Option<Newest>,
     route_prefix: Option<String>,
     top_level: Option<Value>,
+    nodes: BTreeMap<String, Value>,
+}
+
+/// One rendered graph version as an application without a route named `name`, and, with
+/// shared nodes, the node applications it names (named after `base`).
+fn as_version(
+    rendered: &ServeConfig,
+    name: &str,
+    base: &str,
+    layout: NodeLayout,
+) -> Result<(Value, BTreeMap<String, Value>), String> {
+    match layout {
+        NodeLayout::Inline => version_application(rendered, name)
+            .map(|app| (app, BTreeMap::new()))
+            .ok_or_else(|| "the graph rendered no application".to_owned()),
+        NodeLayout::Shared => {
+            let layout = split(rendered, base).map_err(|e| e.to_string())?;
+            let mut app = layout.version;
+            app["name"] = Value::String(name.to_owned());
+            // An explicit null: Serve's default for a missing route prefix is "/".
+            app["route_prefix"] = Value::Null;
+            Ok((app, layout.nodes))
+        }
+    }
 }
 
 fn render_newest(inputs: &CanaryInputs<'_>, base: &str) -> Result<Rendered, String> {
@@ -104,25 +132,41 @@ fn render_newest(inputs: &CanaryInputs<'_>, base: &str) -> Result<Rendered, Stri
             newest: None,
             route_prefix: None,
             top_level: None,
+            nodes: BTreeMap::new(),
         });
     };
     let options = build::version_render_options(inputs.pipeline, inputs.config, &g.applied);
     let rendered = crate::serve::render(&g.graph, &options).map_err(|e| e.to_string())?;
     let name = version_application_name(base, &g.applied.digest);
-    let application = version_application(&rendered, &name)
-        .ok_or_else(|| "the graph rendered no application".to_owned())?;
+    let layout = inputs.config.node_layout;
+    let (application, nodes) = as_version(&rendered, &name, base, layout)?;
+    let stable_rendered = inputs
+        .stable
+        .filter(|old| old.applied.digest != g.applied.digest)
+        .and_then(|old| {
+            let options =
+                build::version_render_options(inputs.pipeline, inputs.config, &old.applied);
+            crate::serve::render(&old.graph, &options).ok()
+        });
     Ok(Rendered {
         newest: Some(Newest {
             digest: g.applied.digest.clone(),
             version: g.applied.version.clone(),
             application,
-            plan: change_plan(inputs.stable, g, &rendered),
+            plan: change_plan(
+                inputs.stable,
+                g,
+                &rendered,
+                stable_rendered.as_ref(),
+                layout,
+            ),
         }),
         route_prefix: rendered
             .applications
             .first()
             .and_then(|a| a.route_prefix.clone()),
         top_level: Some(rendered_options(&rendered)),
+        nodes,
     })
 }
 
@@ -133,7 +177,7 @@ fn render_stable(
     previous: Option<&RolloutStatus>,
     newest: Option<&Newest>,
     base: &str,
-) -> Option<Newest> {
+) -> Option<(Newest, BTreeMap<String, Value>)> {
     let stable_digest = previous
         .and_then(|r| r.stable.as_ref())
         .map(|s| s.digest.as_str());
@@ -144,12 +188,15 @@ fn render_stable(
     let options = build::version_render_options(inputs.pipeline, inputs.config, &g.applied);
     let rendered = crate::serve::render(&g.graph, &options).ok()?;
     let name = version_application_name(base, &g.applied.digest);
-    Some(Newest {
+    let (application, nodes) =
+        as_version(&rendered, &name, base, inputs.config.node_layout).ok()?;
+    let newest = Newest {
         digest: g.applied.digest.clone(),
         version: g.applied.version.clone(),
-        application: version_application(&rendered, &name)?,
+        application,
         plan: Vec::new(),
-    })
+    };
+    Some((newest, nodes))
 }
 
 /// One rollout step for the pipeline.
@@ -180,11 +227,26 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
             });
         }
     };
-    let stable_rendered = render_stable(inputs, previous.as_ref(), rendered.newest.as_ref(), &base);
-    let serve = inputs
+    let (stable_rendered, stable_nodes) =
+        match render_stable(inputs, previous.as_ref(), rendered.newest.as_ref(), &base) {
+            Some((newest, nodes)) => (Some(newest), nodes),
+            None => (None, BTreeMap::new()),
+        };
+    let mut serve = inputs
         .existing
         .map(conditions::applications_from)
         .unwrap_or_default();
+    // A version runs only when every node application it names runs too.
+    let versions = current
+        .iter()
+        .map(|(name, app)| (name.as_str(), app))
+        .chain(
+            [rendered.newest.as_ref(), stable_rendered.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|n| Some((n.application["name"].as_str()?, &n.application))),
+        );
+    shared::fold_node_statuses(&mut serve, versions);
     let decision = rollout::decide(&Inputs {
         policy: inputs.policy,
         previous: previous.as_ref(),
@@ -198,7 +260,14 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
         suspended: pipeline.spec.suspend.unwrap_or(false),
         now: inputs.now,
     });
-    let desired = match (&decision.router, &decision.missing) {
+    let mut rendered_nodes = rendered.nodes;
+    rendered_nodes.extend(stable_nodes);
+    let nodes = shared::node_applications(&decision.applications, &rendered_nodes, &current);
+    let missing = decision
+        .missing
+        .clone()
+        .or_else(|| nodes.as_ref().err().cloned());
+    let desired = match (&decision.router, &missing) {
         (Some(router), None) => {
             let route_prefix = if rendered.newest.is_some() {
                 rendered.route_prefix
@@ -213,6 +282,7 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
                 router,
             )];
             applications.extend(decision.applications.iter().cloned());
+            applications.extend(nodes.unwrap_or_default());
             let top_level = rendered
                 .top_level
                 .unwrap_or_else(|| options_of(&existing_yaml));
@@ -233,10 +303,7 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
             problem: Problem {
                 condition: condition_types::READY,
                 reason: "RolloutStateLost".to_owned(),
-                message: decision
-                    .missing
-                    .clone()
-                    .unwrap_or_else(|| "no graph version to serve yet".to_owned()),
+                message: missing.unwrap_or_else(|| "no graph version to serve yet".to_owned()),
             },
             transient: true,
         },
@@ -263,14 +330,18 @@ fn router_route(current: &BTreeMap<String, Value>, base: &str) -> Option<String>
 fn change_plan(
     stable: Option<&GoodGraph>,
     newest: &GoodGraph,
-    rendered: &crate::serve::ServeConfig,
+    rendered: &ServeConfig,
+    stable_rendered: Option<&ServeConfig>,
+    layout: NodeLayout,
 ) -> Vec<String> {
     match stable {
         Some(old) if old.applied.digest != newest.applied.digest => {
             let code = |g: &GoodGraph| g.applied.oci.as_ref().and_then(|o| o.code_digest.clone());
             let (old_code, new_code) = (code(old), code(newest));
             let plan = crate::graph::diff::diff(old.graph.graph(), newest.graph.graph());
-            let starts = crate::serve::rollout_starts(&plan, rendered).canary;
+            let shared_starts = (layout == NodeLayout::Shared)
+                .then(|| crate::serve::shared::layout_starts(stable_rendered, rendered))
+                .flatten();
             let mut lines = plan.lines(MAX_PLAN_LINES - 2);
             if old_code != new_code {
                 let name = |digest: Option<String>| digest.unwrap_or_else(|| "none".to_owned());
@@ -280,11 +351,20 @@ fn change_plan(
                     name(new_code)
                 ));
             }
-            // Serve shares no deployment between applications: per-node "in place" or
-            // "unchanged" describes the graph change, not what the canary deploys.
-            lines.push(format!(
-                "the canary is its own Serve application: every node of it starts new replicas ({starts} in all), and the stable version keeps its own"
-            ));
+            match shared_starts {
+                Some(starts) => lines.push(format!(
+                    "the canary shares every unchanged node with the stable version: it starts {} (its executor and the nodes whose key changed)",
+                    starts.canary
+                )),
+                None => {
+                    // Serve shares no deployment between applications: per-node "in place" or
+                    // "unchanged" describes the graph change, not what the canary deploys.
+                    let starts = crate::serve::rollout_starts(&plan, rendered).canary;
+                    lines.push(format!(
+                        "the canary is its own Serve application: every node of it starts new replicas ({starts} in all), and the stable version keeps its own"
+                    ));
+                }
+            }
             lines
         }
         _ => Vec::new(),

@@ -33,6 +33,8 @@ pub struct Config {
     /// server's base URL as Ray nodes reach it; `None`: code layers are refused.
     pub code_store: crate::pypackage::CodeStore,
     pub code_base_url: Option<String>,
+    /// How model nodes are laid out in Serve (default: shared node applications).
+    pub node_layout: crate::serve::shared::NodeLayout,
 }
 
 impl Config {

@@ -23,6 +23,7 @@ mod observe;
 mod plan;
 mod reconcile;
 mod rollout;
+mod shared;
 mod source;
 mod stats;
 mod status;

@@ -15,12 +15,14 @@ use super::config::Config;
 use super::desired::{Applied, Desired};
 use super::memory::{GoodGraph, MemoryUpdate, Versions};
 use super::rollout::{Announcement, Policy};
+use super::shared;
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{
     RolloutStatus, RolloutStrategy, ServePipeline, ServePipelineStatus, condition_types,
 };
 use crate::k8s::K8sError;
 use crate::serve::rollout::RouterStats;
+use crate::serve::shared::NodeLayout;
 use crate::validation::servepipeline::{Validated, rollout_timing};
 
 /// Everything one pass is planned from.
@@ -82,6 +84,9 @@ pub(super) struct RolloutPlan {
     pub events: Vec<Announcement>,
     /// A rollout this step ended: (result, key), counted once the RayService carries it.
     pub ended: Option<(&'static str, String)>,
+    /// The write only stages the newest graph (Immediate, shared nodes: its new nodes start
+    /// while the previous wiring serves): not announced as applied yet.
+    pub staging: bool,
 }
 
 /// One pass, planned.
@@ -150,6 +155,9 @@ fn immediate(
     problem: Option<&Problem>,
 ) -> Result<(Desired, RolloutPlan), K8sError> {
     let desired = match (problem, &inputs.versions.newest) {
+        (None, Some(g)) if inputs.config.node_layout == NodeLayout::Shared => {
+            return immediate_shared(inputs, g);
+        }
         (None, Some(g)) => {
             let pipeline = inputs.pipeline;
             match build::render(pipeline, inputs.config, &g.graph, &g.applied) {
@@ -164,6 +172,65 @@ fn immediate(
         _ => Desired::Keep,
     };
     Ok((desired, RolloutPlan::default()))
+}
+
+/// Strategy `Immediate` with shared node applications: the newest graph's nodes start beside
+/// the wiring that serves, then the executor is switched to them, then the nodes it no longer
+/// names are retired (`shared::immediate_step`).
+fn immediate_shared(
+    inputs: &PlanInputs<'_>,
+    g: &GoodGraph,
+) -> Result<(Desired, RolloutPlan), K8sError> {
+    let pipeline = inputs.pipeline;
+    let options = build::version_render_options(pipeline, inputs.config, &g.applied);
+    let laid_out = crate::serve::render(&g.graph, &options).and_then(|rendered| {
+        let base = rendered
+            .applications
+            .first()
+            .map(|a| a.name.clone())
+            .unwrap_or_default();
+        let layout = crate::serve::shared::split(&rendered, &base)?;
+        Ok((rendered, layout))
+    });
+    let (rendered, layout) = match laid_out {
+        Ok(done) => done,
+        Err(e) => {
+            return Ok((
+                Desired::render_failed(e.to_string()),
+                RolloutPlan::default(),
+            ));
+        }
+    };
+    let step = shared::immediate_step(&layout, inputs.existing, inputs.now);
+    let config = crate::serve::rollout::compose(
+        crate::serve::rollout::rendered_options(&rendered),
+        step.applications,
+    );
+    let yaml = serde_yaml::to_string(&config).unwrap_or_default();
+    // While staging, the RayService still serves the graph it carried.
+    let digest = inputs
+        .existing
+        .filter(|_| step.staging)
+        .and_then(|rs| {
+            rs.annotations()
+                .get(crate::k8s::ANNOTATION_GRAPH_DIGEST)
+                .cloned()
+        })
+        .unwrap_or_else(|| g.applied.digest.clone());
+    let mut annotations = std::collections::BTreeMap::new();
+    if !step.retiring.is_empty() {
+        annotations.insert(
+            shared::ANNOTATION_RETIRING.to_owned(),
+            serde_json::to_string(&step.retiring).unwrap_or_default(),
+        );
+    }
+    let rayservice = build::desired_rayservice_annotated(pipeline, &yaml, &digest, annotations)?;
+    let rollout = RolloutPlan {
+        active: step.active,
+        staging: step.staging,
+        ..RolloutPlan::default()
+    };
+    Ok((Desired::Write(Box::new(rayservice)), rollout))
 }
 
 /// Strategy `Canary`: one rollout step, when the rollout may go on.
@@ -210,6 +277,7 @@ fn canary_step(
         active: step.active,
         events: step.events,
         ended: step.ended,
+        staging: false,
     };
     Ok((step.desired, rollout))
 }
@@ -241,6 +309,7 @@ impl Plan {
             rollout,
         } = self;
         let canary = strategy == Strategy::Canary;
+        let staging = rollout.staging;
         let wrote = matches!(desired, Desired::Write(_));
         let (mut rollout_status, mut rollout_active) = (rollout.status, rollout.active);
         let mut rollout_ended = None;
@@ -248,7 +317,7 @@ impl Plan {
         match applied {
             None | Some(Applied::UpToDate) => rollout_ended = rollout.ended.filter(|_| wrote),
             Some(Applied::New(applied)) => {
-                newly_applied = !canary;
+                newly_applied = !canary && !rollout.staging;
                 rayservice = Some(*applied);
                 rollout_ended = rollout.ended.filter(|_| wrote);
             }
@@ -273,6 +342,7 @@ impl Plan {
         let described = described_graph(
             inputs.pipeline,
             canary,
+            staging,
             versions,
             stable.as_ref(),
             rollout_status.as_ref(),
@@ -325,14 +395,19 @@ fn stable_in_memory(versions: &Versions, rollout: Option<&RolloutStatus>) -> Opt
 
 /// The graph the status's source and graph describe: with a canary policy the version that
 /// serves (the stable one; the version being tried is in `status.rollout.canary`), else the
-/// newest.
+/// newest (while its shared nodes start: the one that serves).
 fn described_graph(
     pipeline: &ServePipeline,
     canary: bool,
+    staging: bool,
     versions: &Versions,
     stable: Option<&GoodGraph>,
     rollout: Option<&RolloutStatus>,
 ) -> Option<build::AppliedGraph> {
+    if !canary && staging {
+        // The newest graph's nodes are starting; the previous wiring still serves.
+        return build::applied_from_status(pipeline.status.as_ref()?);
+    }
     if !canary {
         return versions
             .newest

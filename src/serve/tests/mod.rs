@@ -7,4 +7,5 @@ mod fuzz;
 mod properties;
 mod render;
 mod samples;
+mod shared;
 mod starts;

@@ -155,14 +155,18 @@ async fn serve_applications(dashboard: &raypipe::ray::RayDashboardClient) -> BTr
         .unwrap_or_default()
 }
 
-/// The names of the applications the pipeline's RayService carries.
-async fn rayservice_applications(e2e: &E2e) -> Option<BTreeSet<String>> {
+/// The names of the applications the pipeline's RayService carries: all of them, and those
+/// that are not shared node applications (the router and the versions; the nodes come and go
+/// with the versions that name them).
+async fn rayservice_applications(e2e: &E2e) -> Option<(BTreeSet<String>, BTreeSet<String>)> {
     let rs = e2e.rayservices.get(PIPELINE).await.ok()?;
-    Some(
-        applications_of(rs.spec.serve_config_v2.as_deref()?)
-            .into_keys()
-            .collect(),
-    )
+    let apps = applications_of(rs.spec.serve_config_v2.as_deref()?);
+    let versions = apps
+        .iter()
+        .filter(|(_, app)| !raypipe::serve::shared::is_node_application(app))
+        .map(|(name, _)| name.clone())
+        .collect();
+    Some((apps.into_keys().collect(), versions))
 }
 
 /// The rollout of `wanted` ended as `result` and settled: phase `Stable`, `stable` the stable
@@ -196,11 +200,11 @@ async fn settled(
             let ended = rollout.phase == "Stable"
                 && rollout.last.as_ref().is_some_and(|l| l.digest == wanted)
                 && rollout.stable.as_ref().is_some_and(|s| s.digest == stable);
-            if ended && let Some(carried) = rayservice_applications(e2e).await {
+            if ended && let Some((carried, versions)) = rayservice_applications(e2e).await {
                 let on_serve = serve_applications(dashboard).await;
                 let stable_app = rollout.stable.as_ref().map(|s| s.application.clone());
-                if carried.len() == 2
-                    && stable_app.is_some_and(|a| carried.contains(&a))
+                if versions.len() == 2
+                    && stable_app.is_some_and(|a| versions.contains(&a))
                     && on_serve == carried
                 {
                     return (Instant::now(), starts);
@@ -505,7 +509,7 @@ async fn registry_down_mid_canary_the_rollout_goes_on_and_nothing_is_lost() {
             .as_ref()
             .map(|s| s.application.clone())
             .expect("a stable version");
-        let carried = rayservice_applications(&e2e)
+        let (carried, _) = rayservice_applications(&e2e)
             .await
             .expect("the RayService carries a Serve config");
         assert!(
