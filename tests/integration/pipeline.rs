@@ -138,11 +138,36 @@ fn median(values: &mut [f64]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark; results in BENCHMARKS.md"]
 async fn bench_rollout_latency_breakdown() {
-    use std::time::{SystemTime, UNIX_EPOCH};
+    use raypipe::serve::shared::NodeLayout;
     let head = support::ray_head();
     let _serve = support::ray_serve_lock().await;
-    let e2e = e2e::ready_pipeline(head, "bench-rollout").await;
     let dashboard = head.client(Duration::from_secs(10)).unwrap();
+    // Both layouts in one run: each version changes only the graph's version label (wiring).
+    for layout in [NodeLayout::Inline, NodeLayout::Shared] {
+        let prefix = format!("bench-rollout-{}", format!("{layout:?}").to_lowercase());
+        let e2e =
+            e2e::ready_pipeline_laid_out(support::client().await, head, &prefix, json!({}), layout)
+                .await;
+        let rows = rollout_rows(&e2e, &dashboard).await;
+        eprintln!("layout {layout:?}:");
+        print_medians(&rows);
+        drop(e2e);
+        // The aborted operator must not push its config again after the delete.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        dashboard
+            .delete_serve_applications()
+            .await
+            .expect("DELETE serve applications");
+    }
+}
+
+/// Five rollouts (v2…v6) of the pipeline, each pushed 1.5 s after the last one served: per
+/// rollout, its total and stages in seconds.
+async fn rollout_rows(
+    e2e: &e2e::E2e,
+    dashboard: &raypipe::ray::RayDashboardClient,
+) -> Vec<[f64; 7]> {
+    use std::time::{SystemTime, UNIX_EPOCH};
     let http = crate::support::fixture::loopback_http(Duration::from_secs(20));
     let stages = ["fetch_validate", "render", "apply"];
     let mut rows: Vec<[f64; 7]> = Vec::new();
@@ -227,6 +252,10 @@ async fn bench_rollout_latency_breakdown() {
             total - to_pushed
         );
     }
+    rows
+}
+
+fn print_medians(rows: &[[f64; 7]]) {
     let columns = [
         "total",
         "detect",

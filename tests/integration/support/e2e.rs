@@ -306,6 +306,17 @@ pub async fn ready_pipeline_on(
     prefix: &str,
     spec: Value,
 ) -> E2e {
+    ready_pipeline_laid_out(client, head, prefix, spec, Default::default()).await
+}
+
+/// [`ready_pipeline_on`] with the operator's `--node-layout` (a benchmark compares them).
+pub async fn ready_pipeline_laid_out(
+    client: kube::Client,
+    head: &'static raypipe::devenv::ray::RayHead,
+    prefix: &str,
+    spec: Value,
+    node_layout: raypipe::serve::shared::NodeLayout,
+) -> E2e {
     let ns = super::namespace(&client, prefix).await;
     let token = raypipe::devenv::random_token().unwrap();
     let registry = Registry::start(&token).await;
@@ -330,6 +341,7 @@ pub async fn ready_pipeline_on(
         ray_serve_url: Some(head.serve_url()),
         metrics: metrics.clone(),
         fetcher: super::loopback_fetcher(),
+        node_layout,
         ..ControllerSettings::new(&[
             ControllerKind::Servepipeline,
             ControllerKind::Raycluster,
