@@ -438,7 +438,7 @@ impl fmt::Display for GraphDiff {
             writeln!(
                 f,
                 "\nnote: the environment (runtime_env or code layer) changes; it is part of every \
-                 node application's key, so every replica restarts"
+                 node application's key, so Ray Serve restarts every replica"
             )?;
         } else if self.restarts_all_replicas {
             writeln!(

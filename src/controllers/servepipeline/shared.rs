@@ -103,9 +103,10 @@ pub fn immediate_step(
             active: true,
         };
     }
-    // Switch: the new wiring; the nodes the previous one named stay until their time passes.
+    // Switch: the new wiring; the nodes the previous one named stay until their time passes
+    // (while it answered: without traffic there is no request in flight to finish).
     let until = later(now, hold(&serving, &layout.version));
-    for app in named {
+    for app in named.into_iter().filter(|_| answering) {
         if !wanted.contains(&app) && current.contains_key(&app) && !recorded.contains_key(&app) {
             retiring.insert(app, until.clone());
         }
