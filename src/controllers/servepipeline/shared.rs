@@ -71,12 +71,21 @@ pub fn immediate_step(
         .flat_map(|app| node_map(app).into_values())
         .collect();
     let recorded = retiring_of(existing);
+    // An annotation edited by hand never keeps a node longer than the longest hold.
+    let latest = later(now, longest_hold());
     let mut retiring: BTreeMap<String, String> = recorded
         .iter()
         .filter(|(app, until)| {
             current.contains_key(*app) && !wanted.contains(app) && !passed(until, now)
         })
-        .map(|(a, u)| (a.clone(), u.clone()))
+        .map(|(a, u)| {
+            let until = if passed(&latest, &time_of(u)) {
+                latest.clone()
+            } else {
+                u.clone()
+            };
+            (a.clone(), until)
+        })
         .collect();
     let starting = wanted.iter().any(|app| !running(app));
     let unchanged = serving.len() == 1 && serving[0] == &layout.version;
@@ -155,13 +164,24 @@ fn hold(serving: &[&Value], new: &Value) -> Duration {
     Duration::from_millis(longest) + RETIRE_GRACE
 }
 
+/// The longest any node is kept: the longest deadline a graph may have, plus the grace.
+fn longest_hold() -> Duration {
+    Duration::from_millis(crate::graph::MAX_DEADLINE_MS.into()) + RETIRE_GRACE
+}
+
+/// `until` as a time (unreadable: the epoch, so it counts as passed).
+fn time_of(until: &str) -> Time {
+    Time(until.parse::<Timestamp>().unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
 fn later(now: &Time, by: Duration) -> String {
     let by = SignedDuration::try_from(by).unwrap_or(SignedDuration::MAX);
     now.0.checked_add(by).unwrap_or(Timestamp::MAX).to_string()
 }
 
+/// Whether `until` has passed at `now`; an unreadable time has.
 fn passed(until: &str, now: &Time) -> bool {
-    until.parse::<Timestamp>().is_ok_and(|t| t <= now.0)
+    until.parse::<Timestamp>().map_or(true, |t| t <= now.0)
 }
 
 /// The node applications the given version applications name, in name order: rendered ones

@@ -256,3 +256,30 @@ fn whatever_serves_stays_as_it_is_while_the_new_nodes_start() {
         v1.nodes.keys().cloned().collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_retirement_edited_by_hand_is_bounded() {
+    let (v1, v2) = (layout("ensemble"), layout("ensemble-v2"));
+    let old_b = &node_map(&v1.version)["model_b"];
+    let mut applications = v2.applications();
+    applications.push(v1.nodes[old_b].clone());
+    let statuses = all_running(&v2);
+    let edited = |until: &str| {
+        let annotations = BTreeMap::from([(
+            ANNOTATION_RETIRING.to_owned(),
+            json!({old_b.as_str(): until}).to_string(),
+        )]);
+        immediate_step(
+            &v2,
+            Some(&rayservice(&applications, &statuses, annotations)),
+            &at(0),
+        )
+    };
+    // A year ahead: kept no longer than the longest deadline (1 h) plus 30 s.
+    let far = edited(&at(365 * 24 * 3600).0.to_string());
+    assert_eq!(far.retiring[old_b], at(3600 + 30).0.to_string());
+    // Not a time: gone at once.
+    let garbage = edited("soon");
+    assert!(garbage.retiring.is_empty());
+    assert_eq!(garbage.applications, v2.applications());
+}
