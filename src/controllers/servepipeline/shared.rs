@@ -71,22 +71,7 @@ pub fn immediate_step(
         .flat_map(|app| node_map(app).into_values())
         .collect();
     let recorded = retiring_of(existing);
-    // An annotation edited by hand never keeps a node longer than the longest hold.
-    let latest = later(now, longest_hold());
-    let mut retiring: BTreeMap<String, String> = recorded
-        .iter()
-        .filter(|(app, until)| {
-            current.contains_key(*app) && !wanted.contains(app) && !passed(until, now)
-        })
-        .map(|(a, u)| {
-            let until = if passed(&latest, &time_of(u)) {
-                latest.clone()
-            } else {
-                u.clone()
-            };
-            (a.clone(), until)
-        })
-        .collect();
+    let mut retiring = still_retiring(&recorded, &current, &wanted, now);
     let starting = wanted.iter().any(|app| !running(app));
     let unchanged = serving.len() == 1 && serving[0] == &layout.version;
     // Staging protects traffic: only worth it while something that answers runs.
@@ -95,18 +80,9 @@ pub fn immediate_step(
         .any(|app| app["name"].as_str().is_some_and(&running));
     if starting && answering && !unchanged {
         // Stage: what answers stays exactly as it is while the new nodes start beside it.
-        let mut nodes = layout.nodes.clone();
-        for app in named.iter().chain(retiring.keys()) {
-            if let Some(found) = current.get(app) {
-                nodes.entry(app.clone()).or_insert_with(|| found.clone());
-            }
-        }
+        let nodes = with_carried(layout, named.iter().chain(retiring.keys()), &current);
         return ImmediateStep {
-            applications: serving
-                .into_iter()
-                .cloned()
-                .chain(nodes.into_values())
-                .collect(),
+            applications: serving.into_iter().cloned().chain(nodes).collect(),
             retiring,
             staging: true,
             active: true,
@@ -120,14 +96,9 @@ pub fn immediate_step(
             retiring.insert(app, until.clone());
         }
     }
-    let mut nodes = layout.nodes.clone();
-    for app in retiring.keys() {
-        if let Some(found) = current.get(app) {
-            nodes.entry(app.clone()).or_insert_with(|| found.clone());
-        }
-    }
+    let nodes = with_carried(layout, retiring.keys(), &current);
     let applications = std::iter::once(layout.version.clone())
-        .chain(nodes.into_values())
+        .chain(nodes)
         .collect();
     ImmediateStep {
         active: !retiring.is_empty(),
@@ -135,6 +106,46 @@ pub fn immediate_step(
         retiring,
         staging: false,
     }
+}
+
+/// The recorded retirements whose node is still carried, not wanted again, and whose time has
+/// not passed. An annotation edited by hand never keeps a node longer than the longest hold.
+fn still_retiring(
+    recorded: &BTreeMap<String, String>,
+    current: &BTreeMap<String, Value>,
+    wanted: &BTreeSet<&String>,
+    now: &Time,
+) -> BTreeMap<String, String> {
+    let latest = later(now, longest_hold());
+    recorded
+        .iter()
+        .filter(|(app, until)| {
+            current.contains_key(*app) && !wanted.contains(app) && !passed(until, now)
+        })
+        .map(|(app, until)| {
+            let bounded = if passed(&latest, &time_of(until)) {
+                latest.clone()
+            } else {
+                until.clone()
+            };
+            (app.clone(), bounded)
+        })
+        .collect()
+}
+
+/// The layout's node applications, plus the named ones the RayService carries, by name.
+fn with_carried<'a>(
+    layout: &SharedLayout,
+    names: impl IntoIterator<Item = &'a String>,
+    current: &BTreeMap<String, Value>,
+) -> impl Iterator<Item = Value> {
+    let mut nodes = layout.nodes.clone();
+    for app in names {
+        if let Some(found) = current.get(app) {
+            nodes.entry(app.clone()).or_insert_with(|| found.clone());
+        }
+    }
+    nodes.into_values()
 }
 
 /// The retirements the RayService's annotation records (unreadable: none).
