@@ -502,10 +502,12 @@ async fn serve_losing_what_was_pushed_is_noticed_and_restored_within_seconds() {
         failed_after - failed_before,
         failed_after + served.load(std::sync::atomic::Ordering::Relaxed)
     );
-    // The steady poll is a minute: a push within seconds was the watch.
+    // The steady poll is a minute: a push within half of it was the watch. (Deleting all of
+    // Serve on the shared head tears down every test's applications first; that took 11.3 s
+    // in a CI run while the release image was built beside it, 2.0 s when run alone.)
     for (what, (pushed, _)) in [("one application", one_lost), ("all of Serve", all_lost)] {
         assert!(
-            pushed < Duration::from_secs(10),
+            pushed < Duration::from_secs(30),
             "{what} lost: pushed again only after {pushed:?}"
         );
     }
