@@ -262,7 +262,24 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
     });
     let mut rendered_nodes = rendered.nodes;
     rendered_nodes.extend(stable_nodes);
-    let nodes = shared::node_applications(&decision.applications, &rendered_nodes, &current);
+    let carried_statuses = inputs
+        .existing
+        .map(conditions::applications_from)
+        .unwrap_or_default();
+    let (versions, starting) =
+        shared::stage_versions(&decision.applications, &current, &carried_statuses);
+    let nodes = shared::node_applications(&versions, &rendered_nodes, &current).map(|named| {
+        let mut by_name: BTreeMap<String, Value> = named
+            .into_iter()
+            .map(|app| (app["name"].as_str().unwrap_or_default().to_owned(), app))
+            .collect();
+        for app in &starting {
+            if let Some(node) = rendered_nodes.get(app) {
+                by_name.entry(app.clone()).or_insert_with(|| node.clone());
+            }
+        }
+        by_name.into_values().collect::<Vec<_>>()
+    });
     let missing = decision
         .missing
         .clone()
@@ -281,7 +298,7 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
                 &options.runtime_py_modules,
                 router,
             )];
-            applications.extend(decision.applications.iter().cloned());
+            applications.extend(versions.iter().cloned());
             applications.extend(nodes.unwrap_or_default());
             let top_level = rendered
                 .top_level
@@ -313,7 +330,7 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
         ended: rollout::newly_ended(previous.as_ref(), &decision.status),
         rollout_if_refused: previous.unwrap_or_else(|| decision.status.clone()),
         rollout: decision.status,
-        active: decision.active,
+        active: decision.active || !starting.is_empty(),
         events: decision.events,
     })
 }

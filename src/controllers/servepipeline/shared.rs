@@ -220,6 +220,42 @@ pub fn node_applications(
         .collect()
 }
 
+/// A version application re-laid out (a spec edit, an upgrade from the inline layout) is
+/// staged like an Immediate change: while its new form names node applications that do not
+/// run yet and the form the RayService carries runs, the carried form stays and those nodes
+/// start beside it. Returns the version applications to write and the nodes to start beside.
+pub fn stage_versions(
+    versions: &[Value],
+    current: &BTreeMap<String, Value>,
+    serve: &BTreeMap<String, ApplicationStatus>,
+) -> (Vec<Value>, BTreeSet<String>) {
+    let running = |name: &str| {
+        serve
+            .get(name)
+            .is_some_and(|a| a.status.as_deref() == Some(RUNNING))
+    };
+    let mut starting = BTreeSet::new();
+    let written = versions
+        .iter()
+        .map(|app| {
+            let name = app["name"].as_str().unwrap_or_default();
+            let Some(carried) = current.get(name).filter(|old| *old != app && running(name)) else {
+                return app.clone();
+            };
+            let new_nodes: Vec<String> = node_map(app)
+                .into_values()
+                .filter(|node| !running(node))
+                .collect();
+            if new_nodes.is_empty() {
+                return app.clone();
+            }
+            starting.extend(new_nodes);
+            carried.clone()
+        })
+        .collect();
+    (written, starting)
+}
+
 /// Folds each version application's node applications into its own status: their
 /// deployments join its own (each named after its node, so a failure names the node), and a
 /// version runs only when its executor and every node it names run. Otherwise it takes the

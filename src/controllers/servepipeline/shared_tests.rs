@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::{
     ANNOTATION_RETIRING, fold_node_statuses, immediate_step, node_applications, retiring_of,
+    stage_versions,
 };
 use crate::api::rayservice::RayService;
 use crate::api::servepipeline::{ApplicationStatus, NodeStatus};
@@ -282,4 +283,54 @@ fn a_retirement_edited_by_hand_is_bounded() {
     let garbage = edited("soon");
     assert!(garbage.retiring.is_empty());
     assert_eq!(garbage.applications, v2.applications());
+}
+
+#[test]
+fn a_re_laid_out_version_keeps_its_carried_form_until_its_new_nodes_run() {
+    // The stable version as the inline layout carried it, re-rendered with shared nodes.
+    let v1 = layout("ensemble");
+    let inline = json!({"name": "ensemble--aaaaaaaaaaaa", "route_prefix": null,
+                        "import_path": "raypipe_runtime.app:build", "args": {"graph": {}}});
+    let mut shared_form = v1.version.clone();
+    shared_form["name"] = json!("ensemble--aaaaaaaaaaaa");
+    let current = BTreeMap::from([("ensemble--aaaaaaaaaaaa".to_owned(), inline.clone())]);
+    let status = |pairs: &[(&str, &str)]| -> BTreeMap<String, ApplicationStatus> {
+        pairs
+            .iter()
+            .map(|(n, s)| {
+                let status = ApplicationStatus {
+                    status: Some((*s).into()),
+                    ..Default::default()
+                };
+                ((*n).to_owned(), status)
+            })
+            .collect()
+    };
+    let carried_runs = status(&[("ensemble--aaaaaaaaaaaa", "RUNNING")]);
+    let (written, starting) =
+        stage_versions(std::slice::from_ref(&shared_form), &current, &carried_runs);
+    assert_eq!(written, vec![inline.clone()]);
+    assert_eq!(starting, v1.nodes.keys().cloned().collect());
+
+    // Once the new nodes run, the new form is written.
+    let mut all = vec![("ensemble--aaaaaaaaaaaa", "RUNNING")];
+    all.extend(v1.nodes.keys().map(|n| (n.as_str(), "RUNNING")));
+    let (written, starting) =
+        stage_versions(std::slice::from_ref(&shared_form), &current, &status(&all));
+    assert_eq!(written, vec![shared_form.clone()]);
+    assert!(starting.is_empty());
+
+    // A version that is new, or whose carried form does not run, is written at once.
+    let (written, _) = stage_versions(
+        std::slice::from_ref(&shared_form),
+        &BTreeMap::new(),
+        &carried_runs,
+    );
+    assert_eq!(written, vec![shared_form.clone()]);
+    let (written, _) = stage_versions(
+        std::slice::from_ref(&shared_form),
+        &current,
+        &BTreeMap::new(),
+    );
+    assert_eq!(written, vec![shared_form]);
 }
