@@ -111,6 +111,9 @@ impl ControllerSettings {
             deterministic_head_pod_name: switches.enable_deterministic_head_pod_name,
             head_cluster_ip_service: switches.enable_ray_head_cluster_ip_service,
             cluster_domain: switches.raycluster_domain(),
+            history_server: self
+                .feature_gates
+                .enabled(gates::RAY_CLUSTER_HISTORY_SERVER),
             ..Default::default()
         }
     }

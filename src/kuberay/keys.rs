@@ -106,6 +106,60 @@ pub mod env {
     /// Embedded GCS storage (gate GCSFaultToleranceEmbeddedStorage).
     pub const RAY_GCS_STORAGE: &str = "RAY_gcs_storage";
     pub const RAY_GCS_STORAGE_PATH: &str = "RAY_gcs_storage_path";
+    /// Ray's event export to the history-server collector (gate RayClusterHistoryServer).
+    pub const RAY_ENABLE_RAY_EVENT: &str = "RAY_enable_ray_event";
+    pub const RAY_ENABLE_CORE_WORKER_RAY_EVENT_TO_AGGREGATOR: &str =
+        "RAY_enable_core_worker_ray_event_to_aggregator";
+    pub const RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR: &str =
+        "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR";
+    pub const RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES: &str =
+        "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES";
+    pub const RAY_DASHBOARD_AGGREGATOR_AGENT_PUBLISHER_HTTP_ENDPOINT_EXPOSABLE_EVENT_TYPES: &str =
+        "RAY_DASHBOARD_AGGREGATOR_AGENT_PUBLISHER_HTTP_ENDPOINT_EXPOSABLE_EVENT_TYPES";
+}
+
+/// The history-server collector sidecar (gate RayClusterHistoryServer): its container, the
+/// variables the operator gives it (users may not set them) and the storage settings
+/// validation reads from `collectorOptions.env`.
+pub mod collector {
+    pub const CONTAINER_NAME: &str = "ray-history-collector";
+    /// The port the collector receives Ray's events on, and where Ray sends them.
+    pub const EVENTS_PORT_VALUE: &str = "8084";
+    pub const EVENTS_EXPORT_ADDR: &str = "http://localhost:8084/v1/events";
+    pub const HEAD_DASHBOARD_ADDRESS: &str = "http://localhost:8265";
+    /// The Ray event types exported to the collector unless the Ray container says otherwise.
+    pub const EXPOSABLE_EVENT_TYPES: &str = "TASK_DEFINITION_EVENT,TASK_LIFECYCLE_EVENT,\
+ACTOR_TASK_DEFINITION_EVENT,TASK_PROFILE_EVENT,DRIVER_JOB_DEFINITION_EVENT,\
+DRIVER_JOB_LIFECYCLE_EVENT,ACTOR_DEFINITION_EVENT,ACTOR_LIFECYCLE_EVENT,NODE_DEFINITION_EVENT,\
+NODE_LIFECYCLE_EVENT";
+
+    pub const POD_IP: &str = "POD_IP";
+    pub const RAY_ROLE: &str = "RAY_ROLE";
+    pub const OWNER_KIND: &str = "OWNER_KIND";
+    pub const OWNER_NAME: &str = "OWNER_NAME";
+    pub const EVENTS_PORT: &str = "EVENTS_PORT";
+    pub const RAY_DASHBOARD_ADDRESS: &str = "RAY_DASHBOARD_ADDRESS";
+    /// Set by the operator; refused in `collectorOptions.env`.
+    pub const MANAGED_ENV: [&str; 8] = [
+        POD_IP,
+        super::env::FQ_RAY_IP,
+        super::env::RAY_CLUSTER_NAME,
+        super::env::RAY_CLUSTER_NAMESPACE,
+        RAY_ROLE,
+        OWNER_KIND,
+        OWNER_NAME,
+        EVENTS_PORT,
+    ];
+
+    pub const STORAGE_BACKEND: &str = "STORAGE_BACKEND";
+    pub const GCS_BUCKET: &str = "GCS_BUCKET";
+    pub const S3_REGION: &str = "S3_REGION";
+    pub const AZURE_STORAGE_AUTH_MODE: &str = "AZURE_STORAGE_AUTH_MODE";
+    pub const AZURE_STORAGE_CONNECTION_STRING: &str = "AZURE_STORAGE_CONNECTION_STRING";
+    pub const AZURE_STORAGE_ACCOUNT_URL: &str = "AZURE_STORAGE_ACCOUNT_URL";
+    pub const OSS_BUCKET: &str = "OSS_BUCKET";
+    pub const OSS_ENDPOINT: &str = "OSS_ENDPOINT";
+    pub const OSS_REGION: &str = "OSS_REGION";
 }
 
 /// Volumes and paths the operator owns in Ray Pods for the gated features.

@@ -112,8 +112,9 @@ pub const SUPPORT: [(&str, Support); 11] = [
     ),
     (
         gates::RAY_CLUSTER_HISTORY_SERVER,
-        Support::DefaultOnly {
-            why: "raypipe does not run KubeRay's history-server collector",
+        Support::Both {
+            read_by: "validation (RayCluster historyServerOptions) and the RayCluster \
+                      controller's Pods (the collector sidecar and Ray's event export)",
         },
     ),
     (

@@ -27,6 +27,7 @@ use crate::kuberay::keys::annotations::{
     EXTERNAL_STORAGE_NAMESPACE as ANNOTATION_EXTERNAL_STORAGE_NAMESPACE,
     FT_ENABLED as ANNOTATION_FT_ENABLED,
 };
+use crate::kuberay::keys::collector;
 use crate::kuberay::keys::env::{
     KUBERAY_GEN_AUTOSCALER_START_CMD as ENV_GEN_AUTOSCALER_START_CMD,
     RAY_ENABLE_AUTOSCALER_V2 as ENV_AUTOSCALER_V2, RAY_REDIS_ADDRESS as ENV_REDIS_ADDRESS,
@@ -453,23 +454,8 @@ pub fn raycluster_spec(
     }
 
     // Alpha features behind gates.
-    if let Some(history) = &spec.history_server_options {
-        require_gate(
-            p,
-            "historyServerOptions",
-            gates::RAY_CLUSTER_HISTORY_SERVER,
-            feature_gates,
-            problems,
-        );
-        match &history.collector_options {
-            None => problems.webhook_only(format!(
-                "{p}.historyServerOptions.collectorOptions is required"
-            )),
-            Some(c) if c.image.as_deref().is_none_or(str::is_empty) => problems.webhook_only(
-                format!("{p}.historyServerOptions.collectorOptions.image is required"),
-            ),
-            Some(_) => {}
-        }
+    if spec.history_server_options.is_some() {
+        check_history_server(p, spec, feature_gates, problems);
     }
     check_auth(p, spec, problems);
     if spec.network_policy.is_some() {
@@ -801,6 +787,194 @@ fn check_tls(p: &str, spec: &RayClusterSpec, enabled: bool, problems: &mut Probl
         let (env, mount) = kuberay_tls(&autoscaler, "autoscalerOptions");
         for message in env.into_iter().chain(mount) {
             problems.controller_only(&format!("{p}.autoscalerOptions"), message);
+        }
+    }
+}
+
+/// The history-server collector, with KubeRay's rules and words: the gate, an image, none of
+/// the variables the operator sets, a literal `STORAGE_BACKEND` and what that backend needs
+/// (an unknown backend is the collector's to refuse), and no template container of the
+/// collector's name.
+fn check_history_server(
+    p: &str,
+    spec: &RayClusterSpec,
+    feature_gates: &FeatureGates,
+    problems: &mut Problems,
+) {
+    require_gate(
+        p,
+        "historyServerOptions",
+        gates::RAY_CLUSTER_HISTORY_SERVER,
+        feature_gates,
+        problems,
+    );
+    let fp = format!("{p}.historyServerOptions.collectorOptions");
+    let Some(options) = spec
+        .history_server_options
+        .as_ref()
+        .and_then(|h| h.collector_options.as_ref())
+    else {
+        problems.both(
+            format!("{fp} is required"),
+            "historyServerOptions.collectorOptions must be set",
+        );
+        return;
+    };
+    if options.image.as_deref().is_none_or(str::is_empty) {
+        problems.both(
+            format!("{fp}.image is required"),
+            "historyServerOptions.collectorOptions.image must be set",
+        );
+    }
+    // KubeRay reads the variables by name, the last of a repeated name winning.
+    let envs: BTreeMap<&str, &k8s_openapi::api::core::v1::EnvVar> = options
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.as_str(), e))
+        .collect();
+    for name in collector::MANAGED_ENV {
+        if envs.contains_key(name) {
+            problems.both(
+                format!("{fp}.env must not set {name}: the operator sets it in the collector"),
+                format!(
+                    "historyServerOptions.collectorOptions.env must not contain {name}: it is \
+                     managed by KubeRay and injected automatically into the collector container"
+                ),
+            );
+        }
+    }
+    let literal = |name: &str| {
+        envs.get(name)
+            .and_then(|e| e.value.as_deref())
+            .unwrap_or_default()
+    };
+    let has_value = |name: &str| {
+        envs.get(name).is_some_and(|e| {
+            e.value.as_deref().is_some_and(|v| !v.is_empty()) || e.value_from.is_some()
+        })
+    };
+    let backend = literal(collector::STORAGE_BACKEND);
+    let mut missing =
+        |webhook: String, kuberay: String| problems.both(format!("{fp}.env {webhook}"), kuberay);
+    if backend.is_empty() {
+        missing(
+            format!(
+                "must set {} with a literal value",
+                collector::STORAGE_BACKEND
+            ),
+            format!(
+                "{} environment variable must be set with a literal string value in \
+                 historyServerOptions.collectorOptions.env",
+                collector::STORAGE_BACKEND
+            ),
+        );
+    }
+    let needs = |name: &str, backend: &str| {
+        (
+            format!("must set {name} for the {backend} backend"),
+            format!(
+                "{name} environment variable must be set when {} is {backend}",
+                collector::STORAGE_BACKEND
+            ),
+        )
+    };
+    let required: &[&str] = match backend.to_uppercase().as_str() {
+        "GCS" => &[collector::GCS_BUCKET],
+        "S3" => &[collector::S3_REGION],
+        "ALIYUNOSS" => &[
+            collector::OSS_BUCKET,
+            collector::OSS_ENDPOINT,
+            collector::OSS_REGION,
+        ],
+        _ => &[],
+    };
+    // KubeRay names the backend as written in its messages.
+    let backend_word = backend.to_uppercase();
+    for name in required {
+        if !has_value(name) {
+            let (webhook, kuberay) = needs(name, &backend_word);
+            missing(webhook, kuberay);
+        }
+    }
+    if backend_word == "AZUREBLOB" {
+        let mode = envs
+            .get(collector::AZURE_STORAGE_AUTH_MODE)
+            .and_then(|e| e.value.as_deref())
+            .filter(|v| !v.is_empty())
+            .map(|v| v.trim().to_lowercase())
+            .unwrap_or_default();
+        let (connection, url) = (
+            collector::AZURE_STORAGE_CONNECTION_STRING,
+            collector::AZURE_STORAGE_ACCOUNT_URL,
+        );
+        let with_mode = |name: &str| {
+            (
+                format!("must set {name} for the AZUREBLOB backend in auth mode {mode}"),
+                format!(
+                    "{name} environment variable must be set when {} is AZUREBLOB and {} is {mode}",
+                    collector::STORAGE_BACKEND,
+                    collector::AZURE_STORAGE_AUTH_MODE
+                ),
+            )
+        };
+        match mode.as_str() {
+            "connection_string" if !has_value(connection) => {
+                let (webhook, kuberay) = with_mode(connection);
+                missing(webhook, kuberay);
+            }
+            "workload_identity" | "default" if !has_value(url) => {
+                let (webhook, kuberay) = with_mode(url);
+                missing(webhook, kuberay);
+            }
+            "connection_string" | "workload_identity" | "default" => {}
+            _ if !has_value(connection) && !has_value(url) => missing(
+                format!("must set {connection} or {url} for the AZUREBLOB backend"),
+                format!(
+                    "either {connection} or {url} environment variable must be set when {} is \
+                     AZUREBLOB",
+                    collector::STORAGE_BACKEND
+                ),
+            ),
+            _ => {}
+        }
+    }
+    let head = &spec.head_group_spec.template;
+    if containers(head)
+        .iter()
+        .any(|c| c.name == collector::CONTAINER_NAME)
+    {
+        problems.both(
+            format!(
+                "{p}.headGroupSpec.template must not have a container named {}: the operator \
+                 adds the collector",
+                collector::CONTAINER_NAME
+            ),
+            format!(
+                "head pod template must not define a container with name '{}' when history \
+                 server collector options are enabled",
+                collector::CONTAINER_NAME
+            ),
+        );
+    }
+    for (i, group) in spec.worker_group_specs.iter().flatten().enumerate() {
+        if containers(&group.template)
+            .iter()
+            .any(|c| c.name == collector::CONTAINER_NAME)
+        {
+            problems.both(
+                format!(
+                    "{p}.workerGroupSpecs[{i}].template must not have a container named {}: the \
+                     operator adds the collector",
+                    collector::CONTAINER_NAME
+                ),
+                format!(
+                    "worker group {} pod template must not define a container with name '{}' \
+                     when history server collector options are enabled",
+                    group.group_name,
+                    collector::CONTAINER_NAME
+                ),
+            );
         }
     }
 }

@@ -519,8 +519,7 @@ fn one_rule_reaches_the_webhook_and_the_controller() {
 }
 
 /// Where KubeRay's webhook and controller differ, the rule is tagged, not written twice: the
-/// controller alone reads the status and a worker group without replica bounds; the webhook
-/// alone asks for the history server's collector.
+/// controller alone reads the status and a worker group without replica bounds.
 #[test]
 fn tagged_rules_reach_only_their_judge() {
     let gates = gates();
@@ -545,23 +544,176 @@ fn tagged_rules_reach_only_their_judge() {
             .is_some_and(|p| p.message.contains("must set minReplicas and maxReplicas"))
     );
     assert!(for_webhook(&cluster, &gates).is_empty());
+}
 
-    let mut history = cluster_spec();
-    history["historyServerOptions"] = json!({});
-    let cluster: crate::api::RayCluster =
-        serde_json::from_value(object("RayCluster", "c", history)).expect("RayCluster");
-    let on = gates.clone().with(
+/// The history server's collector, with the gate on: each of KubeRay's rules, the first
+/// problem in KubeRay's words for the controller, and every problem for the webhook.
+#[test]
+fn the_history_collector_is_judged_with_kuberays_rules_and_words() {
+    let on = gates().with(
         super::feature_gates::gates::RAY_CLUSTER_HISTORY_SERVER,
         true,
     );
-    let problems = raycluster::validate(&cluster, &on).err().expect("refused");
-    assert!(problems.is_clear_for(Judge::Controller));
-    assert!(
-        messages(problems.into_vec())
-            .iter()
-            .any(|m| m.contains("collectorOptions is required"))
+    let verdict = |history: Value, head_extra: Option<Value>| {
+        let mut spec = cluster_spec();
+        spec["historyServerOptions"] = history;
+        if let Some(extra) = head_extra {
+            spec["headGroupSpec"]["template"]["spec"]["containers"]
+                .as_array_mut()
+                .expect("containers")
+                .push(extra);
+        }
+        let cluster: crate::api::RayCluster =
+            serde_json::from_value(object("RayCluster", "c", spec)).expect("RayCluster");
+        match raycluster::validate(&cluster, &on) {
+            Ok(_) => (None, Vec::new()),
+            Err(problems) => (
+                problems.first_for_controller().map(|p| p.message.clone()),
+                messages(problems.into_vec()),
+            ),
+        }
+    };
+    let collector = |env: Value| json!({"collectorOptions": {"image": "collector:1", "env": env}});
+    let var = |name: &str, value: &str| json!({"name": name, "value": value});
+    let secret = |name: &str| json!({"name": name, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}});
+
+    let accepted = [
+        json!([var("STORAGE_BACKEND", "GCS"), var("GCS_BUCKET", "b")]),
+        json!([var("STORAGE_BACKEND", "s3"), var("S3_REGION", "eu-west-1")]),
+        json!([
+            var("STORAGE_BACKEND", "AzureBlob"),
+            secret("AZURE_STORAGE_CONNECTION_STRING")
+        ]),
+        json!([
+            var("STORAGE_BACKEND", "AZUREBLOB"),
+            var("AZURE_STORAGE_AUTH_MODE", " Workload_Identity "),
+            var("AZURE_STORAGE_ACCOUNT_URL", "https://a")
+        ]),
+        json!([
+            var("STORAGE_BACKEND", "ALIYUNOSS"),
+            var("OSS_BUCKET", "b"),
+            var("OSS_ENDPOINT", "e"),
+            var("OSS_REGION", "r")
+        ]),
+        // A backend KubeRay does not know is the collector's to refuse.
+        json!([var("STORAGE_BACKEND", "localfs")]),
+    ];
+    for env in accepted {
+        assert_eq!(
+            verdict(collector(env.clone()), None),
+            (None, Vec::new()),
+            "{env}"
+        );
+    }
+
+    let refused: Vec<(Value, Option<Value>, &str, &str)> = vec![
+        (
+            json!({}),
+            None,
+            "historyServerOptions.collectorOptions must be set",
+            "spec.historyServerOptions.collectorOptions is required",
+        ),
+        (
+            json!({"collectorOptions": {"env": [var("STORAGE_BACKEND", "GCS"), var("GCS_BUCKET", "b")]}}),
+            None,
+            "historyServerOptions.collectorOptions.image must be set",
+            "collectorOptions.image is required",
+        ),
+        (
+            collector(json!([
+                var("STORAGE_BACKEND", "GCS"),
+                var("GCS_BUCKET", "b"),
+                var("EVENTS_PORT", "1")
+            ])),
+            None,
+            "historyServerOptions.collectorOptions.env must not contain EVENTS_PORT: it is managed by KubeRay and injected automatically into the collector container",
+            "collectorOptions.env must not set EVENTS_PORT",
+        ),
+        (
+            collector(json!([secret("STORAGE_BACKEND")])),
+            None,
+            "STORAGE_BACKEND environment variable must be set with a literal string value in historyServerOptions.collectorOptions.env",
+            "must set STORAGE_BACKEND with a literal value",
+        ),
+        (
+            collector(json!([
+                var("STORAGE_BACKEND", "gcs"),
+                var("GCS_BUCKET", "")
+            ])),
+            None,
+            "GCS_BUCKET environment variable must be set when STORAGE_BACKEND is GCS",
+            "must set GCS_BUCKET",
+        ),
+        (
+            collector(json!([var("STORAGE_BACKEND", "S3"), var("S3_BUCKET", "b")])),
+            None,
+            "S3_REGION environment variable must be set when STORAGE_BACKEND is S3",
+            "must set S3_REGION",
+        ),
+        (
+            collector(json!([
+                var("STORAGE_BACKEND", "AZUREBLOB"),
+                var("AZURE_STORAGE_AUTH_MODE", "connection_string"),
+                var("AZURE_STORAGE_ACCOUNT_URL", "https://a")
+            ])),
+            None,
+            "AZURE_STORAGE_CONNECTION_STRING environment variable must be set when STORAGE_BACKEND is AZUREBLOB and AZURE_STORAGE_AUTH_MODE is connection_string",
+            "must set AZURE_STORAGE_CONNECTION_STRING",
+        ),
+        (
+            collector(json!([
+                var("STORAGE_BACKEND", "AZUREBLOB"),
+                var("AZURE_STORAGE_AUTH_MODE", "default")
+            ])),
+            None,
+            "AZURE_STORAGE_ACCOUNT_URL environment variable must be set when STORAGE_BACKEND is AZUREBLOB and AZURE_STORAGE_AUTH_MODE is default",
+            "must set AZURE_STORAGE_ACCOUNT_URL",
+        ),
+        (
+            collector(json!([var("STORAGE_BACKEND", "AZUREBLOB")])),
+            None,
+            "either AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_URL environment variable must be set when STORAGE_BACKEND is AZUREBLOB",
+            "must set AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_URL",
+        ),
+        (
+            collector(json!([
+                var("STORAGE_BACKEND", "ALIYUNOSS"),
+                var("OSS_BUCKET", "b"),
+                var("OSS_REGION", "r")
+            ])),
+            None,
+            "OSS_ENDPOINT environment variable must be set when STORAGE_BACKEND is ALIYUNOSS",
+            "must set OSS_ENDPOINT",
+        ),
+        (
+            collector(json!([
+                var("STORAGE_BACKEND", "GCS"),
+                var("GCS_BUCKET", "b")
+            ])),
+            Some(json!({"name": "ray-history-collector", "image": "mine"})),
+            "head pod template must not define a container with name 'ray-history-collector' when history server collector options are enabled",
+            "spec.headGroupSpec.template must not have a container named ray-history-collector",
+        ),
+    ];
+    for (history, head_extra, kuberay, webhook) in refused {
+        let (controller, admission) = verdict(history.clone(), head_extra);
+        assert_eq!(controller.as_deref(), Some(kuberay), "{history}");
+        assert!(
+            admission.iter().any(|m| m.contains(webhook)),
+            "{history}: {admission:?}"
+        );
+    }
+
+    // The webhook lists every problem; the controller, like KubeRay, the first.
+    let (controller, admission) = verdict(
+        json!({"collectorOptions": {"env": [var("POD_IP", "x"), var("OWNER_NAME", "y")]}}),
+        None,
     );
-    assert!(for_controller(&cluster, &on).is_ok());
+    assert_eq!(
+        controller.as_deref(),
+        Some("historyServerOptions.collectorOptions.image must be set")
+    );
+    assert_eq!(admission.len(), 4, "{admission:?}");
 }
 
 /// What the controllers act on is what the book parsed: RayJob's mode, selected cluster,

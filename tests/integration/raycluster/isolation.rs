@@ -1,9 +1,10 @@
 //! KubeRay v1.7's gated RayCluster features against the real API server, with their gates on:
 //! network isolation (NetworkPolicies), mTLS (cert-manager's CRDs from its Go module; the test
 //! plays cert-manager, marking Certificates Ready and writing their Secrets, to exercise the
-//! wait before Pods) and embedded GCS fault tolerance (the PVC, bound to a PersistentVolume the
-//! test makes). The project's samples for them (`samples/ray-cluster.{network-policy,mtls,
-//! embedded-gcs}.yaml`, in the shape of KubeRay's v1.7 samples) are applied unchanged.
+//! wait before Pods), embedded GCS fault tolerance (the PVC, bound to a PersistentVolume the
+//! test makes) and the history server's collector. The project's samples for them
+//! (`samples/ray-cluster.{network-policy,mtls,embedded-gcs}.yaml`, in the shape of KubeRay's
+//! v1.7 samples) and KubeRay's own history-server sample are applied unchanged.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -32,10 +33,80 @@ async fn gated_fixture(prefix: &str) -> Fixture {
         feature_gates: FeatureGates::default()
             .with(gates::RAY_CLUSTER_NETWORK_POLICY, true)
             .with(gates::RAY_CLUSTER_MTLS, true)
-            .with(gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE, true),
+            .with(gates::GCS_FAULT_TOLERANCE_EMBEDDED_STORAGE, true)
+            .with(gates::RAY_CLUSTER_HISTORY_SERVER, true),
+        build: gated_build_options(),
         ..Config::default()
     };
     fixture_with(prefix, config).await
+}
+
+/// The Pod builder's options of an operator with these gates.
+fn gated_build_options() -> BuildOptions {
+    BuildOptions {
+        history_server: true,
+        ..BuildOptions::default()
+    }
+}
+
+/// KubeRay's own history-server sample, with the gate on: every Pod carries KubeRay's collector
+/// sidecar sharing `/tmp/ray` with Ray, and the Ray container exports its events to it; the
+/// builders' unit tests pin those Pods to what KubeRay v1.7's own code builds.
+#[tokio::test]
+async fn the_history_server_sample_gets_kuberays_collector_in_every_pod() {
+    let f = gated_fixture("rc-history-on").await;
+    let names = f
+        .apply_file(&support::kuberay_samples_dir().join("ray-cluster.historyserver.yaml"))
+        .await;
+    assert_eq!(names, ["raycluster-historyserver"]);
+    let name = &names[0];
+    assert_realised_with(&f, name, &gated_build_options()).await;
+    let pods = f.ray_pods(name).await;
+    assert_eq!(pods.len(), 2, "a head and one worker");
+    for pod in &pods {
+        let role = label(pod, "ray.io/node-type");
+        let spec = pod.spec.as_ref().expect("spec");
+        let containers: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            containers[1], "ray-history-collector",
+            "{role}: {containers:?}"
+        );
+        let collector = &spec.containers[1];
+        let env: BTreeMap<String, String> = collector
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            env["RAY_ROLE"],
+            if role == "head" { "Head" } else { "Worker" }
+        );
+        assert_eq!(env["RAY_CLUSTER_NAMESPACE"], f.ns);
+        assert_eq!(env["STORAGE_BACKEND"], "GCS");
+        assert_eq!(env["EVENTS_PORT"], "8084");
+        let ray_env: BTreeMap<String, String> = spec.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            ray_env["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"],
+            "http://localhost:8084/v1/events"
+        );
+        for container in [&spec.containers[0], collector] {
+            assert!(
+                container
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .any(|m| m.name == "ray-logs" && m.mount_path == "/tmp/ray"),
+                "{role}/{}: /tmp/ray shared",
+                container.name
+            );
+        }
+    }
 }
 
 /// cert-manager's CRD files, from its Go module (the ordinary `go` client), cached beside the

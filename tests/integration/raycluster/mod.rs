@@ -254,9 +254,13 @@ fn label<'a>(pod: &'a Pod, key: &str) -> &'a str {
 /// The cluster is ready and its Pods and Services are exactly what the pure builders make (the
 /// builders' own unit tests pin those to KubeRay's output).
 async fn assert_realised(f: &Fixture, name: &str) {
+    assert_realised_with(f, name, &BuildOptions::default()).await;
+}
+
+/// [`assert_realised`] for an operator whose Pod builder has these options (its gates).
+async fn assert_realised_with(f: &Fixture, name: &str, options: &BuildOptions) {
     let ready = f.wait_ready(name).await;
     let cluster = f.cluster(name).await;
-    let options = BuildOptions::default();
     let pods = f.ray_pods(name).await;
     let heads: Vec<&Pod> = pods
         .iter()
@@ -264,7 +268,7 @@ async fn assert_realised(f: &Fixture, name: &str) {
         .collect();
     assert_eq!(heads.len(), 1, "{name}: one head Pod");
     let head = heads[0];
-    let expected = head_pod(&cluster, &options, &spec_hash(&cluster.spec)).expect("head builds");
+    let expected = head_pod(&cluster, options, &spec_hash(&cluster.spec)).expect("head builds");
     assert_eq!(
         head.metadata.generate_name, expected.metadata.generate_name,
         "{name}"
@@ -318,7 +322,7 @@ async fn assert_realised(f: &Fixture, name: &str) {
                     .get("ray.io/replica-host-index")
                     .map_or(0, |v| v.parse().expect("host")),
             };
-            let expected = worker_pod(&cluster, group, &replica, &options).expect("worker builds");
+            let expected = worker_pod(&cluster, group, &replica, options).expect("worker builds");
             assert!(
                 pod.name_any()
                     .starts_with(&names::worker_pod_generate_name(name, &group.group_name))
@@ -340,7 +344,7 @@ async fn assert_realised(f: &Fixture, name: &str) {
         .get(&names::head_service_name(name, &cluster.spec))
         .await
         .expect("the head Service exists");
-    let expected = service::head_service(&cluster, &options).expect("service builds");
+    let expected = service::head_service(&cluster, options).expect("service builds");
     let ports = |s: &Service| -> BTreeMap<String, i32> {
         s.spec
             .iter()

@@ -13,8 +13,8 @@ async fn every_kuberay_sample_cluster_is_realised_as_kuberay_would() {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .filter(|p| documents(p).iter().any(is_raycluster))
         .filter(|p| {
-            // Those need gates (and cert-manager): `isolation` runs them; the history server's
-            // gate is not implemented yet and its sample is refused (below).
+            // Those need gates (and cert-manager): `isolation` runs them, the history server's
+            // with its gate on; with the gate off (the default) it is refused (below).
             !super::isolation::GATED_SAMPLES
                 .iter()
                 .chain([&HISTORY_SERVER_SAMPLE])
@@ -36,8 +36,8 @@ async fn every_kuberay_sample_cluster_is_realised_as_kuberay_would() {
 const HISTORY_SERVER_SAMPLE: &str = "ray-cluster.historyserver.yaml";
 
 /// The history-server sample needs the alpha gate `RayClusterHistoryServer`, off by default in
-/// KubeRay and not implemented by raypipe yet: refused as KubeRay refuses it with the gate off,
-/// naming the gate, with a Warning, and nothing created.
+/// KubeRay and raypipe: refused as KubeRay refuses it with the gate off, naming the gate, with a
+/// Warning, and nothing created (`isolation` realises it with the gate on).
 #[tokio::test]
 async fn the_history_server_sample_is_refused_naming_its_gate() {
     let f = fixture("rc-history").await;

@@ -42,6 +42,8 @@ pub struct BuildOptions {
     /// Config file `headSidecarContainers` / `workerSidecarContainers`.
     pub head_sidecar_containers: Vec<Container>,
     pub worker_sidecar_containers: Vec<Container>,
+    /// Gate `RayClusterHistoryServer`: the collector sidecar, its volume and Ray's event export.
+    pub history_server: bool,
 }
 
 impl Default for BuildOptions {
@@ -58,6 +60,7 @@ impl Default for BuildOptions {
             default_pod_annotations: BTreeMap::new(),
             head_sidecar_containers: Vec::new(),
             worker_sidecar_containers: Vec::new(),
+            history_server: false,
         }
     }
 }

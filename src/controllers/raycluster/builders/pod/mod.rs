@@ -4,6 +4,9 @@
 //! merge, volumes); `env_vars`, `probes` and `sidecars` add their parts; `tests` checks them.
 
 pub mod env_vars;
+mod history;
+#[cfg(test)]
+mod history_tests;
 mod probes;
 pub(super) mod sidecars;
 #[cfg(test)]
@@ -184,6 +187,7 @@ pub fn head_pod(
         }
         super::mtls::configure_pod(&facts.name, NodeType::Head, &mut spec, RAY_CONTAINER);
     }
+    add_collector(&facts, NodeType::Head, &mut spec, options);
 
     spec.containers
         .extend(options.head_sidecar_containers.iter().cloned());
@@ -280,6 +284,7 @@ pub fn worker_pod(
     if tls_enabled(&cluster.spec) {
         super::mtls::configure_pod(&facts.name, NodeType::Worker, &mut spec, RAY_CONTAINER);
     }
+    add_collector(&facts, NodeType::Worker, &mut spec, options);
 
     spec.containers
         .extend(options.worker_sidecar_containers.iter().cloned());
@@ -289,6 +294,30 @@ pub fn worker_pod(
     meta.annotations = Some(pod_annotations);
 
     finish_pod(&facts, meta, spec, NodeType::Worker, params, options)
+}
+
+/// The history-server collector after the operator's own containers (and before the config
+/// file's sidecars), with the cluster's token where auth is on: it reads the dashboard.
+fn add_collector(
+    facts: &ClusterFacts<'_>,
+    node_type: NodeType,
+    spec: &mut PodSpec,
+    options: &BuildOptions,
+) {
+    let Some(collector_options) =
+        history::collector_options(facts).filter(|_| options.history_server)
+    else {
+        return;
+    };
+    let mut collector = history::collector_container(facts, collector_options, node_type);
+    if auth_enabled(&facts.cluster.spec) {
+        set_token_auth_env(
+            &facts.name,
+            &mut collector,
+            facts.cluster.spec.auth_options.as_ref(),
+        );
+    }
+    spec.containers.push(collector);
 }
 
 /// The template's metadata and spec; the spec must have a container.
@@ -404,6 +433,19 @@ fn finish_pod(
         }
     }
 
+    let collector = history::collector_index(&spec).filter(|_| options.history_server);
+    if let Some(index) = collector {
+        // The collector ships the session logs Ray writes under /tmp/ray.
+        add_empty_dir(
+            &mut spec,
+            RAY_CONTAINER,
+            RAY_LOGS_VOLUME,
+            RAY_LOGS_PATH,
+            false,
+        );
+        add_empty_dir(&mut spec, index, RAY_LOGS_VOLUME, RAY_LOGS_PATH, false);
+    }
+
     let ray = &spec.containers[RAY_CONTAINER];
     let user_command: String = ray
         .command
@@ -447,6 +489,9 @@ fn finish_pod(
         &start_command,
         options,
     );
+    if collector.is_some() {
+        history::set_event_export_env(&mut spec);
+    }
     if options.probes_injection {
         inject_probes(
             &mut spec.containers[RAY_CONTAINER],
