@@ -13,6 +13,7 @@ pub mod controllers;
 #[cfg(feature = "dev")]
 pub mod devenv;
 pub mod graph;
+pub mod history;
 pub mod k8s;
 pub mod kuberay;
 pub mod leader;

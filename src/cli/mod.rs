@@ -2,6 +2,7 @@
 //! defines into subcommands and calls `startup` (crypto provider, tracing) before anything
 //! else runs.
 
+pub mod collector;
 pub mod credential_helper;
 pub mod dag;
 #[cfg(feature = "dev")]
@@ -43,6 +44,9 @@ pub enum Command {
     /// Validate, render, draw, encode and decode model graphs.
     #[command(subcommand)]
     Dag(dag::DagCommand),
+    /// Run the history collector sidecar: Ray's events and session logs to object storage,
+    /// in KubeRay's collector protocol and bucket layout.
+    Collector(Box<collector::CollectorArgs>),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -74,6 +78,10 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Dag(cmd) => dag::run(cmd),
+        Command::Collector(args) => {
+            startup::init_tracing(LogFormat::Json, "info");
+            runtime_block_on(collector::run_collector(*args))
+        }
         Command::Run(args) => {
             startup::init_tracing(args.log_format, &args.log_level.log_level);
             runtime_block_on(run::run(*args))

@@ -13,6 +13,7 @@ mod faults;
 mod gitops_health;
 mod graph_diff;
 mod hardening;
+mod history;
 mod leader;
 mod oci_interop;
 mod pipeline;

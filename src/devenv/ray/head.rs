@@ -237,8 +237,18 @@ impl RayHead {
 
     /// Stops every process of this head, by pid: SIGTERM to `ray start` (Ray then stops what
     /// it started), then SIGKILL for anything of the head still alive (orphaned agents,
-    /// workers in their own process groups). Idempotent.
+    /// workers in their own process groups), and removes its directory. Idempotent.
     pub fn stop(&self) {
+        self.stop_processes();
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// Stops Ray as [`RayHead::stop`] does but keeps its directory (Ray's logs) until the head
+    /// is dropped, as a Pod's `/tmp/ray` volume outlives the Ray container while its sidecars
+    /// finish.
+    pub fn stop_processes(&self) {
         // Worker nodes first: a node whose GCS went away first lingers, retrying.
         let workers: Vec<WorkerNode> =
             std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
@@ -254,9 +264,6 @@ impl RayHead {
             return;
         };
         stop_node(process, self.root_pid, &self.dir);
-        if !self.keep_dir {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
     }
 
     async fn wait_ready(&self, timeout: Duration) -> Result<(), DevEnvError> {

@@ -48,6 +48,11 @@ impl S3Endpoint {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The root key pair's secret, for clients of the tests' own (never printed).
+    pub fn secret_key(&self) -> &str {
+        &self.secret_key
+    }
+
     /// What a Ray node needs to fetch `s3://` URIs from this server, exactly the settings the
     /// install guide gives a RayCluster's containers.
     pub fn ray_node_credentials(&self) -> CredentialEnv {
@@ -129,6 +134,17 @@ pub struct S3Server {
     /// The buckets and the server's log, kept as long as the server runs.
     _dir: tempfile::TempDir,
     _process: ManagedProcess,
+}
+
+/// The running server's own address (started if it was not), for a test that puts its own
+/// relay in front of it.
+pub fn server_address() -> SocketAddr {
+    server();
+    endpoint()
+        .target
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .expect("the server runs")
 }
 
 /// The server of this test process, started on first use (building versitygw first if this

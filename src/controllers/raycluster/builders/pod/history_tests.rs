@@ -102,12 +102,10 @@ fn assert_like_kuberay(cluster: &RayCluster, golden: &Path) {
             }
         }
         // The one intended difference: raypipe reports its own version to Ray's usage stats.
-        let ours = serde_json::to_string_pretty(&ours)
-            .expect("JSON")
-            .replace(
-                &format!("kuberay_version={}", crate::kuberay::keys::OPERATOR_VERSION),
-                "kuberay_version=v1.7.0",
-            );
+        let ours = serde_json::to_string_pretty(&ours).expect("JSON").replace(
+            &format!("kuberay_version={}", crate::kuberay::keys::OPERATOR_VERSION),
+            "kuberay_version=v1.7.0",
+        );
         assert_eq!(
             ours,
             serde_json::to_string_pretty(&theirs).expect("JSON"),
