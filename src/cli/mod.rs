@@ -7,6 +7,7 @@ pub mod credential_helper;
 pub mod dag;
 #[cfg(feature = "dev")]
 pub mod dev;
+pub mod history;
 pub mod oci;
 pub mod run;
 
@@ -47,6 +48,10 @@ pub enum Command {
     /// Run the history collector sidecar: Ray's events and session logs to object storage,
     /// in KubeRay's collector protocol and bucket layout.
     Collector(Box<collector::CollectorArgs>),
+    /// Read what the history collector stored: sessions, their events in time order, their
+    /// logs, for clusters that no longer exist.
+    #[command(subcommand)]
+    History(history::HistoryCommand),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -64,7 +69,10 @@ pub struct RunArgs {
 
 pub fn main() -> ExitCode {
     startup::init_crypto();
-    let cli = Cli::parse();
+    let argv = with_default_command(std::env::args_os().collect(), |name| {
+        std::env::var_os(name).is_some_and(|v| !v.is_empty())
+    });
+    let cli = Cli::parse_from(argv);
     match cli.command {
         Command::Crds { out_dir: None } => {
             print!("{}", crate::api::crds_yaml());
@@ -78,6 +86,7 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Dag(cmd) => dag::run(cmd),
+        Command::History(command) => runtime_block_on(history::run(command)),
         Command::Collector(args) => {
             startup::init_tracing(LogFormat::Json, "info");
             runtime_block_on(collector::run_collector(*args))
@@ -92,6 +101,22 @@ pub fn main() -> ExitCode {
             runtime_block_on(dev::run(args))
         }
     }
+}
+
+/// The subcommand when none is given (the release image has no default arguments): the
+/// history collector where KubeRay's collector variables are set (the operator puts
+/// `EVENTS_PORT` and `RAY_CLUSTER_NAME` in the collector sidecar, never in its own Pod), else the
+/// operator. So `collectorOptions.image` can name raypipe's image, which has no way to pass
+/// arguments.
+fn with_default_command(
+    mut argv: Vec<std::ffi::OsString>,
+    has_env: impl Fn(&str) -> bool,
+) -> Vec<std::ffi::OsString> {
+    if argv.len() == 1 {
+        let sidecar = has_env("EVENTS_PORT") && has_env("RAY_CLUSTER_NAME");
+        argv.push(if sidecar { "collector" } else { "run" }.into());
+    }
+    argv
 }
 
 /// The stack of each runtime worker. Polling a watch of a RayCronJob decodes the object inside
@@ -131,6 +156,36 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn without_arguments_the_environment_picks_the_operator_or_the_collector() {
+        let argv = |args: &[&str]| -> Vec<std::ffi::OsString> {
+            args.iter().map(|a| (*a).into()).collect()
+        };
+        let sidecar = |name: &str| matches!(name, "EVENTS_PORT" | "RAY_CLUSTER_NAME");
+        let nothing = |_: &str| false;
+        assert_eq!(
+            with_default_command(argv(&["raypipe"]), nothing),
+            argv(&["raypipe", "run"])
+        );
+        assert_eq!(
+            with_default_command(argv(&["raypipe"]), sidecar),
+            argv(&["raypipe", "collector"])
+        );
+        // Half of the collector's variables is not a collector.
+        assert_eq!(
+            with_default_command(argv(&["raypipe"]), |n| n == "EVENTS_PORT"),
+            argv(&["raypipe", "run"])
+        );
+        // Arguments given are never changed.
+        assert_eq!(
+            with_default_command(argv(&["raypipe", "dag", "--help"]), sidecar),
+            argv(&["raypipe", "dag", "--help"])
+        );
+        let cli =
+            Cli::try_parse_from(with_default_command(argv(&["raypipe"]), nothing)).expect("parses");
+        assert!(matches!(cli.command, Command::Run(_)));
     }
 
     #[test]

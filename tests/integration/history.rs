@@ -16,6 +16,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use raypipe::devenv::ray::{RayHead, RayHeadOptions};
 use raypipe::history::collector::{CollectorConfig, Counters, run_on};
 use raypipe::history::layout::ClusterIdentity;
+use raypipe::history::read::Reader;
 use raypipe::history::sink::Sink;
 use raypipe::history::spool::{SpoolConfig, files_under};
 use raypipe::history::store;
@@ -146,6 +147,94 @@ fn s3_env(endpoint: &str) -> BTreeMap<String, String> {
     .collect()
 }
 
+/// A Ray head whose every process exports its events to `events_url`, as KubeRay's operator
+/// sets the Ray container up beside a collector.
+async fn exporting_head(events_url: &str) -> RayHead {
+    RayHead::start(RayHeadOptions {
+        env: [
+            ("RAY_enable_ray_event", "true"),
+            ("RAY_enable_core_worker_ray_event_to_aggregator", "true"),
+            (
+                "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR",
+                events_url,
+            ),
+            (
+                "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES",
+                "ALL",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+        num_cpus: Some(2),
+        ..Default::default()
+    })
+    .await
+    .expect("a Ray head exporting its events")
+}
+
+/// The session `head` runs (its `session_latest`).
+fn session_of(head: &RayHead) -> String {
+    std::fs::read_link(head.dir().join("session_latest"))
+        .expect("session_latest")
+        .file_name()
+        .expect("a session dir")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Submits `script` as a job and waits for it to succeed; its submission id.
+async fn run_job(head: &RayHead, name: &str, script: &str) -> String {
+    let client = head
+        .client(Duration::from_secs(30))
+        .expect("a dashboard client");
+    let id = format!("{name}-{}", std::process::id());
+    let request = JobSubmitRequest::new(format!("python -c \"{script}\"")).with_submission_id(&id);
+    client.submit_job(&request).await.expect("submit");
+    eventually(WAIT, "the job succeeded", || async {
+        let job = client.get_job(&id).await.ok()?;
+        (job.status == Some(JobStatus::Succeeded)).then_some(())
+    })
+    .await;
+    id
+}
+
+/// The events stored under `prefix` (one session of one cluster): their types and ids, and
+/// the job directories; every event must name `session`.
+fn stored_events(
+    stored: &BTreeMap<String, Vec<u8>>,
+    prefix: &str,
+    session: &str,
+) -> (BTreeSet<String>, Vec<String>, BTreeSet<String>) {
+    let (mut types, mut ids, mut job_dirs) = (BTreeSet::new(), Vec::new(), BTreeSet::new());
+    for (key, bytes) in stored {
+        if !key.ends_with(".jsonl") {
+            continue;
+        }
+        let relative = key
+            .strip_prefix(&format!("{prefix}/"))
+            .expect("under the prefix");
+        let parts: Vec<&str> = relative.split('/').collect();
+        assert!(
+            matches!(
+                parts.as_slice(),
+                [_, "node_events", _] | [_, "job_events", _, _]
+            ),
+            "{relative}"
+        );
+        if parts[1] == "job_events" {
+            job_dirs.insert(parts[2].to_owned());
+        }
+        for line in String::from_utf8_lossy(bytes).lines() {
+            let event: Value = serde_json::from_str(line).expect("one event per line");
+            assert_eq!(event["sessionName"], json!(session), "{key}: {line}");
+            types.insert(event["eventType"].as_str().unwrap_or_default().to_owned());
+            ids.push(event["eventId"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    (types, ids, job_dirs)
+}
+
 fn identity(cluster: &str) -> ClusterIdentity {
     ClusterIdentity {
         namespace: "ml".into(),
@@ -216,27 +305,7 @@ async fn real_ray_events_and_logs_reach_s3_through_a_late_then_failing_sink() {
         "http://{}/v1/events",
         listener.local_addr().expect("address")
     );
-    let head = RayHead::start(RayHeadOptions {
-        env: vec![
-            ("RAY_enable_ray_event".into(), "true".into()),
-            (
-                "RAY_enable_core_worker_ray_event_to_aggregator".into(),
-                "true".into(),
-            ),
-            (
-                "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR".into(),
-                events_url,
-            ),
-            (
-                "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES".into(),
-                "ALL".into(),
-            ),
-        ],
-        num_cpus: Some(2),
-        ..Default::default()
-    })
-    .await
-    .expect("a Ray head exporting its events");
+    let head = exporting_head(&events_url).await;
     let spool = tempfile::tempdir().expect("tmp");
     let counters = Arc::new(Counters::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -251,22 +320,12 @@ async fn real_ray_events_and_logs_reach_s3_through_a_late_then_failing_sink() {
     ));
 
     // A job with a task and an actor, while the sink is down.
-    let client = head
-        .client(Duration::from_secs(30))
-        .expect("a dashboard client");
     let script = "import ray; ray.init(); \
                   f = ray.remote(lambda: 1); \
                   Counter = ray.remote(type('Counter', (), {'add': lambda self, n: n + 1})); \
                   c = Counter.remote(); \
                   print('history-probe', ray.get(f.remote()) + ray.get(c.add.remote(1)))";
-    let id = format!("history-{}", std::process::id());
-    let request = JobSubmitRequest::new(format!("python -c \"{script}\"")).with_submission_id(&id);
-    client.submit_job(&request).await.expect("submit");
-    eventually(WAIT, "the job succeeded", || async {
-        let job = client.get_job(&id).await.ok()?;
-        (job.status == Some(JobStatus::Succeeded)).then_some(())
-    })
-    .await;
+    let id = run_job(&head, "history", script).await;
     eventually(
         WAIT,
         "the job's task and actor events spooled while the sink is down",
@@ -298,62 +357,59 @@ async fn real_ray_events_and_logs_reach_s3_through_a_late_then_failing_sink() {
     })
     .await;
 
-    // The head goes; the collector ships what is left and stops.
-    let session = std::fs::read_link(head.dir().join("session_latest"))
-        .expect("session_latest")
-        .file_name()
-        .expect("a session dir")
-        .to_string_lossy()
-        .into_owned();
+    // The head goes (its logs stay, as a Pod's volume outlives the Ray container). A new Ray
+    // session starts against the same collector, as after a restart: its events are its own.
+    let session = session_of(&head);
     head.stop_processes();
-    let _ = stop.send(());
-    collector.await.expect("joined").expect("the collector ran");
-
-    // Read back from the server itself, not through the relay.
     let direct = store::from_env(&s3_env(&format!(
         "http://{}",
         support::s3::server_address()
     )))
     .expect("a direct client");
-    let marker =
-        format!("history/cluster-metadata/rayservice/ml_demo_demo-raycluster-h1/{session}");
+    let restarted = exporting_head(&events_url).await;
+    let second_session = session_of(&restarted);
+    assert_ne!(second_session, session);
+    run_job(
+        &restarted,
+        "after-restart",
+        "import ray; ray.init(); print(ray.get(ray.remote(lambda: 7).remote()))",
+    )
+    .await;
+    let second_prefix =
+        format!("history/cluster-history/rayservice/ml/demo/demo-raycluster-h1/{second_session}");
+    eventually(WAIT, "the new session's job events stored", || async {
+        let stored = objects(direct.as_ref(), &second_prefix).await;
+        stored
+            .keys()
+            .any(|k| k.contains("/job_events/"))
+            .then_some(())
+    })
+    .await;
+    restarted.stop();
+    let _ = stop.send(());
+    collector.await.expect("joined").expect("the collector ran");
+
+    // Read back from the server itself, not through the relay.
+    for listed in [&session, &second_session] {
+        let marker =
+            format!("history/cluster-metadata/rayservice/ml_demo_demo-raycluster-h1/{listed}");
+        assert!(
+            direct
+                .head(&object_store::path::Path::from(marker.as_str()))
+                .await
+                .is_ok(),
+            "the session is listed: {marker}"
+        );
+    }
+    let second = objects(direct.as_ref(), &second_prefix).await;
+    let (second_types, _, _) = stored_events(&second, &second_prefix, &second_session);
     assert!(
-        direct
-            .head(&object_store::path::Path::from(marker.as_str()))
-            .await
-            .is_ok(),
-        "the session is listed: {marker}"
+        second_types.contains("TASK_DEFINITION_EVENT"),
+        "{second_types:?}"
     );
     let prefix = format!("history/cluster-history/rayservice/ml/demo/demo-raycluster-h1/{session}");
     let stored = objects(direct.as_ref(), &prefix).await;
-    let mut types = BTreeSet::new();
-    let mut ids = Vec::new();
-    let mut job_dirs = BTreeSet::new();
-    for (key, bytes) in &stored {
-        if !key.ends_with(".jsonl") {
-            continue;
-        }
-        let relative = key
-            .strip_prefix(&format!("{prefix}/"))
-            .expect("under the prefix");
-        let parts: Vec<&str> = relative.split('/').collect();
-        assert!(
-            matches!(
-                parts.as_slice(),
-                [_, "node_events", _] | [_, "job_events", _, _]
-            ),
-            "{relative}"
-        );
-        if parts[1] == "job_events" {
-            job_dirs.insert(parts[2].to_owned());
-        }
-        for line in String::from_utf8_lossy(bytes).lines() {
-            let event: Value = serde_json::from_str(line).expect("one event per line");
-            assert_eq!(event["sessionName"], json!(session), "{line}");
-            types.insert(event["eventType"].as_str().unwrap_or_default().to_owned());
-            ids.push(event["eventId"].as_str().unwrap_or_default().to_owned());
-        }
-    }
+    let (types, ids, job_dirs) = stored_events(&stored, &prefix, &session);
     for expected in [
         "NODE_DEFINITION_EVENT",
         "DRIVER_JOB_DEFINITION_EVENT",
@@ -383,6 +439,33 @@ async fn real_ray_events_and_logs_reach_s3_through_a_late_then_failing_sink() {
         });
     assert!(driver_log.contains("history-probe 3"), "{driver_log}");
     assert!(stored.keys().any(|k| k.ends_with("/logs/raylet.out")));
+
+    // The post-mortem reader: the first session's timeline shows the job's actor, and its logs.
+    let reader = Reader::new(Sink::new(direct, "history"));
+    let sessions = reader.sessions().await.expect("sessions");
+    let first = sessions
+        .iter()
+        .find(|s| s.session == session)
+        .expect("the first session listed");
+    assert_eq!(first.owner_name.as_deref(), Some("demo"));
+    let timeline = reader.timeline(first).await.expect("timeline");
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e.event_type == "ACTOR_DEFINITION_EVENT" && e.summary.contains("Counter")),
+        "{timeline:?}"
+    );
+    let at = |e: &raypipe::history::read::TimelineEntry| {
+        e.timestamp.parse::<jiff::Timestamp>().expect("a time")
+    };
+    assert!(timeline.windows(2).all(|w| at(&w[0]) <= at(&w[1])));
+    let files = reader.log_files(first).await.expect("log files");
+    let driver = files
+        .iter()
+        .find(|f| f.contains(&format!("job-driver-{id}")))
+        .expect("the driver log listed");
+    let text = reader.log(first, driver).await.expect("the driver log");
+    assert!(String::from_utf8_lossy(&text).contains("history-probe 3"));
 }
 
 /// Without Ray: the HTTP answers (200 once on disk, 400 for a body that is not an array, 503
@@ -487,5 +570,44 @@ async fn the_local_backend_gets_kuberays_layout_and_bad_bodies_are_answered() {
         files_under(&spool.path().join("ready"))
             .expect("list")
             .is_empty()
+    );
+
+    // `raypipe history` reads it back: both sessions listed, the newest one's timeline.
+    let history = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_raypipe"))
+            .arg("history")
+            .args(args)
+            .envs(&env)
+            .output()
+            .expect("raypipe history");
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("UTF-8")
+    };
+    let sessions: Value =
+        serde_json::from_str(&history(&["sessions", "--output", "json"])).expect("JSON");
+    assert_eq!(
+        sessions,
+        json!([
+            {"namespace": "ml", "cluster": "plain", "session": "session_1"},
+            {"namespace": "ml", "cluster": "plain", "session": "session_2"}
+        ])
+    );
+    let timeline: Value =
+        serde_json::from_str(&history(&["events", "ml/plain", "--output", "json"])).expect("JSON");
+    let entries = timeline.as_array().expect("a list");
+    assert_eq!(entries.len(), 1, "session_2 holds one event: {timeline}");
+    assert_eq!(entries[0]["eventType"], "DRIVER_JOB_LIFECYCLE_EVENT");
+    assert_eq!(entries[0]["job"], "01000000");
+    let text = history(&["events", "ml/plain", "--session", "session_1"]);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("DRIVER_JOB_LIFECYCLE_EVENT"))
+            .count(),
+        41,
+        "{text}"
     );
 }

@@ -41,6 +41,16 @@ async fn gated_fixture(prefix: &str) -> Fixture {
     fixture_with(prefix, config).await
 }
 
+/// A container's variables by name, with their literal values (empty for references).
+fn literal_env(container: &k8s_openapi::api::core::v1::Container) -> BTreeMap<String, String> {
+    container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
 /// The Pod builder's options of an operator with these gates.
 fn gated_build_options() -> BuildOptions {
     BuildOptions {
@@ -72,12 +82,7 @@ async fn the_history_server_sample_gets_kuberays_collector_in_every_pod() {
             "{role}: {containers:?}"
         );
         let collector = &spec.containers[1];
-        let env: BTreeMap<String, String> = collector
-            .env
-            .iter()
-            .flatten()
-            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-            .collect();
+        let env = literal_env(collector);
         assert_eq!(
             env["RAY_ROLE"],
             if role == "head" { "Head" } else { "Worker" }
@@ -85,12 +90,7 @@ async fn the_history_server_sample_gets_kuberays_collector_in_every_pod() {
         assert_eq!(env["RAY_CLUSTER_NAMESPACE"], f.ns);
         assert_eq!(env["STORAGE_BACKEND"], "GCS");
         assert_eq!(env["EVENTS_PORT"], "8084");
-        let ray_env: BTreeMap<String, String> = spec.containers[0]
-            .env
-            .iter()
-            .flatten()
-            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-            .collect();
+        let ray_env = literal_env(&spec.containers[0]);
         assert_eq!(
             ray_env["RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR"],
             "http://localhost:8084/v1/events"
@@ -338,12 +338,7 @@ async fn the_embedded_gcs_sample_gets_its_pvc_and_the_head_mounts_it() {
         .expect("head");
     let head_spec = head.spec.expect("spec");
     let ray = &head_spec.containers[0];
-    let env: BTreeMap<String, String> = ray
-        .env
-        .iter()
-        .flatten()
-        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-        .collect();
+    let env = literal_env(ray);
     assert_eq!(env["RAY_gcs_storage"], "rocksdb");
     assert_eq!(env["RAY_gcs_storage_path"], "/data/gcs");
     assert!(

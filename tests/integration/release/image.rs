@@ -322,7 +322,8 @@ async fn the_release_image_is_reproducible_and_runs_under_runc_with_the_charts_s
         let image = &config["config"];
         assert_eq!(image["User"], "65532:65532", "a numeric non-root user");
         assert_eq!(image["Entrypoint"], json!(["/usr/local/bin/raypipe"]));
-        assert_eq!(image["Cmd"], json!(["run"]));
+        // No default arguments: the binary picks the operator or the collector sidecar.
+        assert_eq!(image["Cmd"], Value::Null);
         let labels = &image["Labels"];
         assert_eq!(labels["org.opencontainers.image.version"], json!(version));
         assert!(

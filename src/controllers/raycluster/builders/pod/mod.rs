@@ -417,33 +417,16 @@ fn finish_pod(
     }
     if node_type == NodeType::Head && facts.autoscaling {
         // The autoscaler writes event logs the head's dashboard reads.
-        add_empty_dir(
-            &mut spec,
-            RAY_CONTAINER,
-            RAY_LOGS_VOLUME,
-            RAY_LOGS_PATH,
-            false,
-        );
-        if let Some(index) = spec
+        let autoscaler = spec
             .containers
             .iter()
-            .position(|c| c.name == AUTOSCALER_CONTAINER_NAME)
-        {
-            add_empty_dir(&mut spec, index, RAY_LOGS_VOLUME, RAY_LOGS_PATH, false);
-        }
+            .position(|c| c.name == AUTOSCALER_CONTAINER_NAME);
+        share_ray_logs(&mut spec, autoscaler);
     }
-
     let collector = history::collector_index(&spec).filter(|_| options.history_server);
-    if let Some(index) = collector {
+    if collector.is_some() {
         // The collector ships the session logs Ray writes under /tmp/ray.
-        add_empty_dir(
-            &mut spec,
-            RAY_CONTAINER,
-            RAY_LOGS_VOLUME,
-            RAY_LOGS_PATH,
-            false,
-        );
-        add_empty_dir(&mut spec, index, RAY_LOGS_VOLUME, RAY_LOGS_PATH, false);
+        share_ray_logs(&mut spec, collector);
     }
 
     let ray = &spec.containers[RAY_CONTAINER];
@@ -513,6 +496,15 @@ fn finish_pod(
         spec: Some(spec),
         status: None,
     })
+}
+
+/// Ray's `/tmp/ray` on an emptyDir, mounted in the Ray container and in the sidecar at
+/// `sidecar` (when there is one).
+fn share_ray_logs(spec: &mut PodSpec, sidecar: Option<usize>) {
+    add_empty_dir(spec, RAY_CONTAINER, RAY_LOGS_VOLUME, RAY_LOGS_PATH, false);
+    if let Some(index) = sidecar {
+        add_empty_dir(spec, index, RAY_LOGS_VOLUME, RAY_LOGS_PATH, false);
+    }
 }
 
 /// Mounts an emptyDir at `path` in container `index` unless something is mounted there
