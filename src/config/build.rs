@@ -114,6 +114,7 @@ impl ControllerSettings {
             history_server: self
                 .feature_gates
                 .enabled(gates::RAY_CLUSTER_HISTORY_SERVER),
+            batch_scheduler: self.batch_scheduler,
             ..Default::default()
         }
     }

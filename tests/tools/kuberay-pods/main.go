@@ -19,14 +19,21 @@ import (
 	"fmt"
 	"os"
 
+	configapi "github.com/ray-project/kuberay/ray-operator/apis/config/v1alpha1"
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	"github.com/ray-project/kuberay/ray-operator/controllers/ray/batchscheduler"
 	"github.com/ray-project/kuberay/ray-operator/controllers/ray/common"
 	"github.com/ray-project/kuberay/ray-operator/controllers/ray/utils"
 	"github.com/ray-project/kuberay/ray-operator/pkg/features"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -50,6 +57,9 @@ func main() {
 	createAnnotations := flag.Bool("create-annotations", true,
 		"also add the two annotations createHeadPod puts on the head Pod after buildHeadPod "+
 			"(ray.io/hash-without-replicas-and-workers-to-delete, ray.io/kuberay-version)")
+	batchSchedulerName := flag.String("batch-scheduler", "",
+		"KubeRay --batch-scheduler value: run that scheduler plugin on the cluster as the "+
+			"RayCluster controller does, and print the PodGroups it creates")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: %s [flags] raycluster.yaml\n", os.Args[0])
 		flag.PrintDefaults()
@@ -118,6 +128,39 @@ func main() {
 		fail("scheme: %v", err)
 	}
 
+	// With a batch scheduler, the controller's reconcilePods first calls
+	// DoBatchSchedulingOnSubmission; the plugin writes its PodGroup through the manager's
+	// client (here a fake one). The cluster as read from the API server carries its TypeMeta
+	// (controller-runtime's cache sets it), which scheduler-plugins copies into its owner
+	// reference.
+	var scheduler batchSchedulerPlugin
+	var fakeClient clientReader
+	if *batchSchedulerName != "" {
+		instance.APIVersion = rayv1.GroupVersion.String()
+		instance.Kind = "RayCluster"
+		clientScheme := runtime.NewScheme()
+		if err := rayv1.AddToScheme(clientScheme); err != nil {
+			fail("scheme: %v", err)
+		}
+		cli := fake.NewClientBuilder().WithScheme(clientScheme).Build()
+		config := configapi.Configuration{BatchScheduler: *batchSchedulerName}
+		if err := configapi.ValidateBatchSchedulerConfig(ctrl.Log, config); err != nil {
+			fail("KubeRay rejects the batch scheduler: %v", err)
+		}
+		manager, err := batchscheduler.NewSchedulerManager(ctx, config, nil, cli)
+		if err != nil {
+			fail("scheduler manager: %v", err)
+		}
+		plugin, err := manager.GetScheduler()
+		if err != nil {
+			fail("scheduler: %v", err)
+		}
+		if err := plugin.DoBatchSchedulingOnSubmission(ctx, &instance); err != nil {
+			fail("DoBatchSchedulingOnSubmission: %v", err)
+		}
+		scheduler, fakeClient = plugin, cli
+	}
+
 	// reconcilePods computes the hash before creating anything.
 	clusterHash, err := utils.GenerateHashWithoutReplicasAndWorkersToDelete(instance.Spec)
 	if err != nil {
@@ -142,7 +185,15 @@ func main() {
 	}
 	workerPod := buildWorkerPod(ctx, instance, *worker.DeepCopy(), "", 0, 0, scheme)
 
-	out, err := json.MarshalIndent(map[string]corev1.Pod{"head": head, "worker": workerPod}, "", "  ")
+	output := map[string]interface{}{"head": head, "worker": workerPod}
+	if scheduler != nil {
+		// createHeadPod / createWorkerPodWithIndex hand each built Pod to the plugin.
+		scheduler.AddMetadataToChildResource(ctx, &instance, &head, utils.RayNodeHeadGroupLabelValue)
+		scheduler.AddMetadataToChildResource(ctx, &instance, &workerPod, worker.GroupName)
+		output["head"], output["worker"] = head, workerPod
+		output["podGroups"] = listPodGroups(ctx, fakeClient)
+	}
+	out, err := json.MarshalIndent(output, "", "  ")
 	if err != nil {
 		fail("encode: %v", err)
 	}
@@ -188,4 +239,36 @@ func creatorCRDType(instance rayv1.RayCluster) utils.CRDType {
 func fail(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, "kuberay-pods: "+format+"\n", args...)
 	os.Exit(1)
+}
+
+type batchSchedulerPlugin interface {
+	DoBatchSchedulingOnSubmission(ctx context.Context, object metav1.Object) error
+	AddMetadataToChildResource(ctx context.Context, parent metav1.Object, child metav1.Object, groupName string)
+}
+
+type clientReader interface {
+	List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error
+}
+
+// podGroupKinds are the PodGroup kinds KubeRay's plugins create (Volcano, scheduler-plugins).
+var podGroupKinds = []schema.GroupVersionKind{
+	{Group: "scheduling.volcano.sh", Version: "v1beta1", Kind: "PodGroupList"},
+	{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroupList"},
+}
+
+// listPodGroups returns every PodGroup the plugin wrote to the fake client, as JSON objects.
+func listPodGroups(ctx context.Context, cli clientReader) []map[string]interface{} {
+	groups := []map[string]interface{}{}
+	for _, gvk := range podGroupKinds {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := cli.List(ctx, list); err != nil {
+			// The kind is not in this plugin's scheme: it made none.
+			continue
+		}
+		for _, item := range list.Items {
+			groups = append(groups, item.Object)
+		}
+	}
+	return groups
 }
