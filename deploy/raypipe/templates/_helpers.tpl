@@ -109,6 +109,18 @@ and Events.
 - apiGroups: [cert-manager.io]
   resources: [issuers, certificates]
   verbs: [get, list, watch, create, update, patch]
+{{- $batch := include "raypipe.batchScheduler" . }}
+{{- if eq $batch "volcano" }}
+# batchScheduler volcano: the clusters' PodGroups.
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [get, list, watch, create, update]
+{{- else if eq $batch "scheduler-plugins" }}
+# batchScheduler scheduler-plugins: the clusters' PodGroups.
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get, list, watch, create]
+{{- end }}
 {{- end }}
 {{- if has "rayservice" $c }}
 - apiGroups: [ray.io]
