@@ -30,73 +30,28 @@ pub(super) async fn ensure_pod_group(cluster: &RayCluster, ctx: &Context) -> Res
         BatchScheduler::SchedulerPlugins => batch_scheduler::scheduler_plugins_pod_group(cluster)?,
         BatchScheduler::YuniKorn | BatchScheduler::KaiScheduler => None,
     };
-    let (Some(desired), Some(resource)) = (desired, scheduler.pod_group_resource()) else {
+    let Some(desired) = desired else {
         return Ok(());
     };
-    let name = desired.name_any();
-    let memo_key = format!("PodGroup/{name}");
+    let memo_key = format!("PodGroup/{}", desired.name_any());
     let hash = crate::k8s::stable_hash(&desired);
     if ctx.recently_ensured(cluster, &memo_key, &hash) {
         return Ok(());
     }
-    let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
-    let existing = match api.get_opt(&name).await {
-        Ok(found) => found,
-        Err(kube::Error::Api(s)) if s.code == 404 => None,
-        Err(e) => return Err(KubeFailure::new(format!("reading PodGroup {name}"), e).into()),
-    };
-    match existing {
-        None => create(cluster, ctx, &api, &resource, scheduler, &desired).await?,
-        // scheduler-plugins' PodGroup is made once; Volcano's follows the cluster's size.
-        Some(found) if scheduler == BatchScheduler::Volcano && !same_gang(&found, &desired) => {
-            let mut updated = found.clone();
-            updated.data["spec"]["minMember"] = desired.data["spec"]["minMember"].clone();
-            updated.data["spec"]["minResources"] = desired.data["spec"]["minResources"].clone();
-            if let Some(spec) = updated.data["spec"].as_object_mut() {
-                spec.retain(|_, v| !v.is_null());
-            }
-            api.replace(&name, &post_params(), &updated)
-                .await
-                .map_err(|e| KubeFailure::new(format!("updating PodGroup {name}"), e))?;
-            info!(pod_group = %name, "resized the Volcano PodGroup");
-        }
-        Some(_) => {}
-    }
-    ctx.remember_ensured(cluster, memo_key, hash);
-    Ok(())
-}
-
-fn post_params() -> PostParams {
-    PostParams {
-        field_manager: Some(field_managers::RAYCLUSTER.to_owned()),
-        ..PostParams::default()
-    }
-}
-
-async fn create(
-    cluster: &RayCluster,
-    ctx: &Context,
-    api: &Api<DynamicObject>,
-    resource: &ApiResource,
-    scheduler: BatchScheduler,
-    desired: &DynamicObject,
-) -> Result<(), Error> {
-    let name = desired.name_any();
-    match api.create(&post_params(), desired).await {
-        Ok(_) => {
-            info!(pod_group = %name, "created the PodGroup");
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => {
-            let message = format!(
-                "--batch-scheduler {} needs the PodGroup CRD {}.{} ({}), which is not installed; no Pods are created until it is",
-                scheduler.flag_name(),
-                resource.plural,
-                resource.group,
-                resource.api_version,
-            );
+    // scheduler-plugins' PodGroup is made once; Volcano's follows the cluster's size.
+    let resize = scheduler == BatchScheduler::Volcano;
+    match write_pod_group(
+        &ctx.client,
+        scheduler,
+        &desired,
+        resize,
+        field_managers::RAYCLUSTER,
+    )
+    .await
+    {
+        Ok(_) => {}
+        Err(PodGroupError::Kube(failure)) => return Err(failure.into()),
+        Err(PodGroupError::CrdMissing(message)) => {
             ctx.event(
                 cluster,
                 EventType::Warning,
@@ -106,9 +61,103 @@ async fn create(
             )
             .await;
             // An error, so the frame backs off instead of repeating this every 2 s.
-            Err(Error::Conflict(message))
+            return Err(Error::Conflict(message));
         }
-        Err(e) => Err(KubeFailure::new(format!("creating PodGroup {name}"), e).into()),
+    }
+    ctx.remember_ensured(cluster, memo_key, hash);
+    Ok(())
+}
+
+/// What writing a PodGroup did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PodGroupWrite {
+    Created,
+    Resized,
+    Unchanged,
+}
+
+/// Why a PodGroup could not be written.
+#[derive(Debug)]
+pub(crate) enum PodGroupError {
+    /// The scheduler's PodGroup CRD is not installed (the message names it).
+    CrdMissing(String),
+    Kube(KubeFailure),
+}
+
+/// Creates `desired` (a PodGroup of `scheduler`'s kind) if absent; with `resize`, brings an
+/// existing one to the desired `minMember` and `minResources`, leaving the rest as it is.
+pub(crate) async fn write_pod_group(
+    client: &kube::Client,
+    scheduler: BatchScheduler,
+    desired: &DynamicObject,
+    resize: bool,
+    field_manager: &str,
+) -> Result<PodGroupWrite, PodGroupError> {
+    let resource = scheduler.pod_group_resource().ok_or_else(|| {
+        PodGroupError::CrdMissing(format!("{} has no PodGroup", scheduler.flag_name()))
+    })?;
+    let name = desired.name_any();
+    let namespace = desired.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+    let existing = match api.get_opt(&name).await {
+        Ok(found) => found,
+        Err(kube::Error::Api(s)) if s.code == 404 => None,
+        Err(e) => {
+            return Err(PodGroupError::Kube(KubeFailure::new(
+                format!("reading PodGroup {name}"),
+                e,
+            )));
+        }
+    };
+    match existing {
+        None => match api.create(&post_params(field_manager), desired).await {
+            Ok(_) => {
+                info!(pod_group = %name, "created the PodGroup");
+                Ok(PodGroupWrite::Created)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(PodGroupWrite::Unchanged),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                Err(PodGroupError::CrdMissing(crd_missing(scheduler, &resource)))
+            }
+            Err(e) => Err(PodGroupError::Kube(KubeFailure::new(
+                format!("creating PodGroup {name}"),
+                e,
+            ))),
+        },
+        Some(found) if resize && !same_gang(&found, desired) => {
+            let mut updated = found.clone();
+            updated.data["spec"]["minMember"] = desired.data["spec"]["minMember"].clone();
+            updated.data["spec"]["minResources"] = desired.data["spec"]["minResources"].clone();
+            if let Some(spec) = updated.data["spec"].as_object_mut() {
+                spec.retain(|_, v| !v.is_null());
+            }
+            api.replace(&name, &post_params(field_manager), &updated)
+                .await
+                .map_err(|e| {
+                    PodGroupError::Kube(KubeFailure::new(format!("updating PodGroup {name}"), e))
+                })?;
+            info!(pod_group = %name, "resized the PodGroup");
+            Ok(PodGroupWrite::Resized)
+        }
+        Some(_) => Ok(PodGroupWrite::Unchanged),
+    }
+}
+
+/// The message naming the CRD a scheduler needs.
+pub(crate) fn crd_missing(scheduler: BatchScheduler, resource: &ApiResource) -> String {
+    format!(
+        "--batch-scheduler {} needs the PodGroup CRD {}.{} ({}), which is not installed; no Pods are created until it is",
+        scheduler.flag_name(),
+        resource.plural,
+        resource.group,
+        resource.api_version,
+    )
+}
+
+fn post_params(field_manager: &str) -> PostParams {
+    PostParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PostParams::default()
     }
 }
 

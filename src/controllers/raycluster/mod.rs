@@ -20,7 +20,7 @@
 //! the cluster provisioned, a failure or a new state are written at once.
 
 mod apply;
-mod batch;
+pub(crate) mod batch;
 pub mod builders;
 mod cache;
 mod children;

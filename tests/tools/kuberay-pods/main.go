@@ -91,7 +91,22 @@ func main() {
 		fail("read input: %v", err)
 	}
 	var instance rayv1.RayCluster
-	if err := yaml.UnmarshalStrict(data, &instance); err != nil {
+	// A RayJob input: its RayCluster is the one the RayJob controller would create, and the
+	// job's own batch scheduling (PodGroup, cluster and submitter metadata) is printed too.
+	var rayJob *rayv1.RayJob
+	var kind struct {
+		Kind string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(data, &kind); err != nil {
+		fail("decode kind: %v", err)
+	}
+	if kind.Kind == "RayJob" {
+		rayJob = &rayv1.RayJob{}
+		if err := yaml.UnmarshalStrict(data, rayJob); err != nil {
+			fail("decode RayJob: %v", err)
+		}
+		instance = clusterForRayJob(rayJob)
+	} else if err := yaml.UnmarshalStrict(data, &instance); err != nil {
 		fail("decode RayCluster: %v", err)
 	}
 	if instance.Namespace == "" {
@@ -135,6 +150,7 @@ func main() {
 	// reference.
 	var scheduler batchSchedulerPlugin
 	var fakeClient clientReader
+	var jobOutput map[string]interface{}
 	if *batchSchedulerName != "" {
 		instance.APIVersion = rayv1.GroupVersion.String()
 		instance.Kind = "RayCluster"
@@ -154,6 +170,9 @@ func main() {
 		plugin, err := manager.GetScheduler()
 		if err != nil {
 			fail("scheduler: %v", err)
+		}
+		if rayJob != nil {
+			jobOutput = scheduleRayJob(ctx, plugin, rayJob, &instance)
 		}
 		if err := plugin.DoBatchSchedulingOnSubmission(ctx, &instance); err != nil {
 			fail("DoBatchSchedulingOnSubmission: %v", err)
@@ -192,6 +211,9 @@ func main() {
 		scheduler.AddMetadataToChildResource(ctx, &instance, &workerPod, worker.GroupName)
 		output["head"], output["worker"] = head, workerPod
 		output["podGroups"] = listPodGroups(ctx, fakeClient)
+		for key, value := range jobOutput {
+			output[key] = value
+		}
 	}
 	out, err := json.MarshalIndent(output, "", "  ")
 	if err != nil {
@@ -271,4 +293,77 @@ func listPodGroups(ctx context.Context, cli clientReader) []map[string]interface
 		}
 	}
 	return groups
+}
+
+// clusterFromRayJobName is the fixed name given to a RayJob's cluster (KubeRay adds a random
+// suffix to the RayJob's name).
+const clusterFromRayJobSuffix = "-abcde"
+
+// clusterForRayJob is the RayJob controller's unexported constructRayClusterForRayJob, less
+// the owner reference and SidecarMode's submitter container: the job's labels and annotations
+// plus the origin and submission-mode labels, on a copy of rayClusterSpec. The API server's
+// default submissionMode (K8sJobMode) is applied first.
+func clusterForRayJob(rayJob *rayv1.RayJob) rayv1.RayCluster {
+	if rayJob.Namespace == "" {
+		rayJob.Namespace = "default"
+	}
+	if rayJob.Spec.SubmissionMode == "" {
+		rayJob.Spec.SubmissionMode = rayv1.K8sJobMode
+	}
+	if rayJob.Spec.RayClusterSpec == nil {
+		fail("the RayJob has no rayClusterSpec")
+	}
+	// The RayJob CRD embeds RayCluster's schema: the API server defaults numOfHosts there too.
+	for i := range rayJob.Spec.RayClusterSpec.WorkerGroupSpecs {
+		if rayJob.Spec.RayClusterSpec.WorkerGroupSpecs[i].NumOfHosts == 0 {
+			rayJob.Spec.RayClusterSpec.WorkerGroupSpecs[i].NumOfHosts = 1
+		}
+	}
+	rayJob.APIVersion = rayv1.GroupVersion.String()
+	rayJob.Kind = "RayJob"
+	labels := map[string]string{}
+	for k, v := range rayJob.Labels {
+		labels[k] = v
+	}
+	labels[utils.RayOriginatedFromCRNameLabelKey] = rayJob.Name
+	labels[utils.RayOriginatedFromCRDLabelKey] = utils.RayOriginatedFromCRDLabelValue(utils.RayJobCRD)
+	labels[utils.RayJobSubmissionModeLabelKey] = string(rayJob.Spec.SubmissionMode)
+	annotations := map[string]string{}
+	for k, v := range rayJob.Annotations {
+		annotations[k] = v
+	}
+	if rayJob.Spec.SubmissionMode == rayv1.SidecarMode {
+		annotations[utils.DisableProvisionedHeadRestartAnnotationKey] = "true"
+	}
+	cluster := rayv1.RayCluster{Spec: *rayJob.Spec.RayClusterSpec.DeepCopy()}
+	cluster.Name = rayJob.Name + clusterFromRayJobSuffix
+	cluster.Namespace = rayJob.Namespace
+	cluster.Labels = labels
+	cluster.Annotations = annotations
+	return cluster
+}
+
+// scheduleRayJob makes the RayJob controller's batch scheduler calls, in its order: the
+// job's DoBatchSchedulingOnSubmission (Initializing), AddMetadataToChildResource on the
+// RayCluster it creates (K8sJobMode only, group ""), and on the submitter Pod template
+// (common.GetSubmitterTemplate, group "submittergroup", K8sJobMode). It returns the cluster's
+// metadata and the template as the plugin left them, and the plugin's error if it refused.
+func scheduleRayJob(ctx context.Context, plugin batchSchedulerPlugin, rayJob *rayv1.RayJob, cluster *rayv1.RayCluster) map[string]interface{} {
+	out := map[string]interface{}{}
+	if err := plugin.DoBatchSchedulingOnSubmission(ctx, rayJob); err != nil {
+		out["rayJobError"] = err.Error()
+		return out
+	}
+	if rayJob.Spec.SubmissionMode == rayv1.K8sJobMode {
+		plugin.AddMetadataToChildResource(ctx, rayJob, cluster, "")
+		template := common.GetSubmitterTemplate(&rayJob.Spec, rayJob.Spec.RayClusterSpec)
+		plugin.AddMetadataToChildResource(ctx, rayJob, &template, utils.RayNodeSubmitterGroupLabelValue)
+		out["submitterTemplate"] = template
+	}
+	out["rayClusterMetadata"] = map[string]interface{}{
+		"name":        cluster.Name,
+		"labels":      cluster.Labels,
+		"annotations": cluster.Annotations,
+	}
+	return out
 }

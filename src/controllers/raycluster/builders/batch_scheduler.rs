@@ -458,6 +458,18 @@ pub fn cluster_task_groups(spec: &RayClusterSpec) -> Vec<TaskGroup> {
     groups
 }
 
+/// A RayJob's task groups: its cluster's, then the submitter's (one member).
+pub fn job_task_groups(cluster: &RayClusterSpec, submitter: Option<&PodSpec>) -> Vec<TaskGroup> {
+    let mut groups = cluster_task_groups(cluster);
+    groups.push(TaskGroup {
+        name: SUBMITTER_GROUP.to_owned(),
+        min_member: 1,
+        min_resource: pod_resources(submitter),
+        spec: submitter.cloned(),
+    });
+    groups
+}
+
 /// A toleration with its fields in the order YuniKorn's users see from KubeRay.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
