@@ -109,14 +109,16 @@ and Events.
 - apiGroups: [cert-manager.io]
   resources: [issuers, certificates]
   verbs: [get, list, watch, create, update, patch]
+{{- end }}
+{{- if or (has "raycluster" $c) (has "rayjob" $c) }}
 {{- $batch := include "raypipe.batchScheduler" . }}
 {{- if eq $batch "volcano" }}
-# batchScheduler volcano: the clusters' PodGroups.
+# batchScheduler volcano: the PodGroups of RayClusters and RayJobs.
 - apiGroups: [scheduling.volcano.sh]
   resources: [podgroups]
   verbs: [get, list, watch, create, update]
 {{- else if eq $batch "scheduler-plugins" }}
-# batchScheduler scheduler-plugins: the clusters' PodGroups.
+# batchScheduler scheduler-plugins: the RayClusters' PodGroups.
 - apiGroups: [scheduling.x-k8s.io]
   resources: [podgroups]
   verbs: [get, list, watch, create]

@@ -17,7 +17,7 @@ use super::{build, reasons};
 use crate::api::RayCluster;
 use crate::api::rayjob::{JobSubmissionMode, RayJob, RayJobStatus};
 use crate::controllers::frame::children::{ChildEvents, ChildWriter, Mode};
-use crate::controllers::raycluster::batch::{PodGroupError, write_pod_group};
+use crate::controllers::raycluster::batch::{PodGroupError, PodGroupWrite, write_pod_group};
 use crate::controllers::raycluster::builders::batch_scheduler::BatchScheduler;
 use crate::k8s::field_managers;
 use crate::kuberay::keys::labels;
@@ -124,6 +124,64 @@ pub(super) async fn submit_to_batch_scheduler(
     .await;
     // Retried with backoff, as KubeRay requeues the RayJob with the error.
     Err(Error::Invalid(refused))
+}
+
+/// KubeRay's `CleanupOnCompletion`: once a RayJob finished or was suspended, Volcano's
+/// PodGroup is shrunk to what its cluster still holds. Not for a selected cluster.
+pub(super) async fn release_batch_scheduler(
+    job: &RayJob,
+    ctx: &Context,
+    cluster_name: Option<&str>,
+) -> Result<(), Error> {
+    if ctx.config.build.batch_scheduler != Some(BatchScheduler::Volcano)
+        || build::selected_cluster(job).is_some()
+    {
+        return Ok(());
+    }
+    let Some(name) = cluster_name.filter(|n| !n.is_empty()) else {
+        return Ok(());
+    };
+    let cluster = ctx
+        .clusters(job)
+        .get_opt(name)
+        .await
+        .map_err(kube_err("reading the RayCluster"))?
+        .filter(|c| c.meta().deletion_timestamp.is_none());
+    let desired = build::released_volcano_pod_group(job, cluster.as_ref())?;
+    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    let failed = match write_pod_group(
+        &ctx.client,
+        BatchScheduler::Volcano,
+        &desired,
+        true,
+        field_managers::RAYJOB,
+    )
+    .await
+    {
+        Ok(PodGroupWrite::Unchanged) => return Ok(()),
+        Ok(_) => {
+            ctx.event(
+                job,
+                EventType::Normal,
+                reasons::BATCH_SCHEDULER_CLEANED_UP,
+                "Cleanup",
+                format!("Cleaned up batch scheduler resources for RayJob {key}"),
+            )
+            .await;
+            return Ok(());
+        }
+        Err(PodGroupError::Kube(failure)) => Error::from(failure),
+        Err(PodGroupError::CrdMissing(message)) => Error::Invalid(message),
+    };
+    ctx.event(
+        job,
+        EventType::Warning,
+        reasons::FAILED_TO_CLEANUP_BATCH_SCHEDULER,
+        "Cleanup",
+        format!("Failed to cleanup batch scheduler resources for RayJob {key}: {failed}"),
+    )
+    .await;
+    Err(failed)
 }
 
 pub(super) async fn ensure_cluster(

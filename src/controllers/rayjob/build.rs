@@ -239,6 +239,20 @@ pub fn volcano_pod_group(job: &RayJob, mode: JobSubmissionMode) -> Result<Dynami
         .map_err(|e| Error::Invalid(e.to_string()))
 }
 
+/// Volcano's PodGroup for a RayJob that finished or was suspended: only what its cluster still
+/// holds (nothing once the cluster is gone or going), so the queue gets the rest back.
+pub fn released_volcano_pod_group(
+    job: &RayJob,
+    cluster: Option<&RayCluster>,
+) -> Result<DynamicObject, Error> {
+    let (members, resources) = cluster
+        .map(|c| batch_scheduler::gang_size(&c.spec))
+        .unwrap_or_default();
+    let owner = crate::k8s::controller_owner_ref(job)?;
+    batch_scheduler::volcano_pod_group(&job.metadata, owner, members, &resources)
+        .map_err(|e| Error::Invalid(e.to_string()))
+}
+
 /// `host:port` of the cluster's dashboard, as KubeRay writes `status.dashboardURL`.
 pub fn dashboard_url(service: &str, namespace: &str, domain: &str, port: u16) -> String {
     format!("{service}.{namespace}.svc.{domain}:{port}")

@@ -18,3 +18,5 @@ pub const FAILED_TO_UPDATE_SERVICE: &str = "FailedToUpdateService";
 /// The batch scheduler refused the RayJob (or its PodGroup CRD is missing); not KubeRay's
 /// (it only logs the error).
 pub const BATCH_SCHEDULING_FAILED: &str = "BatchSchedulingFailed";
+pub const BATCH_SCHEDULER_CLEANED_UP: &str = "BatchSchedulerCleanedUp";
+pub const FAILED_TO_CLEANUP_BATCH_SCHEDULER: &str = "FailedToCleanupBatchScheduler";

@@ -287,3 +287,24 @@ fn kai_refuses_a_k8s_job_mode_rayjob_as_kuberay_does() {
     let refusal = kuberay["rayJobError"].as_str().expect("KubeRay refuses");
     assert!(refusal.starts_with("KAI-Scheduler does not support RayJob with K8sJobMode"));
 }
+
+#[test]
+fn a_finished_rayjobs_volcano_group_keeps_only_what_its_cluster_holds() {
+    use crate::controllers::rayjob::build;
+    let job = rayjob_from("batch-rayjob-k8sjob.input.yaml");
+    let gone = build::released_volcano_pod_group(&job, None).expect("builds");
+    assert_eq!(
+        gone.data["spec"],
+        json!({"queue": "batch", "priorityClassName": "low-priority", "minResources": {}})
+    );
+    let spec = job.spec.ray_cluster_spec.clone().expect("a cluster spec");
+    let cluster = RayCluster::new("nightly-abcde", spec);
+    let kept = build::released_volcano_pod_group(&job, Some(&cluster)).expect("builds");
+    // The cluster's gang, without the submitter.
+    assert_eq!(kept.data["spec"]["minMember"], json!(3));
+    assert_eq!(
+        kept.data["spec"]["minResources"],
+        json!({"cpu": "3", "memory": "4Gi"})
+    );
+    assert_eq!(kept.metadata.name.as_deref(), Some("ray-nightly-pg"));
+}
