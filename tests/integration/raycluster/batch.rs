@@ -1,5 +1,5 @@
-//! `--batch-scheduler` against the real API server: the PodGroup a cluster gets under Volcano
-//! and under scheduler-plugins (KubeRay v1.7's fields, the owner reference the garbage
+//! `--batch-scheduler` against the real API server: the PodGroup a cluster (and a RayJob) gets
+//! under Volcano and a cluster under scheduler-plugins (KubeRay v1.7's fields, the owner reference the garbage
 //! collector removes it by), the Pods' scheduler name, labels and annotations, and a clear Warning while the
 //! PodGroup CRD is missing. The builders' unit tests pin Pods and PodGroups to what KubeRay's
 //! own plugins make (`tests/fixtures/kuberay-pods/batch-*.json`).
@@ -13,6 +13,7 @@
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject};
+use raypipe::api::rayjob::RayJob;
 use raypipe::controllers::raycluster::builders::batch_scheduler::BatchScheduler;
 
 use super::*;
@@ -129,7 +130,7 @@ fn assert_volcano_pods(pods: &[Pod], group_name: &str) {
 }
 
 #[tokio::test]
-async fn volcano_gets_kuberays_pod_group_and_a_warning_without_its_crd() {
+async fn volcano_pod_groups_of_a_cluster_and_a_rayjob_and_a_warning_without_the_crd() {
     let f = scheduler_fixture("rc-volcano", BatchScheduler::Volcano).await;
     remove_volcano_crd(&f.client).await;
 
@@ -185,6 +186,95 @@ async fn volcano_gets_kuberays_pod_group_and_a_warning_without_its_crd() {
 
     // Deleting the cluster leaves the PodGroup to the garbage collector through that controller
     // reference (waiting for it here would wait for its 30 s discovery of the new CRD).
+
+    // Here, not in a test of its own: the Volcano CRD is removed above.
+    a_rayjob_gets_its_own_volcano_pod_group(&f).await;
+}
+
+/// A K8sJobMode RayJob: a PodGroup of its own (cluster and submitter), its cluster and Pods
+/// pointing at it, and the PodGroup emptied when the job is suspended. Its cluster never
+/// becomes ready (no scheduler runs), so the job stays Initializing until then.
+async fn a_rayjob_gets_its_own_volcano_pod_group(f: &Fixture) {
+    let mut stop = fixture::Stopper::default();
+    tokio::spawn(raypipe::controllers::rayjob::run(
+        f.client.clone(),
+        raypipe::controllers::rayjob::Config {
+            namespace: Some(f.ns.clone()),
+            requeue: Duration::from_secs(1),
+            build: BuildOptions {
+                batch_scheduler: Some(BatchScheduler::Volcano),
+                ..BuildOptions::default()
+            },
+            ..raypipe::controllers::rayjob::Config::default()
+        },
+        stop.signal(),
+    ));
+    let cluster_spec = small_cluster("unused", 1, json!({}))["spec"].clone();
+    f.apply(&json!({
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "nightly", "labels": {"volcano.sh/queue-name": "batch"}},
+        "spec": {"entrypoint": "python -c 'print(1)'", "submissionMode": "K8sJobMode",
+                 "shutdownAfterJobFinishes": true, "rayClusterSpec": cluster_spec}
+    }))
+    .await;
+    let groups = pod_group_api(f, BatchScheduler::Volcano);
+    let group = eventually(WAIT, "the RayJob's PodGroup", || async {
+        groups.get_opt("ray-nightly-pg").await.ok().flatten()
+    })
+    .await;
+    // The head and one worker, and the default submitter's 500m / 200Mi.
+    assert_eq!(
+        group.data["spec"],
+        json!({"minMember": 2, "queue": "batch",
+               "minResources": {"cpu": "2500m", "memory": "3272Mi"}})
+    );
+    let owner = &group.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("RayJob", "nightly")
+    );
+    let cluster = eventually(WAIT, "the RayJob's RayCluster", || async {
+        f.clusters()
+            .list(&ListParams::default().labels("ray.io/originated-from-cr-name=nightly"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let name = cluster.name_any();
+    assert_eq!(
+        cluster.annotations()["scheduling.k8s.io/group-name"],
+        "ray-nightly-pg"
+    );
+    assert_eq!(cluster.labels()["volcano.sh/queue-name"], "batch");
+    let pods = f.wait_workers(&name, 1).await;
+    assert_eq!(
+        pods[0].annotations()["scheduling.k8s.io/group-name"],
+        "ray-nightly-pg"
+    );
+    // The job's PodGroup is the only one: its cluster gets none of its own.
+    assert!(matches!(
+        groups.get_opt(&format!("ray-{name}-pg")).await,
+        Ok(None)
+    ));
+
+    // Suspended: the cluster goes, and the PodGroup gives its resources back.
+    f.client_jobs()
+        .patch(
+            "nightly",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .expect("suspend the RayJob");
+    eventually(WAIT, "the RayJob's PodGroup emptied", || async {
+        let group = groups.get("ray-nightly-pg").await.ok()?;
+        (group.data["spec"] == json!({"queue": "batch", "minResources": {}})).then_some(())
+    })
+    .await;
+    f.wait_event("BatchSchedulerCleanedUp").await;
 }
 
 #[tokio::test]
@@ -248,5 +338,11 @@ async fn scheduler_plugins_gets_its_pod_group_from_its_own_crd() {
             pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()),
             Some("scheduler-plugins-scheduler")
         );
+    }
+}
+
+impl Fixture {
+    fn client_jobs(&self) -> Api<RayJob> {
+        Api::namespaced(self.client.clone(), &self.ns)
     }
 }
