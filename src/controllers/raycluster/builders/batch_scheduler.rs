@@ -323,9 +323,9 @@ fn resources_json(resources: &Resources) -> Value {
     )
 }
 
-/// Volcano's PodGroup for a cluster, or for a RayJob (`owner` is then the job's controller
-/// reference and `extra` the submitter's resources). `None` for a RayJob's cluster: the job
-/// makes the PodGroup. A malformed tier label is an error, as in KubeRay.
+/// Volcano's PodGroup `ray-<owner>-pg` for a cluster or a RayJob (`owner` its controller
+/// reference): the gang's size and resources, the owner's queue, priority class and network
+/// topology labels, and its annotations. A malformed tier label is an error, as in KubeRay.
 pub fn volcano_pod_group(
     owner_meta: &ObjectMeta,
     owner: OwnerReference,
