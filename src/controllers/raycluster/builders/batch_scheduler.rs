@@ -470,7 +470,8 @@ pub fn job_task_groups(cluster: &RayClusterSpec, submitter: Option<&PodSpec>) ->
     groups
 }
 
-/// A toleration with its fields in the order YuniKorn's users see from KubeRay.
+/// A toleration with its fields in Go's order (key, operator, value, effect, seconds), as
+/// KubeRay marshals it.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct OrderedToleration<'a> {
@@ -501,7 +502,8 @@ impl<'a> From<&'a Toleration> for OrderedToleration<'a> {
 
 /// The `yunikorn.apache.org/task-groups` annotation: a JSON list with each group's fields in
 /// the order KubeRay writes them (minResource, nodeSelector, affinity, name, tolerations,
-/// minMember), so the annotation is byte for byte KubeRay's.
+/// minMember), so the annotation is byte for byte KubeRay's. An `affinity` is written in
+/// k8s-openapi's field order, which is not always Go's (the same JSON object, other bytes).
 pub fn task_groups_json(groups: &[TaskGroup]) -> String {
     let mut out = String::from("[");
     for (i, group) in groups.iter().enumerate() {
