@@ -502,8 +502,8 @@ impl<'a> From<&'a Toleration> for OrderedToleration<'a> {
 
 /// The `yunikorn.apache.org/task-groups` annotation: a JSON list with each group's fields in
 /// the order KubeRay writes them (minResource, nodeSelector, affinity, name, tolerations,
-/// minMember), so the annotation is byte for byte KubeRay's. An `affinity` is written in
-/// k8s-openapi's field order, which is not always Go's (the same JSON object, other bytes).
+/// minMember), so the annotation is byte for byte KubeRay's (an `affinity` in Go's field
+/// order too).
 pub fn task_groups_json(groups: &[TaskGroup]) -> String {
     let mut out = String::from("[");
     for (i, group) in groups.iter().enumerate() {
@@ -522,7 +522,7 @@ pub fn task_groups_json(groups: &[TaskGroup]) -> String {
             fields.push(("nodeSelector", json!(selector).to_string()));
         }
         if let Some(affinity) = spec.and_then(|s| s.affinity.as_ref()) {
-            fields.push(("affinity", json!(affinity).to_string()));
+            fields.push(("affinity", go_ordered(&json!(affinity))));
         }
         fields.push(("name", json!(group.name).to_string()));
         if let Some(tolerations) = spec
@@ -546,6 +546,60 @@ pub fn task_groups_json(groups: &[TaskGroup]) -> String {
     }
     out.push(']');
     out
+}
+
+/// The fields of the Affinity types in the order their Go structs declare them (which is how
+/// KubeRay's `json.Marshal` writes them); names shared between types keep one order, and
+/// `matchLabels`/`matchFields` never meet.
+const GO_AFFINITY_FIELD_ORDER: &[&str] = &[
+    "nodeAffinity",
+    "podAffinity",
+    "podAntiAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "preferredDuringSchedulingIgnoredDuringExecution",
+    "nodeSelectorTerms",
+    "weight",
+    "preference",
+    "podAffinityTerm",
+    "labelSelector",
+    "namespaces",
+    "topologyKey",
+    "namespaceSelector",
+    "matchLabelKeys",
+    "mismatchLabelKeys",
+    "matchLabels",
+    "matchExpressions",
+    "matchFields",
+    "key",
+    "operator",
+    "values",
+];
+
+/// `value` as compact JSON with object keys in Go's field order (unknown keys, such as label
+/// names in `matchLabels`, sorted after them, as Go sorts map keys).
+fn go_ordered(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let rank = |k: &str| {
+                GO_AFFINITY_FIELD_ORDER
+                    .iter()
+                    .position(|f| *f == k)
+                    .unwrap_or(GO_AFFINITY_FIELD_ORDER.len())
+            };
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by(|a, b| rank(a).cmp(&rank(b)).then(a.cmp(b)));
+            let body: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", json!(k), go_ordered(&map[k])))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        }
+        Value::Array(items) => {
+            let body: Vec<String> = items.iter().map(go_ordered).collect();
+            format!("[{}]", body.join(","))
+        }
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]
