@@ -114,6 +114,7 @@ impl ControllerSettings {
             history_server: self
                 .feature_gates
                 .enabled(gates::RAY_CLUSTER_HISTORY_SERVER),
+            batch_scheduler: self.batch_scheduler,
             ..Default::default()
         }
     }
@@ -253,8 +254,11 @@ mod tests {
         settings.kuberay.raycluster_default_requeue_seconds = Duration::from_secs(30);
         settings.configuration.default_pod_labels =
             [("team".to_owned(), "ml".to_owned())].into_iter().collect();
+        let volcano = Some(raycluster::builders::batch_scheduler::BatchScheduler::Volcano);
+        settings.batch_scheduler = volcano;
 
         let cluster = settings.raycluster(Some("a".into()));
+        assert_eq!(cluster.build.batch_scheduler, volcano);
         assert_eq!(cluster.namespace.as_deref(), Some("a"));
         assert_eq!(cluster.concurrency, 7);
         assert_eq!(cluster.requeue_after, Duration::from_secs(30));
@@ -269,6 +273,8 @@ mod tests {
         assert!(service.build.default_pod_labels.is_empty());
 
         let job = settings.rayjob(None).expect("rayjob");
+        // The RayJob controller makes the job's PodGroup and labels its cluster and submitter.
+        assert_eq!(job.build.batch_scheduler, volcano);
         assert_eq!(job.cluster_domain, "corp.example");
         assert!(job.delete_rayjob_after_finish);
         assert_eq!(

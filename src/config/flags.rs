@@ -176,6 +176,32 @@ pub struct ControllerArgs {
     /// only the nodes it changes) or `inline` (every node inside its version's application).
     #[arg(long, env = "RAYPIPE_NODE_LAYOUT", value_enum, default_value_t)]
     pub node_layout: crate::serve::shared::NodeLayout,
+    /// KubeRay's `--batch-scheduler`: `volcano`, `yunikorn`, `kai-scheduler` or
+    /// `scheduler-plugins` gang-schedules Ray Pods (scheduler name, labels, PodGroups as
+    /// KubeRay v1.7 writes them).
+    #[arg(
+        long,
+        env = "RAYPIPE_BATCH_SCHEDULER",
+        value_enum,
+        conflicts_with = "enable_batch_scheduler"
+    )]
+    pub batch_scheduler:
+        Option<crate::controllers::raycluster::builders::batch_scheduler::BatchScheduler>,
+    /// KubeRay's deprecated `--enable-batch-scheduler`: the same as `--batch-scheduler volcano`.
+    #[arg(long, env = "RAYPIPE_ENABLE_BATCH_SCHEDULER", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub enable_batch_scheduler: bool,
+}
+
+impl ControllerArgs {
+    /// The batch scheduler the flags choose (the deprecated switch means Volcano).
+    pub fn chosen_batch_scheduler(
+        &self,
+    ) -> Option<crate::controllers::raycluster::builders::batch_scheduler::BatchScheduler> {
+        use crate::controllers::raycluster::builders::batch_scheduler::BatchScheduler;
+        self.batch_scheduler.or(self
+            .enable_batch_scheduler
+            .then_some(BatchScheduler::Volcano))
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -472,5 +498,32 @@ mod tests {
         assert_eq!(rate(0.0, 200), None);
         assert_eq!(rate(f64::NAN, 200), None);
         assert_eq!(rate(100.0, 0), None);
+    }
+
+    #[test]
+    fn batch_scheduler_flags_are_kuberays() {
+        use crate::controllers::raycluster::builders::batch_scheduler::BatchScheduler;
+        let chosen =
+            |args: &[&str]| parse_operator_args(args).map(|a| a.tuning.chosen_batch_scheduler());
+        assert_eq!(chosen(&[]).expect("parses"), None);
+        for (name, scheduler) in [
+            ("volcano", BatchScheduler::Volcano),
+            ("yunikorn", BatchScheduler::YuniKorn),
+            ("kai-scheduler", BatchScheduler::KaiScheduler),
+            ("scheduler-plugins", BatchScheduler::SchedulerPlugins),
+        ] {
+            assert_eq!(
+                chosen(&["--batch-scheduler", name]).expect("parses"),
+                Some(scheduler)
+            );
+            assert_eq!(scheduler.flag_name(), name);
+        }
+        // The deprecated switch means Volcano; both together are refused, as KubeRay does.
+        assert_eq!(
+            chosen(&["--enable-batch-scheduler"]).expect("parses"),
+            Some(BatchScheduler::Volcano)
+        );
+        assert!(chosen(&["--enable-batch-scheduler", "--batch-scheduler", "yunikorn"]).is_err());
+        assert!(chosen(&["--batch-scheduler", "slurm"]).is_err());
     }
 }

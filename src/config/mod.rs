@@ -96,6 +96,9 @@ pub struct ControllerSettings {
     pub code_base_url: Option<String>,
     /// How pipelines' model nodes are laid out in Serve (`--node-layout`).
     pub node_layout: crate::serve::shared::NodeLayout,
+    /// KubeRay's `--batch-scheduler` (or `--enable-batch-scheduler`: Volcano).
+    pub batch_scheduler:
+        Option<crate::controllers::raycluster::builders::batch_scheduler::BatchScheduler>,
 }
 
 impl ControllerSettings {
@@ -123,6 +126,7 @@ impl ControllerSettings {
             code_store: crate::pypackage::CodeStore::default(),
             code_base_url: None,
             node_layout: Default::default(),
+            batch_scheduler: None,
         }
     }
 
@@ -132,6 +136,7 @@ impl ControllerSettings {
         metrics: Metrics,
         readiness: Readiness,
     ) -> ControllerSettings {
+        let batch_scheduler = args.tuning.chosen_batch_scheduler();
         let ControllerArgs {
             concurrency,
             ray_dashboard_url,
@@ -142,6 +147,8 @@ impl ControllerSettings {
             runtime_env_mirrors,
             feature_gates,
             node_layout,
+            batch_scheduler: _,
+            enable_batch_scheduler: _,
         } = args.tuning.clone();
         let code_base_url = runtime_base_url
             .as_deref()
@@ -172,6 +179,7 @@ impl ControllerSettings {
             code_store: crate::pypackage::CodeStore::new(args.source.code_memory_budget),
             code_base_url,
             node_layout,
+            batch_scheduler,
         }
     }
 }

@@ -494,6 +494,86 @@ async fn the_namespace_scoped_rbac_is_enough_for_the_operator_and_no_more() {
 /// Every KubeRay switch of `raypipe run` is one chart value under `kuberay.`, set in the
 /// Deployment under its KubeRay environment name; the chart's defaults are the flags' defaults
 /// and a value set in the chart is the value the operator parses.
+/// KubeRay's `batchScheduler` values: `name` (or the deprecated `enabled`, Volcano) becomes
+/// `--batch-scheduler`, and the operator may write that scheduler's PodGroups; both together
+/// are refused at render time, as KubeRay's operator refuses them at start.
+#[test]
+fn kuberays_batch_scheduler_values_become_the_flag_and_podgroup_rbac() {
+    let podgroup_groups = |docs: &[Value]| -> Vec<String> {
+        of_kind(docs, "ClusterRole")
+            .iter()
+            .flat_map(|role| role["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .is_some_and(|r| r.contains(&json!("podgroups")))
+            })
+            .flat_map(|rule| rule["apiGroups"].as_array().cloned().unwrap_or_default())
+            .filter_map(|g| g.as_str().map(str::to_owned))
+            .collect()
+    };
+    let plain = render("r", "ops", &[]);
+    assert!(
+        !operator_command(&plain)
+            .iter()
+            .any(|a| a.contains("batch-scheduler"))
+    );
+    assert!(podgroup_groups(&plain).is_empty());
+    for (values, flag, group) in [
+        (
+            "batchScheduler.name=volcano",
+            "--batch-scheduler=volcano",
+            Some("scheduling.volcano.sh"),
+        ),
+        (
+            "batchScheduler.enabled=true",
+            "--enable-batch-scheduler",
+            Some("scheduling.volcano.sh"),
+        ),
+        (
+            "batchScheduler.name=scheduler-plugins",
+            "--batch-scheduler=scheduler-plugins",
+            Some("scheduling.x-k8s.io"),
+        ),
+        (
+            "batchScheduler.name=yunikorn",
+            "--batch-scheduler=yunikorn",
+            None,
+        ),
+        (
+            "batchScheduler.name=kai-scheduler",
+            "--batch-scheduler=kai-scheduler",
+            None,
+        ),
+    ] {
+        let docs = render("r", "ops", &[values]);
+        let command = operator_command(&docs);
+        assert!(command.iter().any(|a| a == flag), "{values}: {command:?}");
+        assert!(
+            <raypipe::cli::Cli as clap::Parser>::try_parse_from(&command).is_ok(),
+            "{values}: the arguments parse"
+        );
+        assert_eq!(
+            podgroup_groups(&docs),
+            group.into_iter().map(str::to_owned).collect::<Vec<_>>(),
+            "{values}"
+        );
+    }
+    let both = Command::new(helm())
+        .args(["template", "r"])
+        .arg(repo().join("deploy/raypipe"))
+        .args([
+            "--set",
+            "batchScheduler.enabled=true",
+            "--set",
+            "batchScheduler.name=yunikorn",
+        ])
+        .output()
+        .expect("run helm");
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("not both"));
+}
+
 #[test]
 fn every_kuberay_switch_is_a_chart_value_under_its_environment_name() {
     let parse = |docs: &[Value]| {

@@ -110,6 +110,20 @@ and Events.
   resources: [issuers, certificates]
   verbs: [get, list, watch, create, update, patch]
 {{- end }}
+{{- if or (has "raycluster" $c) (has "rayjob" $c) }}
+{{- $batch := include "raypipe.batchScheduler" . }}
+{{- if eq $batch "volcano" }}
+# batchScheduler volcano: the PodGroups of RayClusters and RayJobs.
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [get, list, watch, create, update]
+{{- else if eq $batch "scheduler-plugins" }}
+# batchScheduler scheduler-plugins: the RayClusters' PodGroups.
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get, list, watch, create]
+{{- end }}
+{{- end }}
 {{- if has "rayservice" $c }}
 - apiGroups: [ray.io]
   resources: [rayservices]

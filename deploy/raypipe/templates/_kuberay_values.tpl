@@ -94,6 +94,27 @@ besides raypipe's own, so a misspelt value is still refused.
 {{- if and .Values.service .Values.service.type }}{{ .Values.service.type }}{{ else }}ClusterIP{{ end -}}
 {{- end -}}
 
+{{/* KubeRay's batchScheduler: name, or the deprecated enabled (Volcano); both is an error, as in
+KubeRay (its operator refuses to start). Empty: none. */}}
+{{- define "raypipe.batchSchedulerFlag" -}}
+{{- with .Values.batchScheduler -}}
+{{- if and .enabled .name -}}
+{{- fail "batchScheduler: set name or the deprecated enabled, not both (KubeRay refuses both too)" -}}
+{{- else if .enabled -}}
+--enable-batch-scheduler
+{{- else if .name -}}
+--batch-scheduler={{ .name }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The batch scheduler the flag names ("volcano" for the deprecated switch). */}}
+{{- define "raypipe.batchScheduler" -}}
+{{- with .Values.batchScheduler -}}
+{{- if .enabled }}volcano{{ else }}{{ .name | default "" }}{{ end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* KubeRay values set to something raypipe does not do, one line each (empty: none). */}}
 {{- define "raypipe.kuberayIgnored" -}}
 {{- $v := .Values -}}
@@ -106,11 +127,6 @@ besides raypipe's own, so a misspelt value is still refused.
 {{- with $v.logging }}
 {{- if or .baseDir .fileName }}
 - logging.baseDir/fileName: raypipe logs to standard output only
-{{- end }}
-{{- end }}
-{{- with $v.batchScheduler }}
-{{- if or .enabled .name }}
-- batchScheduler: raypipe does not integrate batch schedulers (Volcano, YuniKorn, ...) yet
 {{- end }}
 {{- end }}
 {{- with $v.operatorCommand }}

@@ -12,7 +12,7 @@ use super::config::SHORT_REQUEUE;
 use super::context::Context;
 use super::error::{Error, KubeFailure};
 use super::status::{Outcome, Progress};
-use super::{builders, children, isolation, pods};
+use super::{batch, builders, children, isolation, pods};
 use crate::api::raycluster::{RayCluster, RayClusterStatus};
 
 /// The GCS fault tolerance cleanup finalizer goes on before anything exists that Redis state
@@ -99,6 +99,8 @@ async fn apply_in_order(
     isolation::ensure_network_policies(cluster, ctx).await?;
     isolation::ensure_gcs_storage(cluster, ctx).await?;
     let mtls = isolation::ensure_mtls(cluster, ctx).await?;
+    // KubeRay submits the gang to the batch scheduler just before reconciling the Pods.
+    batch::ensure_pod_group(cluster, ctx).await?;
     match pods::reconcile_pods(cluster, ctx, status).await? {
         Progress::Done => Ok(mtls),
         waiting => Ok(waiting),

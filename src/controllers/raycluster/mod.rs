@@ -20,6 +20,7 @@
 //! the cluster provisioned, a failure or a new state are written at once.
 
 mod apply;
+pub(crate) mod batch;
 pub mod builders;
 mod cache;
 mod children;

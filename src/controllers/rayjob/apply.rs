@@ -15,8 +15,10 @@ use super::context::Context;
 use super::error::{Error, kube_err};
 use super::{build, reasons};
 use crate::api::RayCluster;
-use crate::api::rayjob::{RayJob, RayJobStatus};
+use crate::api::rayjob::{JobSubmissionMode, RayJob, RayJobStatus};
 use crate::controllers::frame::children::{ChildEvents, ChildWriter, Mode};
+use crate::controllers::raycluster::batch::{PodGroupError, PodGroupWrite, write_pod_group};
+use crate::controllers::raycluster::builders::batch_scheduler::BatchScheduler;
 use crate::k8s::field_managers;
 use crate::kuberay::keys::labels;
 use crate::validation::rayjob::RayJobValues;
@@ -81,6 +83,107 @@ pub(super) fn cluster_name(status: &RayJobStatus) -> Result<String, Error> {
 }
 
 /// The RayJob's cluster: the selected one (must exist) or the one it creates.
+/// KubeRay's `DoBatchSchedulingOnSubmission` for a RayJob, on every Initializing pass:
+/// Volcano's PodGroup for the job (cluster and submitter); KAI refuses K8sJobMode (its
+/// submitter would start outside the gang). YuniKorn needs nothing here; scheduler-plugins
+/// gangs the RayJob's cluster through the RayCluster controller (KubeRay v1.7 instead fails
+/// every RayJob there, which raypipe does not copy).
+pub(super) async fn submit_to_batch_scheduler(
+    job: &RayJob,
+    values: &RayJobValues,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let Some(scheduler) = ctx.config.build.batch_scheduler else {
+        return Ok(());
+    };
+    let refused = match scheduler {
+        BatchScheduler::Volcano => match build::volcano_pod_group(job, values.mode) {
+            Ok(desired) => {
+                match write_pod_group(&ctx.client, scheduler, &desired, true, field_managers::RAYJOB)
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(PodGroupError::Kube(failure)) => return Err(failure.into()),
+                    Err(PodGroupError::CrdMissing(message)) => message,
+                }
+            }
+            Err(e) => e.to_string(),
+        },
+        BatchScheduler::KaiScheduler if values.mode == JobSubmissionMode::K8sJobMode => {
+            "KAI-Scheduler does not support RayJob with K8sJobMode: the submitter pod is created after RayCluster is ready, preventing proper gang scheduling".to_owned()
+        }
+        _ => return Ok(()),
+    };
+    ctx.event(
+        job,
+        EventType::Warning,
+        reasons::BATCH_SCHEDULING_FAILED,
+        "Create",
+        refused.clone(),
+    )
+    .await;
+    // Retried with backoff, as KubeRay requeues the RayJob with the error.
+    Err(Error::Invalid(refused))
+}
+
+/// KubeRay's `CleanupOnCompletion`: once a RayJob finished or was suspended, Volcano's
+/// PodGroup is shrunk to what its cluster still holds. Not for a selected cluster.
+pub(super) async fn release_batch_scheduler(
+    job: &RayJob,
+    ctx: &Context,
+    cluster_name: Option<&str>,
+) -> Result<(), Error> {
+    if ctx.config.build.batch_scheduler != Some(BatchScheduler::Volcano)
+        || build::selected_cluster(job).is_some()
+    {
+        return Ok(());
+    }
+    let Some(name) = cluster_name.filter(|n| !n.is_empty()) else {
+        return Ok(());
+    };
+    let cluster = ctx
+        .clusters(job)
+        .get_opt(name)
+        .await
+        .map_err(kube_err("reading the RayCluster"))?
+        .filter(|c| c.meta().deletion_timestamp.is_none());
+    let desired = build::released_volcano_pod_group(job, cluster.as_ref())?;
+    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    let failed = match write_pod_group(
+        &ctx.client,
+        BatchScheduler::Volcano,
+        &desired,
+        true,
+        field_managers::RAYJOB,
+    )
+    .await
+    {
+        Ok(PodGroupWrite::Unchanged) => return Ok(()),
+        Ok(_) => {
+            ctx.event(
+                job,
+                EventType::Normal,
+                reasons::BATCH_SCHEDULER_CLEANED_UP,
+                "Cleanup",
+                format!("Cleaned up batch scheduler resources for RayJob {key}"),
+            )
+            .await;
+            return Ok(());
+        }
+        Err(PodGroupError::Kube(failure)) => Error::from(failure),
+        Err(PodGroupError::CrdMissing(message)) => Error::Invalid(message),
+    };
+    ctx.event(
+        job,
+        EventType::Warning,
+        reasons::FAILED_TO_CLEANUP_BATCH_SCHEDULER,
+        "Cleanup",
+        format!("Failed to cleanup batch scheduler resources for RayJob {key}: {failed}"),
+    )
+    .await;
+    Err(failed)
+}
+
 pub(super) async fn ensure_cluster(
     job: &RayJob,
     values: &RayJobValues,
@@ -114,12 +217,15 @@ pub(super) async fn ensure_cluster(
         .await;
         return Err(Error::ClusterNotFound(name));
     }
-    let desired = build::ray_cluster(
+    let mut desired = build::ray_cluster(
         job,
         values,
         &name,
         status.job_id.as_deref().unwrap_or_default(),
     )?;
+    if let Some(scheduler) = ctx.config.build.batch_scheduler {
+        build::add_scheduler_metadata_to_cluster(job, values.mode, scheduler, &mut desired);
+    }
     let namespace = job.namespace().unwrap_or_default();
     let events = ChildEvents::new("CreateRayCluster")
         .written(
@@ -240,13 +346,16 @@ pub(super) async fn ensure_submitter(
             Err(conflict) => Err(report_conflict(job, ctx, conflict).await),
         };
     }
-    let desired = build::submitter_job(
+    let mut desired = build::submitter_job(
         job,
         values,
         cluster,
         status.dashboard_url.as_deref().unwrap_or_default(),
         status.job_id.as_deref().unwrap_or_default(),
     )?;
+    if let Some(scheduler) = ctx.config.build.batch_scheduler {
+        build::add_scheduler_metadata_to_submitter(job, scheduler, &mut desired);
+    }
     let events = ChildEvents::new("CreateRayJobSubmitter")
         .written(
             reasons::CREATED_SUBMITTER,

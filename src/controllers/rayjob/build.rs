@@ -6,14 +6,18 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirements, Service};
+use k8s_openapi::api::core::v1::{
+    Container, PodSpec, PodTemplateSpec, ResourceRequirements, Service,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
+use kube::api::DynamicObject;
 
 use super::error::Error;
 use crate::api::RayCluster;
 use crate::api::rayjob::{JobSubmissionMode, RayJob};
+use crate::controllers::raycluster::builders::batch_scheduler::{self, BatchScheduler};
 use crate::controllers::raycluster::builders::{BuildError, BuildOptions, pod::env_vars, service};
 use crate::kuberay::keys::{annotations, labels, ports};
 use crate::kuberay::names;
@@ -117,6 +121,136 @@ pub fn ray_cluster(
         ..Default::default()
     };
     Ok(cluster)
+}
+
+/// The submitter Pod's spec as the batch scheduler sizes it: the user's template, else the
+/// default submitter container (the head's image, KubeRay's default resources).
+fn submitter_spec(job: &RayJob) -> Option<PodSpec> {
+    if let Some(template) = &job.spec.submitter_pod_template {
+        return template.spec.clone();
+    }
+    let head_image = job
+        .spec
+        .ray_cluster_spec
+        .as_ref()
+        .and_then(|spec| ray_container(&spec.head_group_spec.template))
+        .and_then(|c| c.image.clone());
+    Some(PodSpec {
+        containers: vec![Container {
+            name: SUBMITTER_CONTAINER.to_owned(),
+            image: head_image,
+            resources: Some(default_resources()),
+            ..Default::default()
+        }],
+        restart_policy: Some("Never".to_owned()),
+        ..Default::default()
+    })
+}
+
+/// What the batch scheduler is told of the RayJob as the parent of its cluster and submitter.
+fn with_job_as_parent<T>(job: &RayJob, f: impl FnOnce(&batch_scheduler::Parent<'_>) -> T) -> T {
+    let task_groups = || {
+        let spec = job.spec.ray_cluster_spec.clone().unwrap_or_default();
+        batch_scheduler::task_groups_json(&batch_scheduler::job_task_groups(
+            &spec,
+            submitter_spec(job).as_ref(),
+        ))
+    };
+    f(&batch_scheduler::Parent {
+        meta: &job.metadata,
+        task_groups: &task_groups,
+    })
+}
+
+/// KubeRay's batch scheduler metadata on the RayCluster of a K8sJobMode RayJob (labels and
+/// annotations from the job; the cluster's own Pods then follow them). Other modes: none.
+pub fn add_scheduler_metadata_to_cluster(
+    job: &RayJob,
+    mode: JobSubmissionMode,
+    scheduler: BatchScheduler,
+    cluster: &mut RayCluster,
+) {
+    if mode != JobSubmissionMode::K8sJobMode {
+        return;
+    }
+    with_job_as_parent(job, |parent| {
+        let child = batch_scheduler::Child {
+            meta: &mut cluster.metadata,
+            pod_spec: None,
+        };
+        // A cluster holds several task groups: it names none.
+        batch_scheduler::add_child_metadata(scheduler, parent, child, "");
+    });
+}
+
+/// KubeRay's batch scheduler metadata on the submitter Job's Pod template
+/// (`submittergroup`).
+pub fn add_scheduler_metadata_to_submitter(
+    job: &RayJob,
+    scheduler: BatchScheduler,
+    submitter: &mut Job,
+) {
+    let Some(template) = submitter.spec.as_mut().map(|s| &mut s.template) else {
+        return;
+    };
+    let meta = template.metadata.get_or_insert_with(Default::default);
+    with_job_as_parent(job, |parent| {
+        let child = batch_scheduler::Child {
+            meta,
+            pod_spec: template.spec.as_mut(),
+        };
+        batch_scheduler::add_child_metadata(
+            scheduler,
+            parent,
+            child,
+            batch_scheduler::SUBMITTER_GROUP,
+        );
+    });
+}
+
+/// Volcano's PodGroup for a RayJob, `ray-<rayjob>-pg`: the cluster's gang, with the
+/// submitter's resources added (its Pod in K8sJobMode, its container in SidecarMode). A RayJob
+/// on a selected cluster cannot be gang-scheduled, as in KubeRay.
+pub fn volcano_pod_group(job: &RayJob, mode: JobSubmissionMode) -> Result<DynamicObject, Error> {
+    let Some(cluster_spec) = &job.spec.ray_cluster_spec else {
+        return Err(Error::Invalid(format!(
+            "gang scheduling does not support RayJob {}/{} referencing an existing RayCluster",
+            job.namespace().unwrap_or_default(),
+            job.name_any()
+        )));
+    };
+    let (members, mut resources) = batch_scheduler::gang_size(cluster_spec);
+    let submitter = match mode {
+        JobSubmissionMode::K8sJobMode => {
+            batch_scheduler::pod_resources(submitter_spec(job).as_ref())
+        }
+        JobSubmissionMode::SidecarMode => batch_scheduler::pod_resources(Some(&PodSpec {
+            containers: vec![Container {
+                resources: Some(default_resources()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })),
+        JobSubmissionMode::HttpMode | JobSubmissionMode::InteractiveMode => Default::default(),
+    };
+    batch_scheduler::add_resources(&mut resources, &submitter, 1);
+    let owner = crate::k8s::controller_owner_ref(job)?;
+    batch_scheduler::volcano_pod_group(&job.metadata, owner, members, &resources)
+        .map_err(|e| Error::Invalid(e.to_string()))
+}
+
+/// Volcano's PodGroup for a RayJob that finished or was suspended: only what its cluster still
+/// holds (nothing once the cluster is gone or going), so the queue gets the rest back.
+pub fn released_volcano_pod_group(
+    job: &RayJob,
+    cluster: Option<&RayCluster>,
+) -> Result<DynamicObject, Error> {
+    let (members, resources) = cluster
+        .map(|c| batch_scheduler::gang_size(&c.spec))
+        .unwrap_or_default();
+    let owner = crate::k8s::controller_owner_ref(job)?;
+    batch_scheduler::volcano_pod_group(&job.metadata, owner, members, &resources)
+        .map_err(|e| Error::Invalid(e.to_string()))
 }
 
 /// `host:port` of the cluster's dashboard, as KubeRay writes `status.dashboardURL`.

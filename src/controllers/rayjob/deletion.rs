@@ -123,6 +123,8 @@ pub(super) async fn tear_down(
     if !gone {
         return Ok(Action::requeue(ctx.config.requeue));
     }
+    // The gang's resources go back to the queue before the job is marked suspended.
+    super::apply::release_batch_scheduler(job, ctx, status.ray_cluster_name.as_deref()).await?;
     status.ray_cluster_status = None;
     status.ray_cluster_name = None;
     status.dashboard_url = None;
@@ -146,6 +148,12 @@ pub(super) async fn finished(
     status: &RayJobStatus,
     now: &Time,
 ) -> Result<Action, Error> {
+    // As in KubeRay, a failed release is reported (an Event) and the cleanup goes on.
+    if let Err(e) =
+        super::apply::release_batch_scheduler(job, ctx, status.ray_cluster_name.as_deref()).await
+    {
+        tracing::warn!(error = %e, "releasing the batch scheduler's resources");
+    }
     let rules = transitions::rules(
         &job.spec,
         status,

@@ -15,3 +15,8 @@ pub const FAILED_TO_DELETE_SUBMITTER: &str = "FailedToDeleteRayJobSubmitter";
 pub use crate::kuberay::keys::reasons::{CREATED_SERVICE, FAILED_TO_CREATE_SERVICE};
 pub const UPDATED_SERVICE: &str = "UpdatedService";
 pub const FAILED_TO_UPDATE_SERVICE: &str = "FailedToUpdateService";
+/// The batch scheduler refused the RayJob (or its PodGroup CRD is missing); not KubeRay's
+/// (it only logs the error).
+pub const BATCH_SCHEDULING_FAILED: &str = "BatchSchedulingFailed";
+pub const BATCH_SCHEDULER_CLEANED_UP: &str = "BatchSchedulerCleanedUp";
+pub const FAILED_TO_CLEANUP_BATCH_SCHEDULER: &str = "FailedToCleanupBatchScheduler";

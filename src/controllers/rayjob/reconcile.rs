@@ -13,7 +13,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use tracing::info;
 
-use super::apply::{ensure_cluster, ensure_submitter, set_finalizers};
+use super::apply::{ensure_cluster, ensure_submitter, set_finalizers, submit_to_batch_scheduler};
 use super::config::Config;
 use super::context::Context;
 use super::deletion::FINALIZER;
@@ -278,6 +278,7 @@ pub(super) async fn initializing(
     if check_deadlines(job, status, now, true) {
         return Ok(Action::requeue(ctx.config.requeue));
     }
+    submit_to_batch_scheduler(job, values, ctx).await?;
     let cluster = ensure_cluster(job, values, ctx, status).await?;
     status.ray_cluster_status = cluster.status.clone();
     if status.dashboard_url.is_none() {

@@ -112,53 +112,12 @@ async fn the_history_server_sample_gets_kuberays_collector_in_every_pod() {
 /// cert-manager's CRD files, from its Go module (the ordinary `go` client), cached beside the
 /// control plane.
 fn cert_manager_crd_files() -> Vec<std::path::PathBuf> {
-    let dir = raypipe::devenv::binaries::cache_root()
-        .join("cert-manager")
-        .join(CERT_MANAGER_VERSION);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let listed = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        files.retain(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("cert-manager.io_") && n.ends_with(".yaml"))
-        });
-        files.sort();
-        files
-    };
-    if listed(&dir).len() >= 2 {
-        return listed(&dir);
-    }
-    let output = std::process::Command::new("go")
-        .args([
-            "mod",
-            "download",
-            "-json",
-            &format!("{CERT_MANAGER_MODULE}@{CERT_MANAGER_VERSION}"),
-        ])
-        .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "-mod=mod")
-        .current_dir(&dir)
-        .output()
-        .expect("the go client (installed with the control plane's toolchain)");
-    let info: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "go mod download {CERT_MANAGER_MODULE}: {e}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    let module_dir = std::path::PathBuf::from(info["Dir"].as_str().expect("the module's Dir"));
-    for file in listed(&module_dir.join("deploy/crds")) {
-        // Copied then renamed: a test binary fetching at the same time never reads half a file.
-        let target = dir.join(file.file_name().expect("a file name"));
-        let partial = dir.join(format!(".partial-{}", std::process::id()));
-        std::fs::copy(&file, &partial)
-            .and_then(|_| std::fs::rename(&partial, &target))
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    }
-    listed(&dir)
+    go_module_crd_files(
+        CERT_MANAGER_MODULE,
+        CERT_MANAGER_VERSION,
+        "deploy/crds",
+        "cert-manager.io_",
+    )
 }
 
 /// Installs cert-manager's `cert-manager.io` CRDs (Issuer, Certificate, …) and waits until

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::support::{self, assert_contains, eventually, fixture};
 
+mod batch;
 mod benchmark;
 mod deletion;
 mod foreign;
@@ -80,6 +81,59 @@ fn project_sample(name: &str) -> std::path::PathBuf {
 
 fn is_raycluster(doc: &Value) -> bool {
     doc["apiVersion"] == "ray.io/v1" && doc["kind"] == "RayCluster"
+}
+
+/// The CRD files (`<prefix>*.yaml` in `crd_dir`) of a Go module at `version`, fetched with
+/// the ordinary `go` client and cached beside the control plane's binaries.
+fn go_module_crd_files(
+    module: &str,
+    version: &str,
+    crd_dir: &str,
+    prefix: &str,
+) -> Vec<std::path::PathBuf> {
+    let short = module.rsplit('/').next().unwrap_or(module);
+    let dir = raypipe::devenv::binaries::cache_root()
+        .join(short)
+        .join(version);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let listed = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.retain(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".yaml"))
+        });
+        files.sort();
+        files
+    };
+    if !listed(&dir).is_empty() {
+        return listed(&dir);
+    }
+    let output = std::process::Command::new("go")
+        .args(["mod", "download", "-json", &format!("{module}@{version}")])
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .current_dir(&dir)
+        .output()
+        .expect("the go client (installed with the control plane's toolchain)");
+    let info: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "go mod download {module}: {e}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    let module_dir = std::path::PathBuf::from(info["Dir"].as_str().expect("the module's Dir"));
+    for file in listed(&module_dir.join(crd_dir)) {
+        // Copied then renamed: a test binary fetching at the same time never reads half a file.
+        let target = dir.join(file.file_name().expect("a file name"));
+        let partial = dir.join(format!(".partial-{}", std::process::id()));
+        std::fs::copy(&file, &partial)
+            .and_then(|_| std::fs::rename(&partial, &target))
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+    listed(&dir)
 }
 
 impl Fixture {

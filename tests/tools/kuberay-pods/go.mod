@@ -81,5 +81,7 @@ require (
 	sigs.k8s.io/gateway-api v1.4.1 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
+	sigs.k8s.io/scheduler-plugins v0.33.5 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.2 // indirect
+	volcano.sh/apis v1.13.0 // indirect
 )

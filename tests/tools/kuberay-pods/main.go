@@ -19,14 +19,21 @@ import (
 	"fmt"
 	"os"
 
+	configapi "github.com/ray-project/kuberay/ray-operator/apis/config/v1alpha1"
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	"github.com/ray-project/kuberay/ray-operator/controllers/ray/batchscheduler"
 	"github.com/ray-project/kuberay/ray-operator/controllers/ray/common"
 	"github.com/ray-project/kuberay/ray-operator/controllers/ray/utils"
 	"github.com/ray-project/kuberay/ray-operator/pkg/features"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -50,6 +57,9 @@ func main() {
 	createAnnotations := flag.Bool("create-annotations", true,
 		"also add the two annotations createHeadPod puts on the head Pod after buildHeadPod "+
 			"(ray.io/hash-without-replicas-and-workers-to-delete, ray.io/kuberay-version)")
+	batchSchedulerName := flag.String("batch-scheduler", "",
+		"KubeRay --batch-scheduler value: run that scheduler plugin on the cluster as the "+
+			"RayCluster controller does, and print the PodGroups it creates")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: %s [flags] raycluster.yaml\n", os.Args[0])
 		flag.PrintDefaults()
@@ -81,7 +91,22 @@ func main() {
 		fail("read input: %v", err)
 	}
 	var instance rayv1.RayCluster
-	if err := yaml.UnmarshalStrict(data, &instance); err != nil {
+	// A RayJob input: its RayCluster is the one the RayJob controller would create, and the
+	// job's own batch scheduling (PodGroup, cluster and submitter metadata) is printed too.
+	var rayJob *rayv1.RayJob
+	var kind struct {
+		Kind string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(data, &kind); err != nil {
+		fail("decode kind: %v", err)
+	}
+	if kind.Kind == "RayJob" {
+		rayJob = &rayv1.RayJob{}
+		if err := yaml.UnmarshalStrict(data, rayJob); err != nil {
+			fail("decode RayJob: %v", err)
+		}
+		instance = clusterForRayJob(rayJob)
+	} else if err := yaml.UnmarshalStrict(data, &instance); err != nil {
 		fail("decode RayCluster: %v", err)
 	}
 	if instance.Namespace == "" {
@@ -118,6 +143,43 @@ func main() {
 		fail("scheme: %v", err)
 	}
 
+	// With a batch scheduler, the controller's reconcilePods first calls
+	// DoBatchSchedulingOnSubmission; the plugin writes its PodGroup through the manager's
+	// client (here a fake one). The cluster as read from the API server carries its TypeMeta
+	// (controller-runtime's cache sets it), which scheduler-plugins copies into its owner
+	// reference.
+	var scheduler batchSchedulerPlugin
+	var fakeClient clientReader
+	var jobOutput map[string]interface{}
+	if *batchSchedulerName != "" {
+		instance.APIVersion = rayv1.GroupVersion.String()
+		instance.Kind = "RayCluster"
+		clientScheme := runtime.NewScheme()
+		if err := rayv1.AddToScheme(clientScheme); err != nil {
+			fail("scheme: %v", err)
+		}
+		cli := fake.NewClientBuilder().WithScheme(clientScheme).Build()
+		config := configapi.Configuration{BatchScheduler: *batchSchedulerName}
+		if err := configapi.ValidateBatchSchedulerConfig(ctrl.Log, config); err != nil {
+			fail("KubeRay rejects the batch scheduler: %v", err)
+		}
+		manager, err := batchscheduler.NewSchedulerManager(ctx, config, nil, cli)
+		if err != nil {
+			fail("scheduler manager: %v", err)
+		}
+		plugin, err := manager.GetScheduler()
+		if err != nil {
+			fail("scheduler: %v", err)
+		}
+		if rayJob != nil {
+			jobOutput = scheduleRayJob(ctx, plugin, rayJob, &instance)
+		}
+		if err := plugin.DoBatchSchedulingOnSubmission(ctx, &instance); err != nil {
+			fail("DoBatchSchedulingOnSubmission: %v", err)
+		}
+		scheduler, fakeClient = plugin, cli
+	}
+
 	// reconcilePods computes the hash before creating anything.
 	clusterHash, err := utils.GenerateHashWithoutReplicasAndWorkersToDelete(instance.Spec)
 	if err != nil {
@@ -142,7 +204,18 @@ func main() {
 	}
 	workerPod := buildWorkerPod(ctx, instance, *worker.DeepCopy(), "", 0, 0, scheme)
 
-	out, err := json.MarshalIndent(map[string]corev1.Pod{"head": head, "worker": workerPod}, "", "  ")
+	output := map[string]interface{}{"head": head, "worker": workerPod}
+	if scheduler != nil {
+		// createHeadPod / createWorkerPodWithIndex hand each built Pod to the plugin.
+		scheduler.AddMetadataToChildResource(ctx, &instance, &head, utils.RayNodeHeadGroupLabelValue)
+		scheduler.AddMetadataToChildResource(ctx, &instance, &workerPod, worker.GroupName)
+		output["head"], output["worker"] = head, workerPod
+		output["podGroups"] = listPodGroups(ctx, fakeClient)
+		for key, value := range jobOutput {
+			output[key] = value
+		}
+	}
+	out, err := json.MarshalIndent(output, "", "  ")
 	if err != nil {
 		fail("encode: %v", err)
 	}
@@ -188,4 +261,109 @@ func creatorCRDType(instance rayv1.RayCluster) utils.CRDType {
 func fail(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, "kuberay-pods: "+format+"\n", args...)
 	os.Exit(1)
+}
+
+type batchSchedulerPlugin interface {
+	DoBatchSchedulingOnSubmission(ctx context.Context, object metav1.Object) error
+	AddMetadataToChildResource(ctx context.Context, parent metav1.Object, child metav1.Object, groupName string)
+}
+
+type clientReader interface {
+	List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error
+}
+
+// podGroupKinds are the PodGroup kinds KubeRay's plugins create (Volcano, scheduler-plugins).
+var podGroupKinds = []schema.GroupVersionKind{
+	{Group: "scheduling.volcano.sh", Version: "v1beta1", Kind: "PodGroupList"},
+	{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroupList"},
+}
+
+// listPodGroups returns every PodGroup the plugin wrote to the fake client, as JSON objects.
+func listPodGroups(ctx context.Context, cli clientReader) []map[string]interface{} {
+	groups := []map[string]interface{}{}
+	for _, gvk := range podGroupKinds {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := cli.List(ctx, list); err != nil {
+			// The kind is not in this plugin's scheme: it made none.
+			continue
+		}
+		for _, item := range list.Items {
+			groups = append(groups, item.Object)
+		}
+	}
+	return groups
+}
+
+// clusterFromRayJobName is the fixed name given to a RayJob's cluster (KubeRay adds a random
+// suffix to the RayJob's name).
+const clusterFromRayJobSuffix = "-abcde"
+
+// clusterForRayJob is the RayJob controller's unexported constructRayClusterForRayJob, less
+// the owner reference and SidecarMode's submitter container: the job's labels and annotations
+// plus the origin and submission-mode labels, on a copy of rayClusterSpec. The API server's
+// default submissionMode (K8sJobMode) is applied first.
+func clusterForRayJob(rayJob *rayv1.RayJob) rayv1.RayCluster {
+	if rayJob.Namespace == "" {
+		rayJob.Namespace = "default"
+	}
+	if rayJob.Spec.SubmissionMode == "" {
+		rayJob.Spec.SubmissionMode = rayv1.K8sJobMode
+	}
+	if rayJob.Spec.RayClusterSpec == nil {
+		fail("the RayJob has no rayClusterSpec")
+	}
+	// The RayJob CRD embeds RayCluster's schema: the API server defaults numOfHosts there too.
+	for i := range rayJob.Spec.RayClusterSpec.WorkerGroupSpecs {
+		if rayJob.Spec.RayClusterSpec.WorkerGroupSpecs[i].NumOfHosts == 0 {
+			rayJob.Spec.RayClusterSpec.WorkerGroupSpecs[i].NumOfHosts = 1
+		}
+	}
+	rayJob.APIVersion = rayv1.GroupVersion.String()
+	rayJob.Kind = "RayJob"
+	labels := map[string]string{}
+	for k, v := range rayJob.Labels {
+		labels[k] = v
+	}
+	labels[utils.RayOriginatedFromCRNameLabelKey] = rayJob.Name
+	labels[utils.RayOriginatedFromCRDLabelKey] = utils.RayOriginatedFromCRDLabelValue(utils.RayJobCRD)
+	labels[utils.RayJobSubmissionModeLabelKey] = string(rayJob.Spec.SubmissionMode)
+	annotations := map[string]string{}
+	for k, v := range rayJob.Annotations {
+		annotations[k] = v
+	}
+	if rayJob.Spec.SubmissionMode == rayv1.SidecarMode {
+		annotations[utils.DisableProvisionedHeadRestartAnnotationKey] = "true"
+	}
+	cluster := rayv1.RayCluster{Spec: *rayJob.Spec.RayClusterSpec.DeepCopy()}
+	cluster.Name = rayJob.Name + clusterFromRayJobSuffix
+	cluster.Namespace = rayJob.Namespace
+	cluster.Labels = labels
+	cluster.Annotations = annotations
+	return cluster
+}
+
+// scheduleRayJob makes the RayJob controller's batch scheduler calls, in its order: the
+// job's DoBatchSchedulingOnSubmission (Initializing), AddMetadataToChildResource on the
+// RayCluster it creates (K8sJobMode only, group ""), and on the submitter Pod template
+// (common.GetSubmitterTemplate, group "submittergroup", K8sJobMode). It returns the cluster's
+// metadata and the template as the plugin left them, and the plugin's error if it refused.
+func scheduleRayJob(ctx context.Context, plugin batchSchedulerPlugin, rayJob *rayv1.RayJob, cluster *rayv1.RayCluster) map[string]interface{} {
+	out := map[string]interface{}{}
+	if err := plugin.DoBatchSchedulingOnSubmission(ctx, rayJob); err != nil {
+		out["rayJobError"] = err.Error()
+		return out
+	}
+	if rayJob.Spec.SubmissionMode == rayv1.K8sJobMode {
+		plugin.AddMetadataToChildResource(ctx, rayJob, cluster, "")
+		template := common.GetSubmitterTemplate(&rayJob.Spec, rayJob.Spec.RayClusterSpec)
+		plugin.AddMetadataToChildResource(ctx, rayJob, &template, utils.RayNodeSubmitterGroupLabelValue)
+		out["submitterTemplate"] = template
+	}
+	out["rayClusterMetadata"] = map[string]interface{}{
+		"name":        cluster.Name,
+		"labels":      cluster.Labels,
+		"annotations": cluster.Annotations,
+	}
+	return out
 }

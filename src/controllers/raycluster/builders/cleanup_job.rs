@@ -42,7 +42,12 @@ pub fn redis_cleanup_job(
     options: &BuildOptions,
     spec_hash: &str,
 ) -> Result<Job, BuildError> {
-    let head: Pod = head_pod(cluster, options, spec_hash)?;
+    // KubeRay builds it from the head Pod before any batch scheduler sees that Pod.
+    let unscheduled = BuildOptions {
+        batch_scheduler: None,
+        ..options.clone()
+    };
+    let head: Pod = head_pod(cluster, &unscheduled, spec_hash)?;
     let mut pod_labels = head.metadata.labels.clone().unwrap_or_default();
     pod_labels.insert(labels::NODE_TYPE.into(), labels::REDIS_CLEANUP.into());
     let pod_annotations = head.metadata.annotations.clone();

@@ -3,6 +3,7 @@
 //! and embedded GCS PVC. No client, no clock, no environment: the same
 //! inputs always give the same objects, so applying twice changes nothing.
 
+pub mod batch_scheduler;
 pub mod cleanup_job;
 pub mod gcs_storage;
 pub mod mtls;
@@ -44,6 +45,8 @@ pub struct BuildOptions {
     pub worker_sidecar_containers: Vec<Container>,
     /// Gate `RayClusterHistoryServer`: the collector sidecar, its volume and Ray's event export.
     pub history_server: bool,
+    /// `--batch-scheduler`: the scheduler whose name, labels and annotations the Pods get.
+    pub batch_scheduler: Option<batch_scheduler::BatchScheduler>,
 }
 
 impl Default for BuildOptions {
@@ -61,6 +64,7 @@ impl Default for BuildOptions {
             head_sidecar_containers: Vec::new(),
             worker_sidecar_containers: Vec::new(),
             history_server: false,
+            batch_scheduler: None,
         }
     }
 }
@@ -76,6 +80,9 @@ pub enum BuildError {
     NoServePort,
     #[error(transparent)]
     Owner(#[from] K8sError),
+    /// The batch scheduler's labels on the cluster cannot be turned into its PodGroup.
+    #[error("{0}")]
+    BatchScheduler(String),
 }
 
 /// `/bin/bash -c --` (or `-cl` with a login shell; `extra` adds options such as `e`).

@@ -3,10 +3,14 @@
 //! container and the autoscaler sidecar. This file assembles the Pods (labels, template
 //! merge, volumes); `env_vars`, `probes` and `sidecars` add their parts; `tests` checks them.
 
+#[cfg(test)]
+mod batch_tests;
 pub mod env_vars;
 mod history;
 #[cfg(test)]
 mod history_tests;
+#[cfg(test)]
+mod kuberay_golden;
 mod probes;
 pub(super) mod sidecars;
 #[cfg(test)]
@@ -204,6 +208,10 @@ pub fn head_pod(
         annotations::KUBERAY_VERSION.into(),
         keys::OPERATOR_VERSION.into(),
     );
+    // Last, as KubeRay calls the scheduler on the finished Pod.
+    if let Some(scheduler) = options.batch_scheduler {
+        super::batch_scheduler::add_pod_metadata(scheduler, cluster, &mut pod, labels::HEAD_GROUP);
+    }
     Ok(pod)
 }
 
@@ -293,7 +301,11 @@ pub fn worker_pod(
     meta.labels = Some(worker_labels);
     meta.annotations = Some(pod_annotations);
 
-    finish_pod(&facts, meta, spec, NodeType::Worker, params, options)
+    let mut pod = finish_pod(&facts, meta, spec, NodeType::Worker, params, options)?;
+    if let Some(scheduler) = options.batch_scheduler {
+        super::batch_scheduler::add_pod_metadata(scheduler, cluster, &mut pod, &group.group_name);
+    }
+    Ok(pod)
 }
 
 /// The history-server collector after the operator's own containers (and before the config
