@@ -28,6 +28,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("admin", 4),       // metrics, health and readiness server
     ("leader", 4),      // leader election
     ("source", 5),      // downloads a graph from a registry
+    ("history", 5),     // the history collector and reader (object storage)
     ("ray", 5),         // the Ray dashboard client
     ("serve", 5),       // renders a validated graph into a Serve config
     ("graph", 5),       // the model graph: decode, validate

@@ -12,7 +12,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::BuildError;
+use super::error::BuildError;
 use crate::api::raycluster::{RayCluster, RayClusterSpec};
 use crate::kuberay::keys::labels;
 use crate::kuberay::quantity::Amount;

@@ -5,6 +5,7 @@
 
 pub mod batch_scheduler;
 pub mod cleanup_job;
+mod error;
 pub mod gcs_storage;
 pub mod mtls;
 pub mod network_policy;
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 
-use crate::k8s::K8sError;
+pub use error::BuildError;
 
 /// Operator-level settings the builders follow (KubeRay's environment switches and config file,
 /// read once at start-up by whoever builds the controller's `Config`).
@@ -67,22 +68,6 @@ impl Default for BuildOptions {
             batch_scheduler: None,
         }
     }
-}
-
-/// Why an object could not be built from a cluster that passed validation.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error("{0} has no container")]
-    NoContainer(String),
-    #[error(
-        "the head container has no port named 'serve' or 'serve-*', so the serve Service cannot be made"
-    )]
-    NoServePort,
-    #[error(transparent)]
-    Owner(#[from] K8sError),
-    /// The batch scheduler's labels on the cluster cannot be turned into its PodGroup.
-    #[error("{0}")]
-    BatchScheduler(String),
 }
 
 /// `/bin/bash -c --` (or `-cl` with a login shell; `extra` adds options such as `e`).
