@@ -82,7 +82,6 @@ pub(super) fn cluster_name(status: &RayJobStatus) -> Result<String, Error> {
         .ok_or_else(|| Error::Invalid("status.rayClusterName is empty".into()))
 }
 
-/// The RayJob's cluster: the selected one (must exist) or the one it creates.
 /// KubeRay's `DoBatchSchedulingOnSubmission` for a RayJob, on every Initializing pass:
 /// Volcano's PodGroup for the job (cluster and submitter); KAI refuses K8sJobMode (its
 /// submitter would start outside the gang). YuniKorn needs nothing here; scheduler-plugins
@@ -184,6 +183,7 @@ pub(super) async fn release_batch_scheduler(
     Err(failed)
 }
 
+/// The RayJob's cluster: the selected one (must exist) or the one it creates.
 pub(super) async fn ensure_cluster(
     job: &RayJob,
     values: &RayJobValues,
