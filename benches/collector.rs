@@ -6,7 +6,10 @@
 //!    node; Ray's agent flushes about once a second) for 30 s: the collector's CPU share and
 //!    resident memory.
 //! 2. Saturation: two posters sending 1000-event batches back to back for 10 s: events per
-//!    second accepted (on disk), and CPU per 1000 events.
+//!    second accepted (on disk), and CPU per 1000 events. Event files close at 1 MiB here, so
+//!    the session ends up in a hundred-odd files.
+//! 3. Cold read: once that collector has drained (SIGTERM), `raypipe history events` (a new
+//!    process) reads the session back from the bucket: wall time, files and events.
 //!
 //! Run: `cargo bench --bench collector`. Prints the rows for BENCHMARKS.md.
 
@@ -73,7 +76,18 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 struct Collector {
     child: Child,
     url: String,
-    _dirs: Vec<tempfile::TempDir>,
+    dirs: Vec<tempfile::TempDir>,
+}
+
+impl Collector {
+    /// SIGTERM, and waits while it closes its files and uploads them.
+    fn drain(&mut self) {
+        // SAFETY: signals a child this process started and has not reaped.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Collector {
@@ -83,7 +97,7 @@ impl Drop for Collector {
     }
 }
 
-async fn start() -> Collector {
+async fn start(max_file_mb: u64) -> Collector {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tmp")).collect();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -100,6 +114,10 @@ async fn start() -> Collector {
         .env("RAY_TMP_ROOT", dirs[2].path())
         .env("RAY_COLLECTOR_EVENT_ROTATION_INTERVAL", "5s")
         .env("RAY_COLLECTOR_EVENT_MAX_DISK_MB", "2000")
+        .env(
+            "RAY_COLLECTOR_EVENT_MAX_FILE_SIZE_MB",
+            max_file_mb.to_string(),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -114,11 +132,7 @@ async fn start() -> Collector {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Collector {
-        child,
-        url,
-        _dirs: dirs,
-    }
+    Collector { child, url, dirs }
 }
 
 #[tokio::main]
@@ -131,7 +145,7 @@ async fn main() {
     let http = reqwest::Client::new();
 
     // 1. Steady load, one batch a second.
-    let collector = start().await;
+    let collector = start(100).await;
     let pid = collector.child.id();
     let idle_rss = status_kib(pid, "VmRSS:");
     let seconds = 30;
@@ -158,7 +172,7 @@ async fn main() {
     drop(collector);
 
     // 2. Saturation: two posters, back to back.
-    let collector = start().await;
+    let mut collector = start(1).await;
     let pid = collector.child.id();
     let accepted = Arc::new(AtomicU64::new(0));
     let cpu_before = cpu_seconds(pid);
@@ -192,6 +206,28 @@ async fn main() {
     let saturated_cpu = cpu_seconds(pid) - cpu_before;
     let saturated_events = accepted.load(Ordering::Relaxed);
     let saturated_peak = status_kib(pid, "VmHWM:");
+
+    // 3. Cold read of that session by a new process, once everything is uploaded.
+    collector.drain();
+    let bucket = collector.dirs[0].path().to_owned();
+    let files = walk(&bucket)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .count();
+    let began = Instant::now();
+    let read = Command::new(env!("CARGO_BIN_EXE_raypipe"))
+        .args(["history", "events", "default/bench", "--output", "json"])
+        .env("STORAGE_BACKEND", "local")
+        .env("RAYPIPE_HISTORY_LOCAL_DIR", &bucket)
+        .output()
+        .expect("raypipe history");
+    let cold_read = began.elapsed().as_secs_f64();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let timeline: Vec<Value> = serde_json::from_slice(&read.stdout).expect("JSON");
     drop(collector);
 
     let event_bytes = event(1).to_string().len();
@@ -220,4 +256,27 @@ async fn main() {
         "| saturated: peak resident memory | {:.1} MiB |",
         saturated_peak as f64 / 1024.0
     );
+    println!(
+        "| cold read (`raypipe history events`, new process, local backend): {} files, {} events | {:.2} s |",
+        files,
+        timeline.len(),
+        cold_read
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
 }
