@@ -121,7 +121,6 @@ def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
     admitted_at_most = 5 + preprocess_options["max_queued_requests"]
     turned_away_at_least = 15
 
-    app["name"], app["route_prefix"] = "overload", "/overload"
     graph = app["args"]["graph"]
     graph["deadline_ms"] = 240_000  # the gate, not a deadline, decides when calls finish
     preprocess = next(n for n in graph["nodes"] if n["name"] == "preprocess")
@@ -129,35 +128,50 @@ def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
     del preprocess["timeout_ms"]
     config["http_options"] = {"host": LOOPBACK, "port": head.ports["serve_http"]}
     config["proxy_location"] = "HeadOnly"
-
-    gate = new_gate()
-    put_config(head, config)
-    wait_running("overload")
-    url = head.serve_url + "/overload"
     clients = admitted_at_most + turned_away_at_least
-    answers = []
-    with ThreadPoolExecutor(clients) as pool:
-        try:
-            pending = [pool.submit(post, url, {"text": f"a good day {i}"}, None, 240) for i in range(clients)]
-            # The gate is shut: nothing preprocess admitted can answer yet, so whatever answers
-            # now was turned away. How many exactly depends on when Serve's routers see the
-            # queue (on a loaded machine fewer than `turned_away_at_least`): collect until that
-            # many answered or 120 s passed.
+
+    def burst(attempt):
+        """Sends `clients` requests at the shut gate; returns (turned away, all answers)."""
+        name = f"overload-{attempt}"
+        app["name"], app["route_prefix"] = name, f"/{name}"
+        gate = new_gate()
+        put_config(head, config)
+        wait_running(name)
+        url = head.serve_url + app["route_prefix"]
+        answers = []
+        with ThreadPoolExecutor(clients) as pool:
             try:
-                for future in as_completed(pending, timeout=120):
-                    answers.append(future.result())
-                    if len(answers) == turned_away_at_least:
-                        break
-            except FuturesTimeout:
-                pass
-            turned_away = list(answers)
-            assert turned_away, (
-                "no request was turned away while the node was saturated; Serve logged:\n"
-                + head.serve_log_lines(r"backpressure|max_queued|at capacity|queue")
-            )
-        finally:
-            ray.get(gate.open.remote())
-        answers = [future.result() for future in pending]
+                pending = [pool.submit(post, url, {"text": f"a good day {i}"}, None, 240) for i in range(clients)]
+                # The gate is shut: nothing preprocess admitted can answer yet, so whatever
+                # answers now was turned away. How many exactly depends on when Serve's routers
+                # see the queue (on a loaded machine fewer than `turned_away_at_least`): collect
+                # until that many answered or 90 s passed.
+                try:
+                    for future in as_completed(pending, timeout=90):
+                        answers.append(future.result())
+                        if len(answers) == turned_away_at_least:
+                            break
+                except FuturesTimeout:
+                    pass
+                turned_away = list(answers)
+            finally:
+                ray.get(gate.open.remote())
+            answers = [future.result() for future in pending]
+        serve.delete(name)
+        ray.kill(gate)
+        return turned_away, answers
+
+    # On the oldest Ray under CI load, a burst has (rarely) been queued whole with no 503 for
+    # 120 s. A second burst on a fresh application (fresh routers) tells that apart from a
+    # queue that is not bounded at all, which fails both.
+    turned_away, answers = burst(1)
+    if not turned_away:
+        print("the first burst saw no 503 in 90 s; a second burst on a fresh application")
+        turned_away, answers = burst(2)
+    assert turned_away, (
+        "no request was turned away while the node was saturated (two bursts); Serve logged:\n"
+        + head.serve_log_lines(r"backpressure|max_queued|at capacity|queue")
+    )
 
     def check_rejection(status, body, headers):
         assert status == 503, (status, body)
@@ -174,8 +188,6 @@ def test_an_overloaded_node_answers_503_at_once_instead_of_queueing(head):
             check_rejection(*answer)
     assert 1 <= len(served) <= clients - len(turned_away), [a[0] for a in answers]
     assert all(body["label"] == "stable" for _, body, _ in served), served
-    serve.delete("overload")
-    ray.kill(gate)
 
 
 def test_an_overloaded_fused_pipeline_is_turned_away_at_its_executor(head):
