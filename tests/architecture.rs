@@ -28,7 +28,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("admin", 4),       // metrics, health and readiness server
     ("leader", 4),      // leader election
     ("source", 5),      // downloads a graph from a registry
-    ("history", 5),     // the history collector and reader (object storage)
+    ("history", 5),     // collector, revision recorder, readers and API (object storage)
     ("ray", 5),         // the Ray dashboard client
     ("serve", 5),       // renders a validated graph into a Serve config
     ("graph", 5),       // the model graph: decode, validate
@@ -36,7 +36,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("validation", 5),  // pure validation of every kind: one rule book each, two judges
     ("kuberay", 6),     // the shared Ray vocabulary: keys, names, quantities, spec predicates
     ("k8s", 7),         // Kubernetes helpers (apply, events, conditions, stable hashes)
-    ("tls", 7),         // installs the rustls crypto provider once, for any caller
+    ("tls", 7),         // the rustls crypto provider, and serving TLS from certificate files
     ("api", 8),         // the custom resource types (lowest)
 ];
 

@@ -52,6 +52,25 @@ pub struct ServePipelineSpec {
     /// traffic and rolled back by itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutPolicy>,
+    /// How much of this pipeline's history the operator keeps when it records history
+    /// (`raypipe run --record-history`): the operator's defaults when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryPolicy>,
+}
+
+/// Retention of a pipeline's revision records, enforced by the operator that writes them. A
+/// revision that still serves, and the newest one, are always kept.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryPolicy {
+    /// Keep the newest this many revisions (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub keep_revisions: Option<i32>,
+    /// Remove revisions unchanged for longer than this many days (default: kept by count only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub keep_days: Option<i32>,
 }
 
 /// How a new graph version replaces the serving one.

@@ -48,8 +48,8 @@ pub enum Command {
     /// Run the history collector sidecar: Ray's events and session logs to object storage,
     /// in KubeRay's collector protocol and bucket layout.
     Collector(Box<collector::CollectorArgs>),
-    /// Read what the history collector stored: sessions, their events in time order, their
-    /// logs, for clusters that no longer exist.
+    /// Read history back after the cluster is gone: pipeline revisions (what served when, each
+    /// rollout's timeline), cluster sessions, their events and logs; or serve it over HTTP.
     #[command(subcommand)]
     History(history::HistoryCommand),
 }

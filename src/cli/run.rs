@@ -137,8 +137,33 @@ pub async fn run_with_metrics(
     .await?;
     readiness.set_crds_present();
 
+    let history = if operator.tuning.record_history {
+        // A store that cannot be built stops the start with its reason (before any controller).
+        let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+        let store = crate::history::store::from_env(&env)?;
+        let root = env.get("STORAGE_ROOT_DIR").cloned().unwrap_or_default();
+        tracing::info!(
+            backend = env
+                .get("STORAGE_BACKEND")
+                .map(String::as_str)
+                .unwrap_or_default(),
+            "recording pipeline history"
+        );
+        Some(crate::history::recorder::RecorderConfig {
+            store: crate::history::revisions::RevisionStore::new(crate::history::sink::Sink::new(
+                store, &root,
+            )),
+            default_retention: crate::history::revisions::Retention {
+                keep_revisions: operator.tuning.history_keep_revisions as usize,
+                keep_days: operator.tuning.history_keep_days,
+            },
+        })
+    } else {
+        None
+    };
     let settings = ControllerSettings {
         code_store,
+        history,
         ..ControllerSettings::from_args(
             &args.controllers.controllers,
             operator,

@@ -19,10 +19,16 @@ impl ControllerSettings {
                 instances.push(self.instance(*kind, namespace)?);
             }
         }
+        let records_pipelines = running.contains(&ControllerKind::Servepipeline);
         Ok(controllers::Plan {
             instances,
             crds: ControllerKind::needed_crds(&running),
             readiness: self.readiness.clone(),
+            history: self
+                .history
+                .clone()
+                .filter(|_| records_pipelines)
+                .map(|config| (config, self.namespaces.clone())),
         })
     }
 

@@ -190,6 +190,18 @@ pub struct ControllerArgs {
     /// KubeRay's deprecated `--enable-batch-scheduler`: the same as `--batch-scheduler volcano`.
     #[arg(long, env = "RAYPIPE_ENABLE_BATCH_SCHEDULER", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub enable_batch_scheduler: bool,
+    /// Record each ServePipeline revision's history (graph digest, Serve config, rollout steps,
+    /// gate readings, decisions, Serve transitions) in object storage, configured by the
+    /// collector's variables (`STORAGE_BACKEND`, `STORAGE_ROOT_DIR`, …; docs/history.md).
+    #[arg(long, env = "RAYPIPE_RECORD_HISTORY", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub record_history: bool,
+    /// Revisions kept per pipeline when its `spec.history.keepRevisions` is not set.
+    #[arg(long, env = "RAYPIPE_HISTORY_KEEP_REVISIONS", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub history_keep_revisions: u32,
+    /// Days a revision is kept unchanged when its pipeline's `spec.history.keepDays` is not
+    /// set (default: kept by count only).
+    #[arg(long, env = "RAYPIPE_HISTORY_KEEP_DAYS", value_parser = clap::value_parser!(u32).range(1..=36_500))]
+    pub history_keep_days: Option<u32>,
 }
 
 impl ControllerArgs {

@@ -99,6 +99,8 @@ pub struct ControllerSettings {
     /// KubeRay's `--batch-scheduler` (or `--enable-batch-scheduler`: Volcano).
     pub batch_scheduler:
         Option<crate::controllers::raycluster::builders::batch_scheduler::BatchScheduler>,
+    /// Where ServePipeline revisions are recorded (`--record-history`); `None`: nowhere.
+    pub history: Option<crate::history::recorder::RecorderConfig>,
 }
 
 impl ControllerSettings {
@@ -127,6 +129,7 @@ impl ControllerSettings {
             code_base_url: None,
             node_layout: Default::default(),
             batch_scheduler: None,
+            history: None,
         }
     }
 
@@ -149,6 +152,10 @@ impl ControllerSettings {
             node_layout,
             batch_scheduler: _,
             enable_batch_scheduler: _,
+            // The store is built where its errors can stop the start (`raypipe run`).
+            record_history: _,
+            history_keep_revisions: _,
+            history_keep_days: _,
         } = args.tuning.clone();
         let code_base_url = runtime_base_url
             .as_deref()
@@ -180,6 +187,7 @@ impl ControllerSettings {
             code_base_url,
             node_layout,
             batch_scheduler,
+            history: None,
         }
     }
 }

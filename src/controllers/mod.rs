@@ -48,6 +48,8 @@ pub struct Plan {
     /// Names of the CRDs the instances read or write (checked before any starts).
     pub crds: Vec<String>,
     pub readiness: crate::admin::Readiness,
+    /// The history recorder and the namespaces it watches (all when empty), when it runs.
+    pub history: Option<(crate::history::recorder::RecorderConfig, Vec<String>)>,
 }
 
 /// Runs every instance of `plan` until `shutdown` completes. Dropping the returned future
@@ -103,7 +105,22 @@ pub async fn run(
         };
         tasks.push(task);
     }
-    let _abort_on_drop = AbortOnDrop(tasks.iter().map(|t| t.abort_handle()).collect());
+    // The recorder only reads: it stops with the controllers and never fails them.
+    let recorder = plan.history.map(|(config, namespaces)| {
+        tokio::spawn(crate::history::recorder::run(
+            clients.api.clone(),
+            config,
+            namespaces,
+            stopped(),
+        ))
+    });
+    let _abort_on_drop = AbortOnDrop(
+        tasks
+            .iter()
+            .map(|t| t.abort_handle())
+            .chain(recorder.as_ref().map(|t| t.abort_handle()))
+            .collect(),
+    );
     shutdown.await;
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
@@ -113,6 +130,9 @@ pub async fn run(
     let drain = async {
         for task in &mut tasks {
             let _ = task.await;
+        }
+        if let Some(recorder) = recorder {
+            let _ = recorder.await;
         }
     };
     if tokio::time::timeout(SHUTDOWN_DRAIN, drain).await.is_err() {

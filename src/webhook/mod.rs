@@ -13,7 +13,6 @@ pub mod tls;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -23,8 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::server::TlsStream;
+use tokio::net::TcpListener;
 
 use crate::admin::Metrics;
 use crate::api::{RayCluster, RayCronJob, RayJob, RayService, ServePipeline};
@@ -45,12 +43,8 @@ pub enum WebhookError {
     Generate(#[from] rcgen::Error),
     #[error("the webhook certificate or key is unusable: {0}")]
     Certificate(String),
-    #[error("reading {path}: {source}")]
-    Read {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("the webhook certificate: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("{action}: {source}")]
     Kube {
         action: String,
@@ -269,78 +263,6 @@ fn handle(kind: WebhookKind, state: &WebhookState, body: &[u8]) -> Response {
     }
 }
 
-/// TLS connections, handshaken off the accept path so one slow client cannot stall others.
-struct TlsListener {
-    incoming: tokio::sync::mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local_addr: SocketAddr,
-    acceptor_task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.acceptor_task.abort();
-    }
-}
-
-/// A client gets this long to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl TlsListener {
-    fn new(tcp: TcpListener, tls: Arc<rustls::ServerConfig>) -> std::io::Result<TlsListener> {
-        let local_addr = tcp.local_addr()?;
-        let (tx, incoming) = tokio::sync::mpsc::channel(64);
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-        let acceptor_task = tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match tcp.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "webhook accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "webhook TLS handshake failed")
-                        }
-                        Err(_) => tracing::debug!(%peer, "webhook TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(TlsListener {
-            incoming,
-            local_addr,
-            acceptor_task,
-        })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.incoming.recv().await {
-            Some(connection) => connection,
-            // The acceptor task is gone only when the listener is being dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local_addr)
-    }
-}
-
 /// Binds the webhook port.
 pub async fn bind(address: SocketAddr) -> Result<TcpListener, WebhookError> {
     TcpListener::bind(address)
@@ -358,7 +280,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), WebhookError> {
     let tls = tls::server_config(certificates)?;
-    let listener = TlsListener::new(listener, tls).map_err(WebhookError::Serve)?;
+    let listener = crate::tls::TlsListener::new(listener, tls).map_err(WebhookError::Serve)?;
     axum::serve(listener, router(gates, metrics))
         .with_graceful_shutdown(shutdown)
         .await

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -17,13 +17,12 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
 
 use super::WebhookError;
+use crate::tls::{CertificateAndKey, CertificateFiles};
+// The serving side is shared with the history API; re-exported where the webhook's callers
+// have always found it.
+pub use crate::tls::{CertificateResolver, server_config};
 
 /// Keys of the certificate Secret (cert-manager's and `kubernetes.io/tls`'s names).
 pub const SECRET_CERT_KEY: &str = "tls.crt";
@@ -44,6 +43,16 @@ pub struct CertificateBundle {
     pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
+}
+
+impl CertificateAndKey for CertificateBundle {
+    fn certificate_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    fn private_key_pem(&self) -> &str {
+        &self.key_pem
+    }
 }
 
 impl std::fmt::Debug for CertificateBundle {
@@ -133,113 +142,33 @@ pub fn generate(
     ))
 }
 
-fn read(path: &Path) -> Result<String, WebhookError> {
-    std::fs::read_to_string(path).map_err(|source| WebhookError::Read {
-        path: path.to_owned(),
-        source,
-    })
-}
-
 /// Reads `tls.crt`, `tls.key` and, when present, `ca.crt` from `dir` (a mounted Secret).
 pub fn read_dir(dir: &Path) -> Result<CertificateBundle, WebhookError> {
     let ca_path = dir.join(SECRET_CA_KEY);
+    let pem = dir_files(dir).read()?;
     Ok(CertificateBundle {
-        cert_pem: read(&dir.join(SECRET_CERT_KEY))?,
-        key_pem: read(&dir.join(SECRET_KEY_KEY))?,
+        cert_pem: pem.cert_pem,
+        key_pem: pem.key_pem,
         ca_pem: if ca_path.exists() {
-            read(&ca_path)?
+            crate::tls::read_pem(&ca_path)?
         } else {
             String::new()
         },
     })
 }
 
-fn certified_key(bundle: &CertificateBundle) -> Result<Arc<CertifiedKey>, WebhookError> {
-    let bad =
-        |what: &str, e: &dyn std::fmt::Display| WebhookError::Certificate(format!("{what}: {e}"));
-    let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(bundle.cert_pem.as_bytes())
-            .collect::<Result<_, _>>()
-            .map_err(|e| bad("the certificate PEM", &e))?;
-    if chain.is_empty() {
-        return Err(WebhookError::Certificate(
-            "the certificate PEM holds no certificate".to_owned(),
-        ));
+/// The certificate and key of a mounted Secret in `dir`.
+fn dir_files(dir: &Path) -> CertificateFiles {
+    CertificateFiles {
+        cert: dir.join(SECRET_CERT_KEY),
+        key: dir.join(SECRET_KEY_KEY),
     }
-    let key = PrivateKeyDer::from_pem_slice(bundle.key_pem.as_bytes())
-        .map_err(|e| bad("the private key PEM", &e))?;
-    let provider = rustls::crypto::ring::default_provider();
-    CertifiedKey::from_der(chain, key, &provider)
-        .map(Arc::new)
-        .map_err(|e| bad("certificate and key", &e))
-}
-
-/// Hands the current certificate to every new TLS handshake; [`set`](Self::set) swaps it.
-#[derive(Debug)]
-pub struct CertificateResolver {
-    current: RwLock<Arc<CertifiedKey>>,
-}
-
-impl CertificateResolver {
-    pub fn new(bundle: &CertificateBundle) -> Result<Arc<CertificateResolver>, WebhookError> {
-        Ok(Arc::new(CertificateResolver {
-            current: RwLock::new(certified_key(bundle)?),
-        }))
-    }
-
-    /// Serves `bundle` from the next handshake on; an unusable bundle leaves the old one.
-    pub fn set(&self, bundle: &CertificateBundle) -> Result<(), WebhookError> {
-        let key = certified_key(bundle)?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = key;
-        Ok(())
-    }
-}
-
-impl ResolvesServerCert for CertificateResolver {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        )
-    }
-}
-
-/// TLS 1.2/1.3 on ring, HTTP/1.1 only (the only protocol the server speaks).
-pub fn server_config(
-    certificates: Arc<CertificateResolver>,
-) -> Result<Arc<rustls::ServerConfig>, WebhookError> {
-    let provider: Arc<CryptoProvider> = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| WebhookError::Certificate(format!("TLS configuration: {e}")))?
-        .with_no_client_auth()
-        .with_cert_resolver(certificates);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
 }
 
 /// Re-reads `dir` every `every` and swaps the certificate when the files changed (cert-manager
 /// renewing a mounted Secret). Runs until the task is dropped.
 pub async fn watch_dir(dir: PathBuf, resolver: Arc<CertificateResolver>, every: Duration) {
-    let mut last = read_dir(&dir).ok();
-    loop {
-        tokio::time::sleep(every).await;
-        match read_dir(&dir) {
-            Ok(bundle) if Some(&bundle) != last.as_ref() => match resolver.set(&bundle) {
-                Ok(()) => {
-                    tracing::info!(dir = %dir.display(), "loaded the renewed webhook certificate");
-                    last = Some(bundle);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the renewed webhook certificate is unusable; keeping the old one")
-                }
-            },
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "re-reading the webhook certificate failed"),
-        }
-    }
+    dir_files(&dir).watch(resolver, every).await;
 }
 
 fn secret_string(secret: &Secret, key: &str) -> Option<String> {
@@ -267,7 +196,7 @@ fn usable_generated(secret: &Secret, names: &str) -> Option<CertificateBundle> {
         cert_pem: secret_string(secret, SECRET_CERT_KEY)?,
         key_pem: secret_string(secret, SECRET_KEY_KEY)?,
     };
-    certified_key(&bundle).ok().map(|_| bundle)
+    crate::tls::certified_key(&bundle).ok().map(|_| bundle)
 }
 
 /// The certificate in Secret `namespace/name`, generated and stored there first when the

@@ -102,6 +102,13 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         "the sample's Serve config carries its route prefix"
     );
 
+    // raypipe dev records pipeline history and says where.
+    let history_dir = read_until(&rx, deadline, "its history line", |line| {
+        line.trim_start()
+            .strip_prefix("export STORAGE_BACKEND=local RAYPIPE_HISTORY_LOCAL_DIR=")
+            .map(|dir| dir.trim().to_owned())
+    });
+
     // The newcomer's path: the printed curl line gets the sample graph's answer from Ray.
     let mut dashboard_port = None;
     let serve_url = read_until(&rx, deadline, "its curl line", |line| {
@@ -141,6 +148,35 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         answer,
         serde_json::json!({"score": 0.75, "votes": {"a": 0.75, "b": 0.75}})
     );
+    // The history the README's post-mortem reads: the sample's revision serves as stable.
+    let digest = pipelines_digest(&client).await;
+    let index: serde_json::Value = crate::support::eventually(
+        Duration::from_secs(30),
+        "the sample's revision in raypipe dev's history",
+        || {
+            let (history_dir, digest) = (history_dir.clone(), digest.clone());
+            async move {
+                let output = Command::new(env!("CARGO_BIN_EXE_raypipe"))
+                    .args(["history", "revisions", "default/demo", "--output", "json"])
+                    .env("STORAGE_BACKEND", "local")
+                    .env("RAYPIPE_HISTORY_LOCAL_DIR", &history_dir)
+                    .output()
+                    .ok()?;
+                let index: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+                let serving = index["revisions"].as_array()?.iter().any(|r| {
+                    r["digest"] == digest.as_str()
+                        && r["served"].as_array().is_some_and(|spans| {
+                            spans
+                                .iter()
+                                .any(|s| s["role"] == "stable" && s["until"].is_null())
+                        })
+                });
+                serving.then_some(index)
+            }
+        },
+    )
+    .await;
+    assert_eq!(index["namespace"], "default", "{index}");
 
     // A second pipeline gets a Ray head of its own: on one shared head the two RayServices
     // replaced each other's Serve applications on every push, and most requests failed.
@@ -261,6 +297,19 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
         !kubeconfig.exists(),
         "the kubeconfig of a stopped control plane is removed"
     );
+}
+
+/// The digest the sample pipeline serves (`status.source.digest`).
+async fn pipelines_digest(client: &kube::Client) -> String {
+    let pipelines: Api<raypipe::api::ServePipeline> = Api::namespaced(client.clone(), "default");
+    crate::support::eventually(Duration::from_secs(60), "the sample's digest", || {
+        let pipelines = pipelines.clone();
+        async move {
+            let p = pipelines.get("demo").await.ok()?;
+            Some(p.status?.source?.digest)
+        }
+    })
+    .await
 }
 
 /// Issue 15: on a fresh machine, building the control plane takes ~14 minutes, and the start-up

@@ -14,6 +14,7 @@ mod gitops_health;
 mod graph_diff;
 mod hardening;
 mod history;
+mod history_api;
 mod leader;
 mod oci_interop;
 mod pipeline;

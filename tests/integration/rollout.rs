@@ -200,6 +200,16 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
         "progressDeadline": "240s"
     }});
     let mut e2e = e2e::ready_pipeline_with(head, "canary", policy).await;
+    // The operator records the pipeline's history into a local bucket from here on (issue 33):
+    // restarted with the recorder, as `raypipe run --record-history` would run.
+    let bucket = tempfile::tempdir().expect("a temporary directory");
+    let store = history_store(bucket.path());
+    e2e.settings.history = Some(raypipe::history::recorder::RecorderConfig {
+        store: store.clone(),
+        default_retention: Default::default(),
+    });
+    e2e.operator.take().expect("running").kill().await;
+    e2e.start_operator();
     let first = rollout_of(&e2e.pipeline().await).expect("the rollout status");
     assert_eq!(first.phase, "Stable");
     assert_eq!(
@@ -371,5 +381,250 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     assert!(
         ok > 100 && ok2 > 100,
         "the clients kept sending ({ok}, {ok2} answers)"
+    );
+
+    // 8. The history: every rollout above can be read back from the bucket, after the canaries'
+    // replicas are gone, and retention kept the newest 8 revisions.
+    the_history_tells_every_rollout(&e2e, &store, &[&good, &broken, &flaky, &resumed]).await;
+}
+
+fn history_store(dir: &std::path::Path) -> raypipe::history::revisions::RevisionStore {
+    let env = [
+        ("STORAGE_BACKEND", "local".to_owned()),
+        ("RAYPIPE_HISTORY_LOCAL_DIR", dir.display().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let store = raypipe::history::store::from_env(&env).expect("a local store");
+    raypipe::history::revisions::RevisionStore::new(raypipe::history::sink::Sink::new(store, ""))
+}
+
+async fn the_history_tells_every_rollout(
+    e2e: &E2e,
+    store: &raypipe::history::revisions::RevisionStore,
+    [good, broken, flaky, resumed]: &[&Vec<u8>; 4],
+) {
+    use raypipe::history::revisions::Happening;
+    // The recorder writes within a second of a change.
+    let index = eventually(
+        Duration::from_secs(30),
+        "the history of the last promotion",
+        || async {
+            let index = store.index(&e2e.namespace, PIPELINE).await.ok()??;
+            let newest = index
+                .revisions
+                .iter()
+                .find(|r| r.digest == digest(resumed))?;
+            newest.outcome.as_ref()?;
+            Some(index)
+        },
+    )
+    .await;
+    let summary = |bytes: &[u8]| index.revisions.iter().find(|r| r.digest == digest(bytes));
+    // Every version pushed has a revision (7 and 8 may have been superseded before a fetch).
+    for version in ["1", "2", "3", "4", "5", "6", "9", "10"] {
+        let bytes = match version {
+            "3" => broken.to_vec(),
+            "4" => flaky.to_vec(),
+            "5" => ensemble_with_model_a("5", "delay_ms: 300"),
+            _ => ensemble(version),
+        };
+        let found = summary(&bytes)
+            .unwrap_or_else(|| panic!("no revision of version {version}: {index:#?}"));
+        assert_eq!(found.version.as_deref(), Some(version));
+    }
+
+    // The promoted version 10 serves as stable now; its summary says how it got there.
+    let newest = summary(resumed).expect("version 10");
+    assert_eq!(newest.outcome.as_ref().unwrap().result, "Promoted");
+    assert!(
+        newest
+            .served
+            .iter()
+            .any(|s| s.role == "stable" && s.until.is_none()),
+        "{newest:?}"
+    );
+    assert!(
+        newest
+            .served
+            .iter()
+            .any(|s| s.role == "canary" && s.until.is_some()),
+        "{newest:?}"
+    );
+    let serving_now = raypipe::history::revisions::serving_at(&index, &jiff::Timestamp::now());
+    assert_eq!(
+        serving_now
+            .iter()
+            .map(|(r, _)| r.digest.clone())
+            .collect::<Vec<_>>(),
+        vec![digest(resumed)]
+    );
+
+    // Version 3 could not start: rolled back naming model_a, never served.
+    let broken_summary = summary(broken).expect("version 3");
+    let outcome = broken_summary.outcome.as_ref().unwrap();
+    assert_eq!(
+        (
+            outcome.result.as_str(),
+            outcome.reason.as_str(),
+            outcome.node.as_deref()
+        ),
+        ("RolledBack", "DeploymentFailed", Some("model_a"))
+    );
+    assert!(broken_summary.served.is_empty(), "{broken_summary:?}");
+    let record = store
+        .revision(&e2e.namespace, PIPELINE, &broken_summary.id)
+        .await
+        .unwrap()
+        .expect("its record");
+    assert!(
+        record.timeline.iter().any(
+            |e| matches!(&e.what, Happening::Decision { node: Some(node), .. } if node == "model_a")
+        ),
+        "{:#?}",
+        record.timeline
+    );
+
+    // Version 4 failed the error-rate gate at its first step: its record has the step, the
+    // readings the decision was taken on, and the time it served as a canary.
+    let flaky_summary = summary(flaky).expect("version 4");
+    assert_eq!(flaky_summary.outcome.as_ref().unwrap().reason, "ErrorRate");
+    let canary_span = flaky_summary
+        .served
+        .iter()
+        .find(|s| s.role == "canary")
+        .expect("it served as a canary");
+    assert!(canary_span.until.is_some());
+    let record = store
+        .revision(&e2e.namespace, PIPELINE, &flaky_summary.id)
+        .await
+        .unwrap()
+        .expect("its record");
+    assert_eq!(record.digest, digest(flaky));
+    assert_eq!(record.version.as_deref(), Some("4"));
+    let steps: Vec<i32> = record
+        .timeline
+        .iter()
+        .filter_map(|e| match &e.what {
+            Happening::Step { step, .. } => Some(*step),
+            _ => None,
+        })
+        .collect();
+    assert!(steps.contains(&1), "{:#?}", record.timeline);
+    let decision = record
+        .timeline
+        .iter()
+        .find_map(|e| match &e.what {
+            Happening::Decision {
+                result,
+                reason,
+                readings,
+                ..
+            } => Some((result.clone(), reason.clone(), readings.clone())),
+            _ => None,
+        })
+        .expect("the decision");
+    assert_eq!(
+        (decision.0.as_str(), decision.1.as_str()),
+        ("RolledBack", "ErrorRate")
+    );
+    assert!(
+        decision.2.is_some_and(|r| r.canary_errors >= 1),
+        "the readings it was judged on"
+    );
+    let config = record
+        .serve_config
+        .as_ref()
+        .expect("the Serve config it went live with");
+    assert!(
+        config["applications"]
+            .as_array()
+            .is_some_and(|apps| apps.len() >= 2),
+        "{config}"
+    );
+    assert!(
+        !record.ray_clusters.is_empty(),
+        "the clusters that served it"
+    );
+    // Its replicas are gone: the canary's application left Serve when it was rolled back.
+    let rs = e2e.rayservices.get(PIPELINE).await.unwrap();
+    let live = rs.spec.serve_config_v2.unwrap_or_default();
+    let flaky_app = record.timeline.iter().find_map(|e| match &e.what {
+        Happening::Application { application, .. } => Some(application.clone()),
+        _ => None,
+    });
+    if let Some(app) = flaky_app {
+        assert!(
+            !live.contains(&format!("name: {app}\n")),
+            "{app} still in {live}"
+        );
+    }
+
+    // Version 2 was promoted, then served as stable until a later version replaced it.
+    let good_summary = summary(good).expect("version 2");
+    assert!(
+        good_summary
+            .served
+            .iter()
+            .any(|s| s.role == "stable" && s.until.is_some()),
+        "{good_summary:?}"
+    );
+
+    // Retention: keep 3. The newest three stay (10 serves); the rest go, records included.
+    let before = index.revisions.len();
+    e2e.pipelines
+        .patch(
+            PIPELINE,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"history": {"keepRevisions": 3}}})),
+        )
+        .await
+        .expect("patched");
+    let index = eventually(
+        Duration::from_secs(60),
+        "retention to keep 3 revisions",
+        || async {
+            let index = store.index(&e2e.namespace, PIPELINE).await.ok()??;
+            (index.revisions.len() == 3).then_some(index)
+        },
+    )
+    .await;
+    assert_eq!(index.removed as usize, before - 3);
+    let newest_seq = index.next_seq - 1;
+    assert_eq!(
+        index.revisions.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![newest_seq - 2, newest_seq - 1, newest_seq]
+    );
+    assert!(index.revisions.iter().any(|r| r.digest == digest(resumed)));
+    assert!(
+        store
+            .revision(&e2e.namespace, PIPELINE, &flaky_summary.id)
+            .await
+            .unwrap()
+            .is_none(),
+        "a removed revision's record is gone"
+    );
+
+    // The pipeline deleted: its history stays, every span closed.
+    e2e.pipelines
+        .delete(PIPELINE, &Default::default())
+        .await
+        .expect("deleted");
+    let index = eventually(
+        Duration::from_secs(60),
+        "the deletion in the history",
+        || async {
+            let index = store.index(&e2e.namespace, PIPELINE).await.ok()??;
+            index.deleted_at.is_some().then_some(index)
+        },
+    )
+    .await;
+    assert!(
+        index
+            .revisions
+            .iter()
+            .all(|r| r.served.iter().all(|s| s.until.is_some())),
+        "{index:?}"
     );
 }

@@ -206,3 +206,26 @@ true
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The history storage variables (history.storageEnv) as a JSON list, for the operator container
+(history.record) and the history-api container (history.api.enabled). Either needs the storage
+named: the render fails without a STORAGE_BACKEND entry rather than installing an operator that
+cannot start.
+*/}}
+{{- define "raypipe.historyStorageEnv" -}}
+{{- $history := .Values.history | default dict -}}
+{{- $api := $history.api | default dict -}}
+{{- $env := $history.storageEnv | default list -}}
+{{- $wanted := list -}}
+{{- if $history.record }}{{ $wanted = append $wanted "history.record" }}{{ end -}}
+{{- if $api.enabled }}{{ $wanted = append $wanted "history.api.enabled" }}{{ end -}}
+{{- if $wanted -}}
+{{- $backend := false -}}
+{{- range $env }}{{ if eq (toString .name) "STORAGE_BACKEND" }}{{ $backend = true }}{{ end }}{{ end -}}
+{{- if not $backend -}}
+{{- fail (printf "%s set, but history.storageEnv has no STORAGE_BACKEND entry: add one (s3, gcs, azureblob, aliyunoss or local) and that backend's variables (docs/history.md)" (join " and " $wanted)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $env -}}
+{{- end -}}

@@ -221,6 +221,14 @@ pub fn sample_pipeline(registry_port: u16) -> anyhow::Result<serde_json::Value> 
 }
 
 /// Where `raypipe dev` writes a Docker config with its registry's credentials.
+/// Where `raypipe dev` records pipeline history (the `local` storage backend), kept across
+/// restarts like the kubeconfig.
+pub fn dev_history_dir() -> PathBuf {
+    crate::devenv::binaries::cache_root()
+        .join("dev")
+        .join("history")
+}
+
 pub fn dev_docker_config_dir() -> PathBuf {
     crate::devenv::binaries::cache_root()
         .join("dev")
@@ -394,6 +402,28 @@ async fn serve(
         allowed_destinations: crate::source::DestinationPolicy::with_loopback(),
         ..Default::default()
     });
+    // Every pipeline revision is recorded, so a rollback can be read back afterwards.
+    let history_dir = dev_history_dir();
+    let history_env = [
+        ("STORAGE_BACKEND".to_owned(), "local".to_owned()),
+        (
+            "RAYPIPE_HISTORY_LOCAL_DIR".to_owned(),
+            history_dir.display().to_string(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    settings.history = Some(crate::history::recorder::RecorderConfig {
+        store: crate::history::revisions::RevisionStore::new(crate::history::sink::Sink::new(
+            crate::history::store::from_env(&history_env)?,
+            "",
+        )),
+        default_retention: Default::default(),
+    });
+    println!(
+        "\nHistory: every pipeline revision (its config, rollout steps, gate readings, decision) is recorded under {dir}:\n  export STORAGE_BACKEND=local RAYPIPE_HISTORY_LOCAL_DIR={dir}\n  raypipe history revisions {SAMPLE_NAMESPACE}/{SAMPLE_PIPELINE}",
+        dir = history_dir.display(),
+    );
     let ray_heads = if args.no_ray {
         None
     } else {

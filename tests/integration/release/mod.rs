@@ -7,6 +7,7 @@
 
 mod beside_kuberay;
 mod chart;
+mod history_values;
 mod image;
 
 use std::path::{Path, PathBuf};
