@@ -140,8 +140,7 @@ pub async fn run_with_metrics(
     let history = if operator.tuning.record_history {
         // A store that cannot be built stops the start with its reason (before any controller).
         let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-        let store = crate::history::store::from_env(&env)?;
-        let root = env.get("STORAGE_ROOT_DIR").cloned().unwrap_or_default();
+        let store = crate::history::revisions::RevisionStore::from_env(&env)?;
         tracing::info!(
             backend = env
                 .get("STORAGE_BACKEND")
@@ -150,9 +149,7 @@ pub async fn run_with_metrics(
             "recording pipeline history"
         );
         Some(crate::history::recorder::RecorderConfig {
-            store: crate::history::revisions::RevisionStore::new(crate::history::sink::Sink::new(
-                store, &root,
-            )),
+            store,
             default_retention: crate::history::revisions::Retention {
                 keep_revisions: operator.tuning.history_keep_revisions as usize,
                 keep_days: operator.tuning.history_keep_days,

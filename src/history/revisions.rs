@@ -319,6 +319,19 @@ impl RevisionStore {
         RevisionStore { sink }
     }
 
+    /// The store the collector's variables name (`STORAGE_BACKEND`, …), under
+    /// `STORAGE_ROOT_DIR`: the recorder writes where the collector and the readers look.
+    pub fn from_env(
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<RevisionStore, super::store::StoreError> {
+        let store = super::store::from_env(env)?;
+        let root = env
+            .get("STORAGE_ROOT_DIR")
+            .map(String::as_str)
+            .unwrap_or_default();
+        Ok(RevisionStore::new(Sink::new(store, root)))
+    }
+
     pub(super) async fn get_json<T: serde::de::DeserializeOwned>(
         &self,
         key: &str,

@@ -396,8 +396,7 @@ fn history_store(dir: &std::path::Path) -> raypipe::history::revisions::Revision
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    let store = raypipe::history::store::from_env(&env).expect("a local store");
-    raypipe::history::revisions::RevisionStore::new(raypipe::history::sink::Sink::new(store, ""))
+    raypipe::history::revisions::RevisionStore::from_env(&env).expect("a local store")
 }
 
 async fn the_history_tells_every_rollout(

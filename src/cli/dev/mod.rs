@@ -414,10 +414,7 @@ async fn serve(
     .into_iter()
     .collect();
     settings.history = Some(crate::history::recorder::RecorderConfig {
-        store: crate::history::revisions::RevisionStore::new(crate::history::sink::Sink::new(
-            crate::history::store::from_env(&history_env)?,
-            "",
-        )),
+        store: crate::history::revisions::RevisionStore::from_env(&history_env)?,
         default_retention: Default::default(),
     });
     println!(
