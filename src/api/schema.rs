@@ -127,7 +127,8 @@ pub(crate) mod embedded_service {
     }
 }
 
-/// Removes `description` from a schema and all its subschemas (never a property named so).
+/// Removes `description` from a schema and all its subschemas (never a property named so), and
+/// adds Kubernetes' declared defaults ([`KUBERNETES_DEFAULTS`]).
 fn strip_descriptions(schema: &mut Value) {
     match schema {
         Value::Object(map) => strip_object_descriptions(map),
@@ -136,10 +137,65 @@ fn strip_descriptions(schema: &mut Value) {
     }
 }
 
+/// The defaults Kubernetes' own types declare (`+default=`), which KubeRay's generated CRDs carry
+/// and the API server applies to embedded Pod templates and Services. Without them a port stored
+/// through raypipe's CRD has no `protocol` while the same template stored in another CRD (a Kueue
+/// Workload's pod sets) has `TCP`, and Kueue, comparing the two, re-creates its Workload forever.
+/// Each rule: the properties that identify the type, then (property, default).
+const KUBERNETES_DEFAULTS: &[DefaultRule] = &[
+    // ContainerPort
+    (&["containerPort", "protocol"], &[("protocol", "TCP")]),
+    // ServicePort
+    (&["port", "targetPort", "protocol"], &[("protocol", "TCP")]),
+    // RBDVolumeSource
+    (
+        &["monitors", "image", "keyring", "pool", "user"],
+        &[
+            ("keyring", "/etc/ceph/keyring"),
+            ("pool", "rbd"),
+            ("user", "admin"),
+        ],
+    ),
+    // ISCSIVolumeSource
+    (
+        &["targetPortal", "iqn", "iscsiInterface"],
+        &[("iscsiInterface", "default")],
+    ),
+    // ScaleIOVolumeSource
+    (
+        &["gateway", "system", "storageMode", "fsType"],
+        &[("storageMode", "ThinProvisioned"), ("fsType", "xfs")],
+    ),
+    // AzureDiskVolumeSource
+    (&["diskName", "diskURI", "fsType"], &[("fsType", "ext4")]),
+];
+
+/// The properties that identify a Kubernetes type, and the defaults it declares.
+type DefaultRule = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+);
+
+fn apply_kubernetes_defaults(schema: &mut serde_json::Map<String, Value>) {
+    let Some(Value::Object(properties)) = schema.get_mut("properties") else {
+        return;
+    };
+    for (identifying, defaults) in KUBERNETES_DEFAULTS {
+        if identifying.iter().all(|p| properties.contains_key(*p)) {
+            for (property, value) in *defaults {
+                if let Some(Value::Object(child)) = properties.get_mut(*property) {
+                    child.insert("default".into(), Value::String((*value).to_owned()));
+                }
+            }
+        }
+    }
+}
+
 fn strip_object_descriptions(schema: &mut serde_json::Map<String, Value>) {
     if schema.get("description").is_some_and(Value::is_string) {
         schema.remove("description");
     }
+    apply_kubernetes_defaults(schema);
     for (keyword, child) in schema.iter_mut() {
         match keyword.as_str() {
             // Maps from property names to subschemas.
@@ -160,6 +216,27 @@ mod tests {
     use serde_json::json;
 
     use super::strip_descriptions;
+
+    #[test]
+    fn embedded_templates_and_services_carry_kubernetes_declared_defaults() {
+        let mut schema = json!({"type": "object", "properties": {
+            "ports": {"type": "array", "items": {"type": "object", "properties": {
+                "containerPort": {"type": "integer"}, "protocol": {"type": "string"}}}},
+            "svc": {"type": "object", "properties": {
+                "port": {"type": "integer"}, "targetPort": {}, "protocol": {"type": "string"}}},
+            "other": {"type": "object", "properties": {"protocol": {"type": "string"}}}
+        }});
+        strip_descriptions(&mut schema);
+        assert_eq!(
+            schema["properties"]["ports"]["items"]["properties"]["protocol"]["default"],
+            "TCP"
+        );
+        assert_eq!(
+            schema["properties"]["svc"]["properties"]["protocol"]["default"],
+            "TCP"
+        );
+        assert!(schema["properties"]["other"]["properties"]["protocol"]["default"].is_null());
+    }
 
     #[test]
     fn strip_descriptions_keeps_properties_named_description() {

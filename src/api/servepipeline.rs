@@ -485,6 +485,9 @@ pub mod condition_types {
     /// refused, rolled-back or still rolling-out version is newer; Unknown when the source
     /// cannot be read). `Ready` stays True meanwhile: the previous graph serves.
     pub const UP_TO_DATE: &str = "UpToDate";
+    /// Only for a pipeline in a Kueue queue: True while its clusters hold quota; False, with
+    /// Kueue's reason (`Pending`, `Preempted`, …), while one waits for it.
+    pub const ADMITTED: &str = "Admitted";
 }
 
 /// A list of metav1.Conditions as a list-map keyed by `type`, so server-side apply merges

@@ -4,6 +4,7 @@
 //! keeps only what the RayCluster controller itself builds.
 
 pub mod keys;
+pub mod kueue;
 pub mod names;
 pub mod quantity;
 pub mod spec;

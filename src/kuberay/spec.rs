@@ -109,13 +109,39 @@ pub fn overwrite_container_cmd(cluster: &RayCluster) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
+/// `spec` with the port protocol `TCP`, which the CRDs declare as the default (since issue 34),
+/// read as unset: a hash of a spec stored before the default and of the same spec read after it
+/// are equal, so an operator upgrade replaces no cluster and restarts no Pod.
+pub fn without_declared_defaults(mut spec: RayClusterSpec) -> RayClusterSpec {
+    let clear = |template: &mut k8s_openapi::api::core::v1::PodTemplateSpec| {
+        let Some(pod) = template.spec.as_mut() else {
+            return;
+        };
+        let containers = pod
+            .containers
+            .iter_mut()
+            .chain(pod.init_containers.iter_mut().flatten());
+        for port in containers.flat_map(|c| c.ports.iter_mut().flatten()) {
+            if port.protocol.as_deref() == Some("TCP") {
+                port.protocol = None;
+            }
+        }
+    };
+    clear(&mut spec.head_group_spec.template);
+    for group in spec.worker_group_specs.iter_mut().flatten() {
+        clear(&mut group.template);
+    }
+    spec
+}
+
 /// The hash of the spec stored on the head Pod (`ray.io/upgrade-strategy-recreate-hash`):
 /// everything except what the autoscaler or Kueue change at run time (replica counts,
-/// `workersToDelete`, tolerations, scheduling gates) and the upgrade strategy itself.
+/// `workersToDelete`, tolerations, scheduling gates, Kueue's template labels and annotations)
+/// and the upgrade strategy itself.
 /// A stable hash, not KubeRay's SHA-1 of Go's JSON: clusters are never shared with a running
 /// KubeRay, so only stability matters.
 pub fn spec_hash(spec: &RayClusterSpec) -> String {
-    let mut spec = spec.clone();
+    let mut spec = without_declared_defaults(super::kueue::without_admission_marks(spec.clone()));
     let clear_pod_scheduling = |template: &mut k8s_openapi::api::core::v1::PodTemplateSpec| {
         if let Some(pod) = template.spec.as_mut() {
             pod.tolerations = None;
@@ -237,6 +263,38 @@ mod tests {
         let mut changed = spec.clone();
         changed.ray_version = Some("2.53.0".into());
         assert_ne!(spec_hash(&changed), base);
+        // The CRDs' declared default reads as unset: no hash moves with it.
+        let mut defaulted = spec.clone();
+        defaulted.head_group_spec.template.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            containers: vec![Default::default()],
+            ..Default::default()
+        });
+        let ports = defaulted
+            .head_group_spec
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .ports
+            .get_or_insert_with(Vec::new);
+        ports.push(k8s_openapi::api::core::v1::ContainerPort {
+            container_port: 8265,
+            ..Default::default()
+        });
+        let bare = spec_hash(&defaulted);
+        let ports = defaulted
+            .head_group_spec
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .ports
+            .as_mut()
+            .unwrap();
+        ports[0].protocol = Some("TCP".into());
+        assert_eq!(spec_hash(&defaulted), bare);
     }
 
     #[test]

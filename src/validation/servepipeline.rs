@@ -121,6 +121,44 @@ pub fn validated(pipeline: &ServePipeline) -> Validated {
     }
 }
 
+/// A pipeline in a Kueue queue: Kueue alone decides when its clusters run (a `suspend` of the
+/// user's would fight it), and Kueue admits a fixed size (its webhook refuses in-tree
+/// autoscaling without workload slicing, and at most 7 worker groups).
+fn queue_problems(pipeline: &ServePipeline, refuse: &mut impl FnMut(&str, String)) {
+    let Some(queue) = crate::kuberay::kueue::queue_name(pipeline.labels()) else {
+        return;
+    };
+    let cluster = &pipeline.spec.ray_cluster_config;
+    if cluster.suspend.is_some() {
+        refuse(
+            "spec.rayClusterConfig.suspend",
+            format!(
+                "rayClusterConfig.suspend cannot be set on a pipeline in Kueue queue {queue:?}: \
+                 Kueue suspends and resumes its clusters; use spec.suspend to stop the pipeline"
+            ),
+        );
+    }
+    if cluster.enable_in_tree_autoscaling == Some(true) {
+        refuse(
+            "spec.rayClusterConfig.enableInTreeAutoscaling",
+            format!(
+                "in-tree autoscaling cannot be used on a pipeline in Kueue queue {queue:?}: Kueue \
+                 admits a cluster of a fixed size"
+            ),
+        );
+    }
+    let groups = cluster.worker_group_specs.as_ref().map_or(0, Vec::len);
+    if groups > 7 {
+        refuse(
+            "spec.rayClusterConfig.workerGroupSpecs",
+            format!(
+                "a pipeline in Kueue queue {queue:?} may have at most 7 worker groups (Kueue admits \
+                 at most 8 pod sets, the head being one); it has {groups}"
+            ),
+        );
+    }
+}
+
 /// Every problem of the spec, each naming its field; empty when it is valid.
 pub fn validate_spec(pipeline: &ServePipeline) -> Vec<Problem> {
     let mut problems = Vec::new();
@@ -174,6 +212,7 @@ pub fn validate_spec(pipeline: &ServePipeline) -> Vec<Problem> {
         }
     }
     source_kind_problems(source, &mut refuse);
+    queue_problems(pipeline, &mut refuse);
     if let Some(rollout) = &pipeline.spec.rollout {
         rollout_problems(pipeline, rollout, &mut refuse);
     }
@@ -416,6 +455,27 @@ mod tests {
         );
         p.metadata.namespace = Some("team".into());
         p
+    }
+
+    #[test]
+    fn a_queued_pipeline_leaves_suspend_to_kueue_and_keeps_a_fixed_size() {
+        let mut p = pipeline("demo", source(None, None));
+        p.spec.ray_cluster_config.suspend = Some(false);
+        p.spec.ray_cluster_config.enable_in_tree_autoscaling = Some(true);
+        assert_eq!(spec_messages(&p), Ok(()), "outside a queue both are fine");
+        p.metadata.labels = Some(
+            [(
+                crate::kuberay::kueue::QUEUE_NAME_LABEL.to_owned(),
+                "team-a".to_owned(),
+            )]
+            .into(),
+        );
+        let messages = spec_messages(&p).unwrap_err();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(messages[0].starts_with(
+            "rayClusterConfig.suspend cannot be set on a pipeline in Kueue queue \"team-a\""
+        ));
+        assert!(messages[1].starts_with("in-tree autoscaling cannot be used"));
     }
 
     fn source(refresh: Option<&str>, timeout: Option<&str>) -> GraphSource {

@@ -15,6 +15,8 @@ mod graph_diff;
 mod hardening;
 mod history;
 mod history_api;
+mod kueue;
+mod kueue_smoke;
 mod leader;
 mod oci_interop;
 mod pipeline;

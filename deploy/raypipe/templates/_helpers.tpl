@@ -67,6 +67,10 @@ and Events.
 - apiGroups: [ray.io]
   resources: [rayservices]
   verbs: [get, list, watch, create, patch]
+# A pipeline in a Kueue queue reports its clusters' admission (read only).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list]
 {{- end }}
 {{- if or (has "servepipeline" $c) (has "raycluster" $c) }}
 - apiGroups: [""]

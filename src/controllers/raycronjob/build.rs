@@ -137,6 +137,15 @@ pub fn observe(job: &RayJob) -> Observed {
     }
 }
 
+/// KubeRay's name label, and the RayCronJob's Kueue labels (queue name, priority class): each
+/// job is a workload Kueue admits on its own (KubeRay drops them, so its jobs bypass the
+/// queue).
+fn job_labels(cron: &RayCronJob) -> BTreeMap<String, String> {
+    let mut labels = crate::kuberay::kueue::queue_labels(cron.labels());
+    labels.insert(CRONJOB_NAME_LABEL.to_owned(), cron.name_any());
+    labels
+}
+
 /// The RayJob for `tick` (§5): the template's spec, owned by the RayCronJob.
 pub fn build_job(cron: &RayCronJob, tick: Timestamp) -> Result<RayJob, Error> {
     let mut job = RayJob::new(
@@ -146,10 +155,7 @@ pub fn build_job(cron: &RayCronJob, tick: Timestamp) -> Result<RayJob, Error> {
     job.metadata = ObjectMeta {
         name: Some(job_name(&cron.name_any(), tick)),
         namespace: cron.namespace(),
-        labels: Some(BTreeMap::from([(
-            CRONJOB_NAME_LABEL.to_owned(),
-            cron.name_any(),
-        )])),
+        labels: Some(job_labels(cron)),
         annotations: Some(BTreeMap::from([(
             SCHEDULED_TIMESTAMP_ANNOTATION.to_owned(),
             // RFC 3339 in UTC, whole seconds.
@@ -276,6 +282,25 @@ pub(super) mod tests {
     fn suspend_creates_nothing() {
         let c = cron(json!({"spec": {"suspend": true}}));
         assert_eq!(plan_at(&c, &[], "2026-01-01T00:05:00Z").create, None);
+    }
+
+    #[test]
+    fn built_jobs_carry_the_crons_queue_labels_and_no_other() {
+        let mut c = cron(json!({}));
+        c.metadata.labels = Some(BTreeMap::from([
+            ("kueue.x-k8s.io/queue-name".to_owned(), "team-a".to_owned()),
+            (
+                "kueue.x-k8s.io/priority-class".to_owned(),
+                "batch".to_owned(),
+            ),
+            ("team".to_owned(), "a".to_owned()),
+        ]));
+        let job = build_job(&c, ts("2026-01-01T00:01:00Z")).expect("builds");
+        let labels = job.labels();
+        assert_eq!(labels["kueue.x-k8s.io/queue-name"], "team-a");
+        assert_eq!(labels["kueue.x-k8s.io/priority-class"], "batch");
+        assert!(!labels.contains_key("team"));
+        assert_eq!(labels.len(), 3);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::controllers::raycluster::builders::{
     BuildError, BuildOptions, service as cluster_service,
 };
 use crate::kuberay::keys::{OPERATOR_VERSION, annotations, labels};
+use crate::kuberay::kueue;
 use crate::kuberay::names;
 use crate::ray::ServeInstanceDetails;
 
@@ -46,9 +47,12 @@ pub fn replacement_hash(spec: &RayClusterSpec) -> String {
     crate::kuberay::spec::spec_hash(&spec)
 }
 
-/// The hash of the whole spec (replica counts included; `suspend` not).
+/// The hash of the whole spec (replica counts included; `suspend` and Kueue's admission marks
+/// not).
 pub fn full_hash(spec: &RayClusterSpec) -> String {
-    let mut spec = spec.clone();
+    let mut spec = crate::kuberay::spec::without_declared_defaults(kueue::without_admission_marks(
+        spec.clone(),
+    ));
     spec.suspend = None;
     crate::k8s::stable_hash(&spec)
 }
@@ -113,6 +117,38 @@ pub fn classify(cluster: &RayCluster, goal: &RayClusterSpec, check_version: bool
     ClusterChange::None
 }
 
+/// Whether each cluster of `service` is admitted by Kueue on its own
+/// ([`kueue::CLUSTER_QUEUE_ANNOTATION`]).
+pub fn admitted_per_cluster(service: &RayService) -> bool {
+    !kueue::cluster_queue_labels(service.annotations()).is_empty()
+}
+
+/// Whether Kueue admits `service` as a whole (its `kueue.x-k8s.io/queue-name` label, Kueue's
+/// `ray.io/rayservice` integration): then `rayClusterConfig.suspend` is Kueue's gate and
+/// follows to the serving cluster both ways.
+pub fn admitted_as_a_whole(service: &RayService) -> bool {
+    kueue::queue_name(service.labels()).is_some() && !admitted_per_cluster(service)
+}
+
+/// Whether the upgrade to `goal` was given up for want of quota (see `admission`).
+pub fn given_up(service: &RayService, goal: &RayClusterSpec) -> bool {
+    service
+        .annotations()
+        .get(kueue::ABANDONED_SPEC_ANNOTATION)
+        .is_some_and(|hash| *hash == replacement_hash(goal))
+}
+
+/// [`classify`] under per-cluster admission: a cluster was admitted for its shape, so any change
+/// of it (replica counts and appended groups included) is a new cluster with an admission of
+/// its own, and nothing is rewritten in place (that would also drop what Kueue set on the
+/// admitted cluster: node selectors and tolerations of its flavor).
+pub fn classify_admitted(cluster: &RayCluster, goal: &RayClusterSpec) -> ClusterChange {
+    match classify(cluster, goal, false) {
+        ClusterChange::None => ClusterChange::None,
+        ClusterChange::InPlace | ClusterChange::Replace => ClusterChange::Replace,
+    }
+}
+
 /// Whether a spec change may start a new cluster: `upgradeStrategy.type` decides; unset means
 /// the operator default (`ENABLE_ZERO_DOWNTIME`, on unless set to false).
 pub fn zero_downtime(service: &RayService, operator_default: bool) -> bool {
@@ -129,7 +165,9 @@ pub fn zero_downtime(service: &RayService, operator_default: bool) -> bool {
 }
 
 /// The RayCluster a RayService owns, named `name`. `existing_suspend`: an in-place update
-/// keeps the cluster's own `suspend` as it is.
+/// keeps the cluster's own `suspend` as it is. Under per-cluster admission
+/// ([`kueue::CLUSTER_QUEUE_ANNOTATION`]) the cluster carries the queue labels and is created
+/// suspended.
 pub fn cluster(
     service: &RayService,
     name: &str,
@@ -142,6 +180,9 @@ pub fn cluster(
         service.name_any(),
     );
     labels_map.insert(labels::ORIGINATED_FROM_CRD.to_owned(), CREATOR.to_owned());
+    let queued = kueue::cluster_queue_labels(service.annotations());
+    let admitted_per_cluster = !queued.is_empty();
+    labels_map.extend(queued);
     let mut annotations_map = service.annotations().clone();
     // kubectl's copy of the RayService is not the cluster's.
     annotations_map.remove("kubectl.kubernetes.io/last-applied-configuration");
@@ -156,8 +197,12 @@ pub fn cluster(
         OPERATOR_VERSION.to_owned(),
     );
     let mut spec = goal;
-    if let Some(suspend) = existing_suspend {
-        spec.suspend = suspend;
+    match existing_suspend {
+        Some(suspend) => spec.suspend = suspend,
+        // Admitted per cluster: created suspended, so not one Pod starts before Kueue admits it
+        // (its webhook does the same; this holds where the webhook is not in the path).
+        None if admitted_per_cluster => spec.suspend = Some(true),
+        None => {}
     }
     let mut cluster = RayCluster::new(name, spec);
     cluster.metadata = ObjectMeta {
@@ -545,6 +590,57 @@ pub(super) mod tests {
             classify(&built, &goal_spec(&more_groups), false),
             ClusterChange::InPlace
         );
+    }
+
+    #[test]
+    fn admitted_per_cluster_a_cluster_is_queued_suspended_and_never_rewritten() {
+        let mut queued = service(spec("ray:1", 1, 1));
+        queued.annotations_mut().extend([
+            (
+                kueue::CLUSTER_QUEUE_ANNOTATION.to_owned(),
+                "team-a".to_owned(),
+            ),
+            (
+                kueue::CLUSTER_PRIORITY_ANNOTATION.to_owned(),
+                "serving".to_owned(),
+            ),
+        ]);
+        assert!(admitted_per_cluster(&queued) && !admitted_as_a_whole(&queued));
+        let built = cluster(&queued, "svc-abcde", None).unwrap();
+        assert_eq!(built.labels()[kueue::QUEUE_NAME_LABEL], "team-a");
+        assert_eq!(built.labels()[kueue::PRIORITY_CLASS_LABEL], "serving");
+        assert_eq!(
+            built.spec.suspend,
+            Some(true),
+            "created suspended, for Kueue to admit"
+        );
+        // An in-place update keeps what Kueue set.
+        let kept = cluster(&queued, "svc-abcde", Some(Some(false))).unwrap();
+        assert_eq!(kept.spec.suspend, Some(false));
+        // A replica change is a new shape: a new cluster with an admission of its own.
+        let scaled = goal_spec(&service(spec("ray:1", 3, 1)));
+        assert_eq!(classify(&built, &scaled, false), ClusterChange::InPlace);
+        assert_eq!(classify_admitted(&built, &scaled), ClusterChange::Replace);
+        assert_eq!(
+            classify_admitted(&built, &goal_spec(&queued)),
+            ClusterChange::None
+        );
+        // Without the annotation nothing of this applies.
+        let plain = cluster(&service(spec("ray:1", 1, 1)), "svc-abcde", None).unwrap();
+        assert!(!plain.labels().contains_key(kueue::QUEUE_NAME_LABEL));
+        assert_eq!(plain.spec.suspend, None);
+    }
+
+    #[test]
+    fn a_queue_label_on_the_rayservice_makes_kueue_admit_it_as_a_whole() {
+        let mut whole = service(spec("ray:1", 1, 1));
+        whole
+            .labels_mut()
+            .insert(kueue::QUEUE_NAME_LABEL.to_owned(), "team-a".to_owned());
+        assert!(admitted_as_a_whole(&whole) && !admitted_per_cluster(&whole));
+        // KubeRay copies the RayService's labels to its clusters.
+        let built = cluster(&whole, "svc-abcde", None).unwrap();
+        assert_eq!(built.labels()[kueue::QUEUE_NAME_LABEL], "team-a");
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //!   written, adopted or deleted: a `<Kind>Conflict` Warning (and for a first cluster the Ready
 //!   condition) says so (issue 14).
 
+mod admission;
 mod apply;
 pub mod build;
 mod config;

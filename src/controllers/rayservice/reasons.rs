@@ -33,3 +33,5 @@ pub const FAILED_TO_DELETE_HTTP_ROUTE: &str = "FailedToDeleteHTTPRoute";
 pub const UPDATED_SERVE_TARGET_CAPACITY: &str = "UpdatedServeTargetCapacity";
 pub const FAILED_TO_UPDATE_TARGET_CAPACITY: &str = "FailedToUpdateTargetCapacity";
 pub const ROLLBACK_IMPOSSIBLE: &str = "RollbackImpossible";
+// raypipe's own: an upgrade's cluster that Kueue did not admit in time (per-cluster admission).
+pub const UPGRADE_NOT_ADMITTED: &str = "UpgradeNotAdmitted";

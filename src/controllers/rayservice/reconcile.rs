@@ -18,7 +18,7 @@ use super::error::Error;
 use super::observed::Observed;
 use super::suspend::reconcile_suspend;
 use super::upgrade::Desired;
-use super::{apply, build, incremental, reasons, serve, status, upgrade};
+use super::{admission, apply, build, incremental, reasons, serve, status, upgrade};
 use crate::api::conditions::FALSE;
 use crate::api::raycluster::RayCluster;
 use crate::api::rayservice::{RayService, RayServiceStatus, condition_reasons, condition_types};
@@ -185,6 +185,10 @@ async fn act(
     // Build: the desired clusters and Services (pure).
     let mut desired = upgrade::desired(service, &status, clusters, &ctx.config.build);
     desired.initializing_timeout = valid.initializing_timeout;
+    // Per-cluster admission: an upgrade whose cluster Kueue did not admit in time is given up.
+    if admission::give_up_unadmitted(service, ctx, &desired, &mut status, now).await? {
+        return Ok(done(status, Action::requeue(SHORT_REQUEUE)));
+    }
 
     // Apply: clusters first, then Serve on the cluster it belongs to, then the traffic switch.
     let dangling_left =

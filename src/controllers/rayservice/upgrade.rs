@@ -133,21 +133,41 @@ pub(super) fn desired(
     };
     let goal = build::goal_spec(service);
     let mut update_in_place = Vec::new();
+    // Admitted per cluster, a cluster is never rewritten: a change is a new cluster.
+    let in_place_allowed = !build::admitted_per_cluster(service);
     if let Some(cluster) = &active
         && pending.is_none()
+        && in_place_allowed
         && build::classify(cluster, &goal, true) == ClusterChange::InPlace
     {
         update_in_place.push(cluster.clone());
     }
     if let Some(cluster) = &pending
+        && in_place_allowed
         && build::classify(cluster, &goal, false) == ClusterChange::InPlace
     {
         update_in_place.push(cluster.clone());
     }
+    // Admitted as a whole by Kueue: `rayClusterConfig.suspend` is its admission gate, and the
+    // clusters follow it both ways (admission starts them, preemption stops them). KubeRay
+    // takes it at creation only, which leaves a cluster created before admission suspended.
+    let kueue_gate = build::admitted_as_a_whole(service);
+    if kueue_gate {
+        for cluster in [&active, &pending].into_iter().flatten() {
+            if cluster.spec.suspend.unwrap_or(false) != goal.suspend.unwrap_or(false)
+                && !update_in_place
+                    .iter()
+                    .any(|c: &Arc<RayCluster>| c.name_any() == cluster.name_any())
+            {
+                update_in_place.push(cluster.clone());
+            }
+        }
+    }
     let update_in_place = update_in_place
         .into_iter()
         .map(|cluster| {
-            let built = build::cluster(service, &cluster.name_any(), Some(cluster.spec.suspend));
+            let keep = (!kueue_gate).then_some(cluster.spec.suspend);
+            let built = build::cluster(service, &cluster.name_any(), keep);
             (cluster, built)
         })
         .collect();
@@ -414,7 +434,15 @@ pub(super) fn needs_new_cluster(
         Some(c) => c,
     };
     let goal = build::goal_spec(service);
-    match build::classify(newest, &goal, false) {
+    if build::given_up(service, &goal) {
+        return false;
+    }
+    let change = if build::admitted_per_cluster(service) {
+        build::classify_admitted(newest, &goal)
+    } else {
+        build::classify(newest, &goal, false)
+    };
+    match change {
         ClusterChange::Replace => {
             // The pending cluster is already the newest: a second change replaces it too.
             build::zero_downtime(service, ctx.config.zero_downtime) && pending.is_none()
@@ -646,5 +674,72 @@ mod tests {
             services.map(|s| s.name_any()),
             ["svc-head-svc", "svc-serve-svc"]
         );
+    }
+
+    #[test]
+    fn admitted_as_a_whole_the_clusters_follow_kueues_suspend_both_ways() {
+        use crate::kuberay::kueue;
+        let mut svc = service(spec("ray:1", 1, 1));
+        svc.labels_mut()
+            .insert(kueue::QUEUE_NAME_LABEL.to_owned(), "team-a".to_owned());
+        // Created before admission: suspended.
+        svc.spec.ray_cluster_config.suspend = Some(true);
+        let clusters = [cluster(&svc, "svc-old")];
+        assert_eq!(clusters[0].spec.suspend, Some(true));
+        // Kueue admits: the cluster is resumed in place.
+        svc.spec.ray_cluster_config.suspend = Some(false);
+        let admitted = desired(
+            &svc,
+            &status(Some("svc-old"), None),
+            &clusters,
+            &BuildOptions::default(),
+        );
+        let [(_, built)] = &admitted.update_in_place[..] else {
+            panic!("one in-place update expected");
+        };
+        assert_eq!(built.as_ref().expect("builds").spec.suspend, Some(false));
+        // Kueue preempts: suspended again.
+        let running = [Arc::new(built.as_ref().unwrap().clone())];
+        svc.spec.ray_cluster_config.suspend = Some(true);
+        let preempted = desired(
+            &svc,
+            &status(Some("svc-old"), None),
+            &running,
+            &BuildOptions::default(),
+        );
+        let [(_, built)] = &preempted.update_in_place[..] else {
+            panic!("one in-place update expected");
+        };
+        assert_eq!(built.as_ref().expect("builds").spec.suspend, Some(true));
+        // Without a queue label the cluster's own suspend is left alone (KubeRay's rule).
+        svc.labels_mut().remove(kueue::QUEUE_NAME_LABEL);
+        let plain = desired(
+            &svc,
+            &status(Some("svc-old"), None),
+            &running,
+            &BuildOptions::default(),
+        );
+        assert!(plain.update_in_place.is_empty());
+    }
+
+    #[test]
+    fn admitted_per_cluster_a_replica_change_is_never_applied_in_place() {
+        use crate::kuberay::kueue;
+        let queued = |replicas| {
+            let mut svc = service(spec("ray:1", replicas, 1));
+            svc.annotations_mut().insert(
+                kueue::CLUSTER_QUEUE_ANNOTATION.to_owned(),
+                "team-a".to_owned(),
+            );
+            svc
+        };
+        let clusters = [cluster(&queued(1), "svc-old")];
+        let desired = desired(
+            &queued(3),
+            &status(Some("svc-old"), None),
+            &clusters,
+            &BuildOptions::default(),
+        );
+        assert!(desired.update_in_place.is_empty());
     }
 }

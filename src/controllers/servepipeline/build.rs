@@ -88,6 +88,7 @@ pub fn desired_rayservice_annotated(
         ..Default::default()
     };
     annotations.insert(ANNOTATION_GRAPH_DIGEST.to_owned(), graph_digest.to_owned());
+    annotations.extend(queue_annotations(pipeline));
     let mut rayservice = RayService {
         metadata: ObjectMeta {
             name: Some(rayservice_name(pipeline)),
@@ -111,6 +112,39 @@ pub fn desired_rayservice_annotated(
         .get_or_insert_with(BTreeMap::new)
         .insert(ANNOTATION_APPLIED_HASH.to_owned(), hash);
     Ok(rayservice)
+}
+
+/// A pipeline in a Kueue queue (its `kueue.x-k8s.io/queue-name` label) has each of its clusters
+/// admitted on its own: the RayService asks for that by annotation and is not queued itself, so
+/// a graph change stays an in-place Serve update on the admitted cluster, and a cluster change
+/// waits for an admission of its own (for at most the rollout's progress deadline) while the
+/// serving cluster goes on.
+fn queue_annotations(pipeline: &ServePipeline) -> BTreeMap<String, String> {
+    use crate::kuberay::kueue;
+    let labels = pipeline.labels();
+    let Some(queue) = kueue::queue_name(labels) else {
+        return BTreeMap::new();
+    };
+    let mut annotations =
+        BTreeMap::from([(kueue::CLUSTER_QUEUE_ANNOTATION.to_owned(), queue.to_owned())]);
+    if let Some(priority) = labels
+        .get(kueue::PRIORITY_CLASS_LABEL)
+        .filter(|p| !p.is_empty())
+    {
+        annotations.insert(
+            kueue::CLUSTER_PRIORITY_ANNOTATION.to_owned(),
+            priority.clone(),
+        );
+    }
+    if let Some(deadline) = pipeline
+        .spec
+        .rollout
+        .as_ref()
+        .and_then(|r| r.progress_deadline.clone())
+    {
+        annotations.insert(kueue::ADMISSION_TIMEOUT_ANNOTATION.to_owned(), deadline);
+    }
+    annotations
 }
 
 /// The cluster with [`crate::serve::SERVE_ENV_DEFAULTS`] in the Ray container (the first, as
@@ -383,6 +417,36 @@ mod tests {
         );
         assert_eq!(env_of(worker, 0), expected);
         assert!(expected.len() > 2, "more than one default is still added");
+    }
+
+    #[test]
+    fn a_queued_pipeline_has_its_clusters_admitted_one_by_one_not_its_rayservice() {
+        use crate::kuberay::kueue;
+        let mut p = pipeline("sentiment");
+        p.metadata.labels = Some(
+            [
+                (kueue::QUEUE_NAME_LABEL.to_owned(), "team-a".to_owned()),
+                (kueue::PRIORITY_CLASS_LABEL.to_owned(), "serving".to_owned()),
+            ]
+            .into(),
+        );
+        p.spec.rollout =
+            Some(serde_json::from_value(serde_json::json!({"progressDeadline": "5m"})).unwrap());
+        let rs = desired_rayservice(&p, "applications: []\n", "sha256:abc").expect("builds");
+        assert!(!rs.labels().contains_key(kueue::QUEUE_NAME_LABEL));
+        assert_eq!(rs.annotations()[kueue::CLUSTER_QUEUE_ANNOTATION], "team-a");
+        assert_eq!(
+            rs.annotations()[kueue::CLUSTER_PRIORITY_ANNOTATION],
+            "serving"
+        );
+        assert_eq!(rs.annotations()[kueue::ADMISSION_TIMEOUT_ANNOTATION], "5m");
+        let plain =
+            desired_rayservice(&pipeline("x"), "applications: []\n", "sha256:abc").expect("builds");
+        assert!(
+            !plain
+                .annotations()
+                .contains_key(kueue::CLUSTER_QUEUE_ANNOTATION)
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! writes), `status`. Pure builders: `build`, `conditions`, `desired`; shared state: `config`,
 //! `context`, `memory`, `error`.
 
+mod admission;
 mod apply;
 pub mod build;
 mod canary;

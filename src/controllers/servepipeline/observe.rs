@@ -9,6 +9,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
+use super::admission;
 use super::build;
 use super::canary;
 use super::context::Context;
@@ -33,6 +34,8 @@ pub(super) struct Observed {
     pub previous: Option<PipelineState>,
     pub versions: Versions,
     pub stats: Option<RouterStats>,
+    /// Kueue's admission of its clusters, for a pipeline in a queue.
+    pub admission: Option<admission::Reading>,
 }
 
 pub(super) async fn observe(
@@ -44,11 +47,13 @@ pub(super) async fn observe(
     let previous = ctx.state.peek(&**pipeline, Option::clone).flatten();
     let versions = source::versions(pipeline, ctx, spec, previous.as_ref());
     let stats = router_stats(pipeline, ctx, &versions, existing.as_ref());
+    let admission = admission::read(pipeline, ctx, existing.as_ref()).await;
     Ok(Observed {
         existing,
         previous,
         versions,
         stats,
+        admission,
     })
 }
 

@@ -16,12 +16,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::apply;
 use super::context::Context;
 use super::error::Error;
 use super::observe::{self, Observed};
 use super::plan::{self, PlanInputs, Settled};
 use super::status;
+use super::{admission, apply};
 use crate::api::servepipeline::{ServePipeline, ServePipelineStatus};
 use crate::controllers::frame::pass::{Acted, Flow, Stages, StatusWrite};
 use crate::validation::problem::Problem;
@@ -110,6 +110,12 @@ impl Stages<ServePipeline> for Context {
         let planned_in = planning.elapsed();
         let applied = apply::apply(pipeline, self, spec, &plan, planned_in).await;
         let mut settled = plan.settle(applied, &inputs);
+        admission::record(
+            &mut settled.status.conditions,
+            observed.admission.as_ref(),
+            pipeline.metadata.generation,
+            now.clone(),
+        );
         status::count_ended_rollout(self, pipeline, settled.rollout_ended.take());
         Acted {
             status: Some(std::mem::take(&mut settled.status)),

@@ -318,6 +318,19 @@ pub async fn ready_pipeline_laid_out(
     node_layout: raypipe::serve::shared::NodeLayout,
 ) -> E2e {
     let ns = super::namespace(&client, prefix).await;
+    ready_pipeline_in(client, head, ns, spec, json!({}), node_layout).await
+}
+
+/// The fixture in the existing namespace `ns` (e.g. one whose Kueue LocalQueue exists first),
+/// the pipeline carrying `labels` (e.g. Kueue's queue name).
+pub async fn ready_pipeline_in(
+    client: kube::Client,
+    head: &'static raypipe::devenv::ray::RayHead,
+    ns: String,
+    spec: Value,
+    labels: Value,
+    node_layout: raypipe::serve::shared::NodeLayout,
+) -> E2e {
     let token = raypipe::devenv::random_token().unwrap();
     let registry = Registry::start(&token).await;
     registry.put(GRAPH_PATH, ensemble("1"));
@@ -361,6 +374,9 @@ pub async fn ready_pipeline_laid_out(
     let mut value = serde_json::to_value(&pipeline).unwrap();
     for (k, v) in spec.as_object().cloned().unwrap_or_default() {
         value["spec"][k] = v;
+    }
+    if labels.as_object().is_some_and(|l| !l.is_empty()) {
+        value["metadata"]["labels"] = labels;
     }
     pipeline = serde_json::from_value(value).expect("a valid ServePipeline");
     let pipelines: Api<ServePipeline> = Api::namespaced(client.clone(), &ns);

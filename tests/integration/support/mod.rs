@@ -11,6 +11,7 @@ pub mod argocd;
 pub mod e2e;
 pub mod fixture;
 pub mod flux;
+pub mod kueue;
 pub mod oci;
 pub mod prometheus;
 pub mod s3;

@@ -11,6 +11,9 @@ const HELM_VERSION: &str = "v3.22.0";
 pub const ORAS_VERSION: &str = "v1.3.6";
 pub const COSIGN_VERSION: &str = "v3.1.3";
 pub const VERSITYGW_VERSION: &str = "v1.8.0";
+/// The Kueue release the Kueue scenario tests run against (its CRDs, webhook manifests and
+/// manager all come from this module version).
+pub const KUEUE_VERSION: &str = "v0.17.0";
 
 /// One provisioning at a time in this process (two tests asking for the same tool build once).
 fn provisioning() -> std::sync::MutexGuard<'static, ()> {
@@ -128,6 +131,21 @@ pub fn versitygw() -> &'static Path {
             &[],
             "github.com/versity/versitygw/cmd/versitygw",
             VERSITYGW_VERSION,
+        )
+    })
+}
+
+/// Kueue's manager: `$RAYPIPE_KUEUE`, or built from `sigs.k8s.io/kueue` (never one on `PATH`:
+/// its CRDs and webhook manifests are read from the same module version, see `support::kueue`).
+pub fn kueue() -> &'static Path {
+    static KUEUE: OnceLock<PathBuf> = OnceLock::new();
+    KUEUE.get_or_init(|| {
+        go_tool(
+            "kueue",
+            "RAYPIPE_KUEUE",
+            &[],
+            "sigs.k8s.io/kueue/cmd/kueue",
+            KUEUE_VERSION,
         )
     })
 }
