@@ -103,11 +103,15 @@ async fn admitted_where(
 }
 
 #[tokio::test]
-async fn a_queued_pipeline_waits_for_quota_gives_up_an_unadmitted_upgrade_and_frees_its_quota() {
+async fn a_queued_pipeline_gives_up_an_unadmitted_upgrade_is_preempted_and_resumed_and_frees_its_quota()
+ {
     let _serve = support::ray_serve_lock().await;
+    let client = kueue::client().await;
+    kueue::workload_priority_class(&client, "serving-low", 100).await;
+    kueue::workload_priority_class(&client, "urgent-high", 1000).await;
     let e2e = queued_pipeline(
         "kueue-serve",
-        json!({}),
+        json!({PRIORITY_CLASS_LABEL: "serving-low"}),
         json!({"rollout": {"strategy": "Immediate", "progressDeadline": "20s"}}),
     )
     .await;
@@ -224,6 +228,58 @@ async fn a_queued_pipeline_waits_for_quota_gives_up_an_unadmitted_upgrade_and_fr
     assert!(ok > 0, "requests were answered");
     assert_eq!(failed, 0, "the stable version served every request");
 
+    // A higher-priority cluster needs the whole quota: Kueue preempts the pipeline's.
+    start_urgent_work(&client, &ns).await;
+    let p = admitted_where(&e2e, e2e::PIPELINE, "the pipeline preempted", |c| {
+        c.status == "False"
+    })
+    .await;
+    let condition = admitted(&p).unwrap();
+    eprintln!("kueue: {}: {}", condition.reason, condition.message);
+    assert_eq!(condition.reason, "Preempted", "{condition:?}");
+    eventually(WAIT, "the preempted cluster's Pods gone", || {
+        let (client, ns, serving) = (&client, &ns, &serving_name);
+        async move {
+            let cluster = Api::<RayCluster>::namespaced(client.clone(), ns)
+                .get(serving)
+                .await
+                .ok()?;
+            (cluster.spec.suspend == Some(true) && pods_of(client, ns, serving).await == 0)
+                .then_some(())
+        }
+    })
+    .await;
+    eventually(WAIT, "a preempted pipeline not Ready", || {
+        let e2e = &e2e;
+        async move { (!e2e::is_true(&e2e.pipeline().await, "Ready")).then_some(()) }
+    })
+    .await;
+
+    // The urgent work ends: the same cluster is admitted again and serves again.
+    kueue::ray_clusters(&client, &ns)
+        .delete("urgent", &DeleteParams::default())
+        .await
+        .expect("delete the urgent cluster");
+    admitted_where(&e2e, e2e::PIPELINE, "admitted again", |c| {
+        c.status == "True"
+    })
+    .await;
+    eventually(WAIT, "the pipeline Ready again", || {
+        let e2e = &e2e;
+        async move { e2e::is_true(&e2e.pipeline().await, "Ready").then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        clusters_of(&client, &ns)
+            .await
+            .iter()
+            .filter(|c| c.name_any() != "urgent")
+            .map(|c| c.name_any())
+            .collect::<Vec<_>>(),
+        std::slice::from_ref(&serving_name),
+        "resumed in place, not replaced"
+    );
+
     // A second pipeline in the same queue waits, with Kueue's reason and no Pod.
     let second = fixture::serving_pipeline(
         "second",
@@ -281,75 +337,6 @@ async fn a_queued_pipeline_waits_for_quota_gives_up_an_unadmitted_upgrade_and_fr
         async move { (pods_of(client, ns, &name).await > 0).then_some(()) }
     })
     .await;
-}
-
-#[tokio::test]
-async fn a_preempted_pipeline_stops_says_why_and_resumes_when_quota_returns() {
-    let _serve = support::ray_serve_lock().await;
-    let client = kueue::client().await;
-    kueue::workload_priority_class(&client, "serving-low", 100).await;
-    kueue::workload_priority_class(&client, "urgent-high", 1000).await;
-    let e2e = queued_pipeline(
-        "kueue-preempt",
-        json!({PRIORITY_CLASS_LABEL: "serving-low"}),
-        json!({}),
-    )
-    .await;
-    let (client, ns) = (e2e.client.clone(), e2e.namespace.clone());
-    admitted_where(&e2e, e2e::PIPELINE, "admitted", |c| c.status == "True").await;
-    let serving = clusters_of(&client, &ns).await[0].name_any();
-
-    // A higher-priority cluster needs the whole quota: Kueue preempts the pipeline's.
-    start_urgent_work(&client, &ns).await;
-    let p = admitted_where(&e2e, e2e::PIPELINE, "the pipeline preempted", |c| {
-        c.status == "False"
-    })
-    .await;
-    let condition = admitted(&p).unwrap();
-    eprintln!("kueue: {}: {}", condition.reason, condition.message);
-    assert_eq!(condition.reason, "Preempted", "{condition:?}");
-    eventually(WAIT, "the preempted cluster's Pods gone", || {
-        let (client, ns, serving) = (&client, &ns, &serving);
-        async move {
-            let cluster = Api::<RayCluster>::namespaced(client.clone(), ns)
-                .get(serving)
-                .await
-                .ok()?;
-            (cluster.spec.suspend == Some(true) && pods_of(client, ns, serving).await == 0)
-                .then_some(())
-        }
-    })
-    .await;
-    eventually(WAIT, "a preempted pipeline not Ready", || {
-        let e2e = &e2e;
-        async move { (!e2e::is_true(&e2e.pipeline().await, "Ready")).then_some(()) }
-    })
-    .await;
-
-    // The urgent work ends: the same cluster is admitted again and serves again.
-    kueue::ray_clusters(&client, &ns)
-        .delete("urgent", &DeleteParams::default())
-        .await
-        .expect("delete the urgent cluster");
-    admitted_where(&e2e, e2e::PIPELINE, "admitted again", |c| {
-        c.status == "True"
-    })
-    .await;
-    eventually(WAIT, "the pipeline Ready again", || {
-        let e2e = &e2e;
-        async move { e2e::is_true(&e2e.pipeline().await, "Ready").then_some(()) }
-    })
-    .await;
-    assert_eq!(
-        clusters_of(&client, &ns)
-            .await
-            .iter()
-            .filter(|c| c.name_any() != "urgent")
-            .map(|c| c.name_any())
-            .collect::<Vec<_>>(),
-        [serving],
-        "resumed in place, not replaced"
-    );
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 
 mod admin;
 mod alerts;
+mod appwrapper;
 mod code;
 mod crds;
 mod dag_oci;

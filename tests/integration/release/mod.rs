@@ -5,6 +5,7 @@
 //! chart's RBAC, upgraded from the previous chart version and uninstalled (`chart`); raypipe
 //! beside KubeRay's own CRDs and chart values (`beside_kuberay`).
 
+mod appwrapper_values;
 mod beside_kuberay;
 mod chart;
 mod history_values;

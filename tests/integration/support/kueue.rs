@@ -3,22 +3,30 @@
 //! object, which would disturb the tests sharing [`super::control_plane`].
 //!
 //! What the harness sets up, and why:
-//! - Kueue's CRDs, straight from the module (`config/components/crd/bases`); raypipe's own CRDs
-//!   come with the control plane. No raypipe controller runs there: tests that want one start
-//!   it themselves on [`Kueue::client`].
+//! - Kueue's CRDs, straight from the module (`config/components/crd/bases`), and the AppWrapper
+//!   CRD from the AppWrapper module ([`APPWRAPPER_VERSION`], `config/crd/bases`) before Kueue
+//!   starts; raypipe's own CRDs come with the control plane. No raypipe controller runs there:
+//!   tests that want one start it themselves on [`Kueue::client`].
 //! - Kueue's webhook configurations from the module (`config/components/webhook/manifests.yaml`),
-//!   keeping only the `ray.io` and `kueue.x-k8s.io` webhooks (the others name CRDs this cluster
-//!   lacks, and a Pod webhook would slow every Pod), each addressed by URL on 127.0.0.1 instead
-//!   of a Service: nothing may leave the loopback here.
+//!   keeping only the `ray.io`, `kueue.x-k8s.io` and `workload.codeflare.dev` (AppWrapper)
+//!   webhooks (the others name CRDs this cluster lacks, and a Pod webhook would slow every Pod),
+//!   each addressed by URL on 127.0.0.1 instead of a Service: nothing may leave the loopback
+//!   here.
 //! - The manager runs with the admin kubeconfig (no RBAC needed), no leader election, its own
 //!   certificate management off: the webhook serves the control plane's serving certificate
 //!   (IP SAN 127.0.0.1, signed by the plane's CA, which becomes the `caBundle`). Kueue then
 //!   insists on reading its metrics certificate from the fixed `/etc/kueue/metrics/certs`, so it
 //!   runs in a private mount namespace where `/etc` is an overlay holding that directory (the
 //!   host's `/etc` is untouched; like the Ray head's private mounts, this needs root).
-//! - Integrations: `ray.io/rayjob`, `ray.io/raycluster`, `ray.io/rayservice`, and only objects
-//!   with a `kueue.x-k8s.io/queue-name` label are managed (`manageJobsWithoutQueueName: false`).
-//!   The visibility API server is off (it would listen on all interfaces).
+//! - Integrations: `ray.io/rayjob`, `ray.io/raycluster`, `ray.io/rayservice`,
+//!   `workload.codeflare.dev/appwrapper`, and only objects with a `kueue.x-k8s.io/queue-name`
+//!   label are managed (`manageJobsWithoutQueueName: false`). The visibility API server is off
+//!   (it would listen on all interfaces).
+//! - The AppWrapper controller ([`appwrapper_controller`], started by the first test that asks)
+//!   runs beside Kueue on the same plane: admin kubeconfig, its configuration from a ConfigMap
+//!   created first, its own webhooks off (they would listen on all interfaces, port 9443; Kueue's
+//!   AppWrapper webhooks, which suspend a queued AppWrapper, are kept), metrics and health on
+//!   127.0.0.1, no leader election, no Autopilot node monitoring.
 //!
 //! Capacity: the plane's one kwok Node ([`KWOK_NODE`](raypipe::devenv::control_plane::KWOK_NODE))
 //! offers 1k CPUs, 1 TiB and 1M Pods, so admission is decided by the ClusterQueue quotas tests
@@ -47,7 +55,7 @@ use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 use raypipe::devenv::process::ManagedProcess;
 use serde_json::{Value, json};
 
-use super::tools::KUEUE_VERSION;
+use super::tools::{APPWRAPPER_MODULE, APPWRAPPER_VERSION, KUEUE_VERSION};
 
 /// The label that puts a job into a LocalQueue.
 pub const QUEUE_NAME_LABEL: &str = "kueue.x-k8s.io/queue-name";
@@ -55,6 +63,13 @@ pub const QUEUE_NAME_LABEL: &str = "kueue.x-k8s.io/queue-name";
 pub const PRIORITY_CLASS_LABEL: &str = "kueue.x-k8s.io/priority-class";
 /// The ResourceFlavor every ClusterQueue made by [`queue`] uses.
 pub const FLAVOR: &str = "default";
+/// The label the AppWrapper controller puts on its components and into the Pod templates its
+/// AppWrappers declare (`podSets`), naming the AppWrapper: how it counts the Pods it runs.
+pub const APPWRAPPER_LABEL: &str = "workload.codeflare.dev/appwrapper";
+/// Where the AppWrapper controller runs and reads its configuration ConfigMap.
+pub const APPWRAPPER_NAMESPACE: &str = "appwrapper-system";
+/// The AppWrapper controller's configuration ConfigMap (its `--config`).
+const APPWRAPPER_CONFIG_MAP: &str = "appwrapper-operator-config";
 /// Field manager of the objects the harness applies.
 const FIELD_MANAGER: &str = "raypipe-kueue-tests";
 /// How long start-up steps (CRDs, readiness, the webhook probe) may take.
@@ -116,6 +131,215 @@ pub async fn client() -> kube::Client {
     shared().client().await
 }
 
+/// A running AppWrapper controller (project-codeflare/appwrapper, [`APPWRAPPER_VERSION`], built
+/// from its Go module) on a Kueue's control plane. Dropping it stops the process.
+pub struct AppWrapperController {
+    process: ManagedProcess,
+    /// Its health endpoint (`/healthz`), `http://127.0.0.1:<port>`. Never ask its `/readyz`:
+    /// that check starts the webhook server, which listens on all interfaces.
+    pub health_url: String,
+    /// Its metrics endpoint (HTTPS, authenticated) on 127.0.0.1.
+    pub metrics_port: u16,
+    /// Its log (zap console lines).
+    pub log: PathBuf,
+    /// From the process start until it had reconciled a probe AppWrapper.
+    pub startup: Duration,
+}
+
+impl AppWrapperController {
+    /// The last `lines` of its log, for failure messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process.log_tail(lines)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}
+
+/// The AppWrapper controller every AppWrapper test in this binary shares, on the [`shared`]
+/// Kueue's plane, started (and built, once per machine) by the first test that asks.
+pub fn appwrapper_controller() -> &'static AppWrapperController {
+    static CONTROLLER: OnceLock<Result<AppWrapperController, String>> = OnceLock::new();
+    match CONTROLLER.get_or_init(|| start_appwrapper_controller(shared())) {
+        Ok(controller) => controller,
+        Err(e) => panic!("the AppWrapper controller failed to start: {e}"),
+    }
+}
+
+/// The AppWrapper controller's configuration (its ConfigMap's `config.yaml`, over the
+/// controller's defaults): its webhooks off (their server's port is fixed at 9443 on all
+/// interfaces), metrics and health on 127.0.0.1, no leader election, no Autopilot (no Node
+/// monitor, no injected anti-affinities), no default queue (the AppWrapper names its queue), the
+/// fault-tolerance defaults kept.
+fn appwrapper_configuration(metrics_port: u16, health_port: u16) -> String {
+    json!({
+        "webhooksEnabled": false,
+        "appwrapper": {
+            "autopilot": {"injectAntiAffinities": false, "monitorNodes": false},
+            "userRBACAdmissionCheck": false,
+            "defaultQueueName": ""
+        },
+        "controllerManager": {
+            "metrics": {"bindAddress": format!("127.0.0.1:{metrics_port}")},
+            "health": {"bindAddress": format!("127.0.0.1:{health_port}")},
+            "leaderElection": false
+        }
+    })
+    .to_string()
+}
+
+/// Starts the AppWrapper controller against `kueue`'s plane with the admin kubeconfig; returns
+/// once its `/healthz` answers and it has reconciled a probe AppWrapper (phase `Suspended`).
+/// Builds it first on a machine that never did (minutes).
+pub fn start_appwrapper_controller(kueue: &Kueue) -> Result<AppWrapperController, String> {
+    let binary = super::tools::appwrapper().to_owned();
+    // Its own runtime on its own thread, as for Kueue: clients are tied to one runtime.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("a runtime for the AppWrapper controller: {e}"))?;
+                rt.block_on(start_appwrapper_on(kueue, &binary))
+            })
+            .join()
+            .map_err(|_| "the AppWrapper controller's start-up panicked".to_owned())?
+    })
+}
+
+async fn start_appwrapper_on(kueue: &Kueue, binary: &Path) -> Result<AppWrapperController, String> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    let client = kueue.client().await;
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": APPWRAPPER_NAMESPACE}}))
+            .map_err(|e| e.to_string())?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(format!("create namespace {APPWRAPPER_NAMESPACE}: {e}")),
+    }
+    let metrics_port = free_port()?;
+    let health_port = free_port()?;
+    // The controller reads its ConfigMap at start (and would write its defaults, metrics and
+    // health on all interfaces, into a missing one).
+    let config_map: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": APPWRAPPER_CONFIG_MAP, "namespace": APPWRAPPER_NAMESPACE},
+        "data": {"config.yaml": appwrapper_configuration(metrics_port, health_port)}
+    }))
+    .map_err(|e| e.to_string())?;
+    Api::<ConfigMap>::namespaced(client.clone(), APPWRAPPER_NAMESPACE)
+        .patch(
+            APPWRAPPER_CONFIG_MAP,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&config_map),
+        )
+        .await
+        .map_err(|e| format!("apply the AppWrapper controller's ConfigMap: {e}"))?;
+
+    let log = kueue.plane.dir.join("appwrapper.log");
+    let started = Instant::now();
+    let mut process = ManagedProcess::start_with_env(
+        "appwrapper",
+        binary,
+        &[
+            format!("--config={APPWRAPPER_CONFIG_MAP}"),
+            format!("--kubeconfig={}", kueue.plane.kubeconfig.display()),
+            "--zap-devel=false".to_owned(),
+            "--zap-log-level=info".to_owned(),
+        ],
+        &[("NAMESPACE", APPWRAPPER_NAMESPACE)],
+        &log,
+    )
+    .map_err(|e| e.to_string())?;
+    let failed = |process: &ManagedProcess, what: String| {
+        format!(
+            "{what}; the AppWrapper controller's log ({}) ends with:\n{}",
+            log.display(),
+            process.log_tail(40)
+        )
+    };
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    while !answers_ok(health_port, "/healthz").await {
+        if let Some(status) = process.exited() {
+            return Err(failed(&process, format!("it exited ({status})")));
+        }
+        if Instant::now() > deadline {
+            return Err(failed(&process, "its healthz never answered".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Its controllers start after the manager: wait until one has reconciled an AppWrapper.
+    loop {
+        let Err(probe_error) = probe_appwrapper_controller(&client).await else {
+            break;
+        };
+        if let Some(status) = process.exited() {
+            return Err(failed(&process, format!("it exited ({status})")));
+        }
+        if Instant::now() > deadline {
+            return Err(failed(
+                &process,
+                format!("it never reconciled a probe AppWrapper: {probe_error}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let startup = started.elapsed();
+    eprintln!(
+        "AppWrapper controller {APPWRAPPER_VERSION} ready in {:.1}s; log {}",
+        startup.as_secs_f64(),
+        log.display()
+    );
+    Ok(AppWrapperController {
+        process,
+        health_url: format!("http://127.0.0.1:{health_port}"),
+        metrics_port,
+        log,
+        startup,
+    })
+}
+
+/// A suspended AppWrapper (no queue: Kueue leaves it alone) wrapping a ConfigMap: Ok once the
+/// controller has moved it to phase `Suspended`, then it is deleted.
+async fn probe_appwrapper_controller(client: &kube::Client) -> Result<(), String> {
+    let name = "appwrapper-controller-probe";
+    let api = appwrappers(client, APPWRAPPER_NAMESPACE);
+    let probe: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": name},
+        "spec": {
+            "suspend": true,
+            "components": [{"template": {
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}
+            }}]
+        }
+    }))
+    .map_err(|e| e.to_string())?;
+    match api.create(&PostParams::default(), &probe).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(format!("create the probe AppWrapper: {e}")),
+    }
+    let found = api.get(name).await.map_err(|e| e.to_string())?;
+    match found.data["status"]["phase"].as_str() {
+        Some("Suspended") => {
+            api.delete(name, &Default::default())
+                .await
+                .map_err(|e| format!("delete the probe AppWrapper: {e}"))?;
+            Ok(())
+        }
+        other => Err(format!("its phase is {other:?}")),
+    }
+}
+
 /// Starts a control plane and a Kueue manager on it; returns once Kueue's readyz answers, a
 /// dry-run create of a labelled RayCluster comes back suspended (the API server really reaches
 /// Kueue's mutating webhook), and the garbage collector deletes Workloads whose owner is gone.
@@ -123,6 +347,7 @@ pub async fn client() -> kube::Client {
 pub fn start() -> Result<Kueue, String> {
     let binary = super::tools::kueue().to_owned();
     let module_dir = module_dir()?;
+    let appwrapper_dir = appwrapper_module_dir()?;
     let plane_started = Instant::now();
     let plane = super::start_control_plane_with(ControlPlaneOptions::full())?;
     let plane_startup = plane_started.elapsed();
@@ -133,7 +358,13 @@ pub fn start() -> Result<Kueue, String> {
             .enable_all()
             .build()
             .map_err(|e| format!("a runtime for Kueue's start-up: {e}"))?;
-        rt.block_on(start_on(plane, plane_startup, &binary, module_dir))
+        rt.block_on(start_on(
+            plane,
+            plane_startup,
+            &binary,
+            module_dir,
+            &appwrapper_dir,
+        ))
     })
     .join()
     .map_err(|_| "Kueue's start-up panicked".to_owned())?
@@ -164,15 +395,28 @@ pub fn module_dir() -> Result<PathBuf, String> {
     }
 }
 
+/// The AppWrapper module's directory: `$RAYPIPE_APPWRAPPER_MODULE`, else what `go mod download`
+/// reports (the module cache; Kueue's own build downloads it too).
+pub fn appwrapper_module_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("RAYPIPE_APPWRAPPER_MODULE") {
+        return Ok(PathBuf::from(dir));
+    }
+    super::tools::go_module_dir(APPWRAPPER_MODULE, APPWRAPPER_VERSION)
+        .map_err(|e| format!("{e}; set RAYPIPE_APPWRAPPER_MODULE"))
+}
+
 async fn start_on(
     plane: ControlPlane,
     plane_startup: Duration,
     binary: &Path,
     module_dir: PathBuf,
+    appwrapper_dir: &Path,
 ) -> Result<Kueue, String> {
     let started = Instant::now();
     let client = plane.client().await.map_err(|e| e.to_string())?;
     install_kueue_crds(&client, &module_dir).await?;
+    // Kueue sets up an integration only for a kind the API server serves.
+    install_appwrapper_crd(&client, appwrapper_dir).await?;
 
     let dir = plane.dir.join("kueue");
     let certs = dir.join("certs");
@@ -353,7 +597,7 @@ async fn wait_for_workload_garbage_collection(client: &kube::Client) -> Result<(
 }
 
 /// Kueue's Configuration: everything on 127.0.0.1, certificates from `certs`, no leader
-/// election, the Ray integrations only.
+/// election, the Ray and AppWrapper integrations only.
 fn configuration(certs: &Path, webhook_port: u16, metrics_port: u16, health_port: u16) -> String {
     let config = json!({
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -368,7 +612,12 @@ fn configuration(certs: &Path, webhook_port: u16, metrics_port: u16, health_port
         // On by default, it would serve on 0.0.0.0:8082.
         "featureGates": {"VisibilityOnDemand": false},
         "integrations": {
-            "frameworks": ["ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice"]
+            "frameworks": [
+                "ray.io/rayjob",
+                "ray.io/raycluster",
+                "ray.io/rayservice",
+                "workload.codeflare.dev/appwrapper"
+            ]
         }
     });
     // JSON is YAML.
@@ -409,7 +658,25 @@ fn private_etc_command(
 /// start when a kind it indexes is not discoverable yet).
 async fn install_kueue_crds(client: &kube::Client, module_dir: &Path) -> Result<(), String> {
     let bases = module_dir.join("config/components/crd/bases");
-    let crds: Vec<CustomResourceDefinition> = super::yaml_documents(&bases)
+    install_module_crds(client, &bases, "kueue.x-k8s.io", "Workload").await
+}
+
+/// Applies the AppWrapper CRD from the AppWrapper module and waits until the API server serves
+/// `workload.codeflare.dev/v1beta2` AppWrappers.
+async fn install_appwrapper_crd(client: &kube::Client, module_dir: &Path) -> Result<(), String> {
+    let bases = module_dir.join("config/crd/bases");
+    install_module_crds(client, &bases, "workload.codeflare.dev", "AppWrapper").await
+}
+
+/// Applies the CRDs in a module's directory `bases` and waits until discovery lists `kind` at
+/// `group`/v1beta2.
+async fn install_module_crds(
+    client: &kube::Client,
+    bases: &Path,
+    group: &str,
+    kind: &str,
+) -> Result<(), String> {
+    let crds: Vec<CustomResourceDefinition> = super::yaml_documents(bases)
         .into_iter()
         .filter(|(_, doc)| doc["kind"] == "CustomResourceDefinition")
         .map(|(file, doc)| serde_json::from_value(doc).map_err(|e| format!("{file}: {e}")))
@@ -423,27 +690,29 @@ async fn install_kueue_crds(client: &kube::Client, module_dir: &Path) -> Result<
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     loop {
         let discovery = kube::Discovery::new(client.clone())
-            .filter(&["kueue.x-k8s.io"])
+            .filter(&[group])
             .run()
             .await;
         let served = discovery.is_ok_and(|d| {
             d.groups()
                 .flat_map(|g| g.versioned_resources("v1beta2"))
-                .any(|(resource, _)| resource.kind == "Workload")
+                .any(|(resource, _)| resource.kind == kind)
         });
         if served {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err("the API server never listed kueue.x-k8s.io/v1beta2 Workloads".into());
+            return Err(format!(
+                "the API server never listed {group}/v1beta2 {kind}"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-/// The module's webhook configurations, renamed for this harness, with only the `ray.io` and
-/// `kueue.x-k8s.io` webhooks, each pointed at `https://127.0.0.1:<port><path>` and trusting the
-/// plane's CA. Returns (mutating, validating).
+/// The module's webhook configurations, renamed for this harness, with only the `ray.io`,
+/// `kueue.x-k8s.io` and `workload.codeflare.dev` webhooks, each pointed at
+/// `https://127.0.0.1:<port><path>` and trusting the plane's CA. Returns (mutating, validating).
 pub fn webhook_configurations(
     module_dir: &Path,
     port: u16,
@@ -455,7 +724,7 @@ pub fn webhook_configurations(
         std::fs::read_to_string(&file).map_err(|e| format!("read {}: {e}", file.display()))?;
     let docs = raypipe::api::yaml::documents(&text).map_err(|e| format!("{file:?}: {e}"))?;
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let kept_groups = ["ray.io", "kueue.x-k8s.io"];
+    let kept_groups = ["ray.io", "kueue.x-k8s.io", "workload.codeflare.dev"];
     let mut mutating = None;
     let mut validating = None;
     for mut doc in docs {
@@ -556,6 +825,20 @@ pub fn ray_clusters(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
         client.clone(),
         ns,
         &resource("ray.io", "v1", "RayCluster", "rayclusters"),
+    )
+}
+
+/// `workload.codeflare.dev/v1beta2` AppWrappers in `ns`.
+pub fn appwrappers(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &resource(
+            "workload.codeflare.dev",
+            "v1beta2",
+            "AppWrapper",
+            "appwrappers",
+        ),
     )
 }
 
@@ -790,17 +1073,31 @@ pub fn condition_is(object: &Value, type_: &str, status: &str) -> bool {
 }
 
 #[test]
-fn only_ray_and_kueue_webhooks_are_kept_and_all_point_at_the_loopback() {
+fn only_ray_kueue_and_appwrapper_webhooks_are_kept_and_all_point_at_the_loopback() {
     let module_dir = module_dir().expect("the Kueue module");
     let (mutating, validating) =
         webhook_configurations(&module_dir, 9443, "CA").expect("the module's webhooks");
     for config in [&mutating, &validating] {
         let webhooks = config["webhooks"].as_array().expect("webhooks");
+        for kept in ["raycluster", "appwrapper"] {
+            assert!(
+                webhooks
+                    .iter()
+                    .any(|w| w["name"].as_str().is_some_and(|n| n.contains(kept))),
+                "no {kept} webhook in {config}"
+            );
+        }
+        let groups: Vec<&str> = webhooks
+            .iter()
+            .flat_map(|w| w["rules"].as_array().into_iter().flatten())
+            .flat_map(|r| r["apiGroups"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
         assert!(
-            webhooks
+            groups
                 .iter()
-                .any(|w| w["name"].as_str().is_some_and(|n| n.contains("raycluster"))),
-            "{config}"
+                .all(|g| ["ray.io", "kueue.x-k8s.io", "workload.codeflare.dev"].contains(g)),
+            "{groups:?}"
         );
         for webhook in webhooks {
             let url = webhook["clientConfig"]["url"].as_str().expect("a URL");

@@ -1,7 +1,7 @@
 //! Command-line tools the release tests run, each found or provisioned once per machine into
 //! raypipe's cache (`RAYPIPE_CACHE_DIR`, default `~/.cache/raypipe`), like the control-plane
-//! binaries: `helm`, `oras`, `cosign` and `versitygw` built from their Go modules, `runc` from
-//! Debian's package.
+//! binaries: `helm`, `oras`, `cosign`, `versitygw`, Kueue and the AppWrapper controller built
+//! from their Go modules, `runc` from Debian's package.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +14,11 @@ pub const VERSITYGW_VERSION: &str = "v1.8.0";
 /// The Kueue release the Kueue scenario tests run against (its CRDs, webhook manifests and
 /// manager all come from this module version).
 pub const KUEUE_VERSION: &str = "v0.17.0";
+/// The AppWrapper controller the AppWrapper scenario tests run (the version Kueue
+/// [`KUEUE_VERSION`] is built against; its CRD comes from the same module version).
+pub const APPWRAPPER_VERSION: &str = "v1.2.0";
+/// The AppWrapper module.
+pub const APPWRAPPER_MODULE: &str = "github.com/project-codeflare/appwrapper";
 
 /// One provisioning at a time in this process (two tests asking for the same tool build once).
 fn provisioning() -> std::sync::MutexGuard<'static, ()> {
@@ -38,6 +43,100 @@ fn go_tool(name: &str, override_var: &str, probe: &[&str], module: &str, version
     {
         return PathBuf::from(name);
     }
+    cached_go_build(name, override_var, version, |staging| {
+        let output = Command::new("go")
+            .args(["install", "-trimpath", "-ldflags=-s -w"])
+            .arg(format!("{module}@{version}"))
+            .env("GOBIN", staging)
+            .env("GOTOOLCHAIN", "local")
+            .env("CGO_ENABLED", "0")
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("{name} is not cached and `go` cannot run ({e}); set {override_var}")
+            });
+        assert!(
+            output.status.success(),
+            "building {name} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        staging.join(name)
+    })
+}
+
+/// A Go tool whose main package is `package` (relative to its module's root, e.g. `./cmd`):
+/// `$override`, else the version-keyed cache (`<raypipe cache>/<name>/<version>/<name>`), else
+/// built with `go build` in the module's own directory (`go mod download`, the module cache),
+/// so with exactly the dependencies its `go.mod` pins, as `go install module@version` would.
+/// For modules whose main package `go install` would name after its directory (`cmd`), and
+/// which `go install` cannot resolve where the module proxy refuses their version list.
+fn go_module_tool(
+    name: &str,
+    override_var: &str,
+    module: &str,
+    package: &str,
+    version: &str,
+) -> PathBuf {
+    if let Some(path) = std::env::var_os(override_var) {
+        return PathBuf::from(path);
+    }
+    cached_go_build(name, override_var, version, |staging| {
+        let module_dir = go_module_dir(module, version).unwrap_or_else(|e| {
+            panic!("{name} is not cached and its module is not at hand ({e}); set {override_var}")
+        });
+        let built = staging.join(name);
+        let output = Command::new("go")
+            .args(["build", "-trimpath", "-ldflags=-s -w", "-o"])
+            .arg(&built)
+            .arg(package)
+            .env("GOTOOLCHAIN", "local")
+            .env("CGO_ENABLED", "0")
+            .env("GOFLAGS", "-mod=readonly -buildvcs=false")
+            .current_dir(&module_dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("{name} is not cached and `go` cannot run ({e}); set {override_var}")
+            });
+        assert!(
+            output.status.success(),
+            "building {name} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        built
+    })
+}
+
+/// The directory of Go module `module@version` in the module cache (`go mod download`: once
+/// per machine, through the ordinary module proxy).
+pub fn go_module_dir(module: &str, version: &str) -> Result<PathBuf, String> {
+    let output = Command::new("go")
+        .args(["mod", "download", "-json"])
+        .arg(format!("{module}@{version}"))
+        .env("GOTOOLCHAIN", "local")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .map_err(|e| format!("`go mod download` cannot run: {e}"))?;
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).map_err(|e| {
+        format!(
+            "`go mod download -json` printed no JSON ({e}):\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })?;
+    match info["Dir"].as_str() {
+        Some(dir) if output.status.success() => Ok(PathBuf::from(dir)),
+        _ => Err(format!("downloading {module}@{version} failed: {info}")),
+    }
+}
+
+/// `<raypipe cache>/<name>/<version>/<name>`, built there once by `build` (which gets a
+/// staging directory and returns the binary it built in it) and renamed into place, so a
+/// concurrent test binary never finds half a binary.
+fn cached_go_build(
+    name: &str,
+    override_var: &str,
+    version: &str,
+    build: impl FnOnce(&Path) -> PathBuf,
+) -> PathBuf {
     let _guard = provisioning();
     let dir = raypipe::devenv::binaries::cache_root()
         .join(name)
@@ -53,23 +152,9 @@ fn go_tool(name: &str, override_var: &str, probe: &[&str], module: &str, version
         dir.display()
     );
     let started = std::time::Instant::now();
-    let output = Command::new("go")
-        .args(["install", "-trimpath", "-ldflags=-s -w"])
-        .arg(format!("{module}@{version}"))
-        .env("GOBIN", staging.path())
-        .env("GOTOOLCHAIN", "local")
-        .env("CGO_ENABLED", "0")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("{name} is not cached and `go` cannot run ({e}); set {override_var}")
-        });
-    assert!(
-        output.status.success(),
-        "building {name} failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::rename(staging.path().join(name), &binary).expect("move the tool into the cache");
+    let built = build(staging.path());
+    std::fs::rename(&built, &binary)
+        .unwrap_or_else(|e| panic!("move {name} into the cache ({e}); or set {override_var}"));
     eprintln!("built {name} {version} in {}s", started.elapsed().as_secs());
     binary
 }
@@ -146,6 +231,22 @@ pub fn kueue() -> &'static Path {
             &[],
             "sigs.k8s.io/kueue/cmd/kueue",
             KUEUE_VERSION,
+        )
+    })
+}
+
+/// The AppWrapper controller (project-codeflare/appwrapper): `$RAYPIPE_APPWRAPPER`, or built
+/// from its module's `./cmd` (never one on `PATH`: its CRD is read from the same module
+/// version, see `support::kueue`).
+pub fn appwrapper() -> &'static Path {
+    static APPWRAPPER: OnceLock<PathBuf> = OnceLock::new();
+    APPWRAPPER.get_or_init(|| {
+        go_module_tool(
+            "appwrapper",
+            "RAYPIPE_APPWRAPPER",
+            APPWRAPPER_MODULE,
+            "./cmd",
+            APPWRAPPER_VERSION,
         )
     })
 }
