@@ -77,10 +77,8 @@ fn running(pod: &Pod) -> bool {
 
 /// Waits until the AppWrapper's Workload is admitted; returns it.
 async fn admitted_workload(client: &kube::Client, ns: &str, name: &str) -> Value {
-    eventually(WAIT, "the AppWrapper's Workload admitted", || async move {
-        kueue::workload_of(client, ns, "AppWrapper", name)
-            .await
-            .filter(|w| condition_is(w, "Admitted", "True"))
+    kueue::workload_where(client, ns, "AppWrapper", name, "admitted", |w| {
+        condition_is(w, "Admitted", "True")
     })
     .await
 }
@@ -185,15 +183,11 @@ async fn an_appwrapped_raycluster_waits_for_quota_then_runs() {
 
     // Waiting: one Workload for the whole AppWrapper, sized by its declared pod sets, pending;
     // the AppWrapper stays suspended and nothing is created.
-    let workload = eventually(WAIT, "the AppWrapper's Workload pending", || {
-        let (client, ns) = (&client, &ns);
-        async move {
-            kueue::workload_of(client, ns, "AppWrapper", "aw-cluster")
-                .await
-                .filter(|w| condition_is(w, "QuotaReserved", "False"))
-        }
-    })
-    .await;
+    let workload =
+        kueue::workload_where(&client, &ns, "AppWrapper", "aw-cluster", "pending", |w| {
+            condition_is(w, "QuotaReserved", "False")
+        })
+        .await;
     let counts: Vec<i64> = workload["spec"]["podSets"]
         .as_array()
         .expect("pod sets")

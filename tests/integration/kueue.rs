@@ -497,13 +497,8 @@ async fn rayjobs_and_a_raycronjobs_jobs_wait_in_the_queue_until_admitted() {
         }
     })
     .await;
-    let workload = eventually(WAIT, "the RayJob's Workload pending", || {
-        let (client, ns) = (&client, &ns);
-        async move {
-            kueue::workload_of(client, ns, "RayJob", "train")
-                .await
-                .filter(|w| condition_is(w, "QuotaReserved", "False"))
-        }
+    let workload = kueue::workload_where(&client, &ns, "RayJob", "train", "pending", |w| {
+        condition_is(w, "QuotaReserved", "False")
     })
     .await;
     assert!(!condition_is(&workload, "Admitted", "True"));

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use kube::api::{DeleteParams, PostParams};
-use serde_json::Value;
 
 use crate::support::eventually;
 use crate::support::kueue::{self, condition, condition_is};
@@ -24,29 +23,6 @@ async fn suspend_becomes(client: &kube::Client, ns: &str, name: &str, wanted: bo
         }
     })
     .await;
-}
-
-/// The Workload of RayCluster `name`, once `accept` holds for it.
-async fn workload_where(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    accept: impl Fn(&Value) -> bool,
-) -> Value {
-    eventually(
-        WAIT,
-        &format!("RayCluster {name}'s Workload {what}"),
-        || {
-            let accept = &accept;
-            async move {
-                kueue::workload_of(client, ns, "RayCluster", name)
-                    .await
-                    .filter(|w| accept(w))
-            }
-        },
-    )
-    .await
 }
 
 #[tokio::test]
@@ -75,7 +51,7 @@ async fn a_labelled_raycluster_is_suspended_then_admitted_by_a_real_kueue() {
         first.data["spec"]["suspend"], true,
         "Kueue's webhook suspends a queued RayCluster at create"
     );
-    let admitted = workload_where(&client, &ns, "first", "admitted", |w| {
+    let admitted = kueue::workload_where(&client, &ns, "RayCluster", "first", "admitted", |w| {
         condition_is(w, "Admitted", "True")
     })
     .await;
@@ -94,10 +70,11 @@ async fn a_labelled_raycluster_is_suspended_then_admitted_by_a_real_kueue() {
         .await
         .expect("create the second RayCluster");
     assert_eq!(second.data["spec"]["suspend"], true);
-    let pending = workload_where(&client, &ns, "second", "without quota", |w| {
-        condition_is(w, "QuotaReserved", "False")
-    })
-    .await;
+    let pending =
+        kueue::workload_where(&client, &ns, "RayCluster", "second", "without quota", |w| {
+            condition_is(w, "QuotaReserved", "False")
+        })
+        .await;
     let reserved = condition(&pending, "QuotaReserved").expect("the condition just seen");
     eprintln!(
         "second waits: QuotaReserved=False reason={} message={}",
@@ -114,7 +91,7 @@ async fn a_labelled_raycluster_is_suspended_then_admitted_by_a_real_kueue() {
         .delete("first", &DeleteParams::default())
         .await
         .expect("delete the first RayCluster");
-    let admitted = workload_where(&client, &ns, "second", "admitted", |w| {
+    let admitted = kueue::workload_where(&client, &ns, "RayCluster", "second", "admitted", |w| {
         condition_is(w, "Admitted", "True")
     })
     .await;

@@ -1059,6 +1059,31 @@ pub async fn workload_of(
     })
 }
 
+/// The Workload of the `kind` named `owner` in `ns`, once `accept` holds for it (waits up to
+/// 240 s; `what` names the wait in the failure message).
+pub async fn workload_where(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    owner: &str,
+    what: &str,
+    accept: impl Fn(&Value) -> bool,
+) -> Value {
+    super::eventually(
+        Duration::from_secs(240),
+        &format!("{kind} {owner}'s Workload {what}"),
+        || {
+            let accept = &accept;
+            async move {
+                workload_of(client, ns, kind, owner)
+                    .await
+                    .filter(|w| accept(w))
+            }
+        },
+    )
+    .await
+}
+
 /// The status condition `type_` of a Kueue object (Workload, ClusterQueue, …), if set.
 pub fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
     object["status"]["conditions"]
