@@ -10,6 +10,80 @@ use serde::{Deserialize, Serialize};
 use super::raycluster::RayClusterSpec;
 use super::rayservice::RayServiceUpgradeStrategy;
 
+/// The first 12 hex digits of a digest (`sha256:0123456789ab…` → `0123456789ab`): how
+/// versions are named in Events, application names and the plugin's tables.
+pub fn short_digest(digest: &str) -> String {
+    digest
+        .strip_prefix("sha256:")
+        .unwrap_or(digest)
+        .chars()
+        .take(12)
+        .collect()
+}
+
+/// A one-shot command to the pipeline's canary, as `<verb> <digest>` (`promote sha256:…`):
+/// naming the digest binds the command to the canary its writer saw, so it never acts on a
+/// later one. The controller removes the annotation once it has acted on it (or found it
+/// does not apply, with a Warning Event).
+pub const ROLLOUT_COMMAND_ANNOTATION: &str = "raypipe.dev/rollout-command";
+
+/// What [`ROLLOUT_COMMAND_ANNOTATION`] asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RolloutVerb {
+    /// The canary takes all traffic now, skipping its remaining steps (once it runs).
+    Promote,
+    /// The canary leaves now; its digest is remembered like a rolled-back one.
+    Abort,
+    /// A digest remembered as rolled back or aborted may be rolled out again.
+    Retry,
+}
+
+impl RolloutVerb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutVerb::Promote => "promote",
+            RolloutVerb::Abort => "abort",
+            RolloutVerb::Retry => "retry",
+        }
+    }
+}
+
+/// A parsed rollout command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutCommand {
+    pub verb: RolloutVerb,
+    pub digest: String,
+}
+
+impl RolloutCommand {
+    /// The annotation's value.
+    pub fn annotation(&self) -> String {
+        format!("{} {}", self.verb.as_str(), self.digest)
+    }
+
+    /// Parses an annotation value; the error says what is wrong with it.
+    pub fn parse(value: &str) -> Result<RolloutCommand, String> {
+        let mut words = value.split_whitespace();
+        let (Some(verb), Some(digest), None) = (words.next(), words.next(), words.next()) else {
+            return Err("expected \"<promote|abort|retry> sha256:<hex>\"".to_owned());
+        };
+        let verb = match verb {
+            "promote" => RolloutVerb::Promote,
+            "abort" => RolloutVerb::Abort,
+            "retry" => RolloutVerb::Retry,
+            _ => return Err("the verb must be promote, abort or retry".to_owned()),
+        };
+        let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err("the digest must be sha256: and 64 hex digits".to_owned());
+        }
+        Ok(RolloutCommand {
+            verb,
+            digest: digest.to_owned(),
+        })
+    }
+}
+
 /// A model graph (a protobuf DAG) fetched from a registry and served as one Ray Serve
 /// application on a RayService that this pipeline owns.
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
@@ -102,6 +176,12 @@ pub struct RolloutPolicy {
     /// anyway (default false: it waits for evidence, and the deadline rolls it back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promote_without_traffic: Option<bool>,
+    /// Hold the canary where it is: it takes no further step and is not promoted, and the
+    /// progress deadline stops counting until this is false again. Gates still judge the
+    /// traffic it takes, so a failing canary is still rolled back. A new graph still starts its
+    /// canary, at step 0 (no traffic). `kubectl raypipe rollout pause|resume` sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -428,6 +508,9 @@ pub struct CanaryStatus {
     /// What the new version changes, per node (as `raypipe dag diff` prints it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plan: Vec<String>,
+    /// Since when the canary is held by `rollout.paused` (its clocks stand still meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<Time>,
 }
 
 /// What the routers measured in the current step.

@@ -27,6 +27,9 @@ pub enum DagCommand {
     Render(RenderArgs),
     /// Print a graph as Graphviz DOT (`raypipe dag dot g.yaml | dot -Tsvg > g.svg`).
     Dot(InputArgs),
+    /// Draw a graph without Graphviz: as text for a terminal (default) or as a standalone SVG
+    /// (`raypipe dag draw g.yaml --output svg > g.svg`).
+    Draw(DrawArgs),
     /// Print the plan of going from graph OLD to graph NEW: per node unchanged, in place,
     /// restarted, added or removed, and the routing and graph-level changes. Exit 0 whether or
     /// not they differ.
@@ -126,6 +129,24 @@ pub struct RenderArgs {
     /// one application per model node named by a hash of what defines it.
     #[arg(long)]
     pub shared_nodes: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DrawArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// What to draw: text for a terminal, or an SVG document.
+    #[arg(long, value_enum, default_value_t = DrawOutput::Text)]
+    pub output: DrawOutput,
+}
+
+/// Output forms of `dag draw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DrawOutput {
+    /// Layers, nodes and their out-edges as plain text (no colour codes).
+    Text,
+    /// A standalone SVG document.
+    Svg,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -229,6 +250,7 @@ pub fn execute(cmd: DagCommand, out: &mut dyn Write, err: &mut dyn Write) -> u8 
         DagCommand::Validate(args) => validate(&args, out, err),
         DagCommand::Render(args) => render(&args, out, err),
         DagCommand::Dot(args) => dot(&args, out),
+        DagCommand::Draw(args) => draw(&args, out),
         DagCommand::Diff(args) => diff(&args, out, err),
         DagCommand::Encode(args) => encode(&args, out, err),
         DagCommand::Decode(args) => decode(&args, out),
@@ -485,6 +507,17 @@ fn dot(args: &InputArgs, out: &mut dyn Write) -> Result<u8, DagError> {
         out,
         graph::dot::to_dot_fused(&graph, Some(fused)).as_bytes(),
     )?;
+    Ok(EXIT_OK)
+}
+
+fn draw(args: &DrawArgs, out: &mut dyn Write) -> Result<u8, DagError> {
+    let graph = read_graph(&args.input)?;
+    let marks = graph::draw::NodeMarks::default();
+    let text = match args.output {
+        DrawOutput::Text => graph::draw::to_text(&graph, &marks),
+        DrawOutput::Svg => graph::draw::to_svg(&graph, &marks),
+    };
+    write_stdout(out, text.as_bytes())?;
     Ok(EXIT_OK)
 }
 

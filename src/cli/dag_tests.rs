@@ -252,6 +252,58 @@ fn dot_draws_the_graph() {
     assert!(!dot.contains("cluster_fused"), "{dot}");
 }
 
+#[test]
+fn draw_prints_text_by_default_and_svg_on_request() {
+    let path = sample("switch-canary.pb");
+    let (code, out, err) = run_line(&["draw", path.to_str().unwrap()]);
+    assert_eq!(code, EXIT_OK, "{err}");
+    let drawing = text(out);
+    assert!(
+        drawing.starts_with("switch-canary 1\n[0] request (ingress)\n"),
+        "{drawing}"
+    );
+    assert!(
+        drawing.contains("─▶ premium  (when /request/tier == \"gold\")"),
+        "{drawing}"
+    );
+    assert!(
+        drawing.contains("90 (90%)") && drawing.contains("default"),
+        "{drawing}"
+    );
+    assert!(!drawing.contains('\u{1b}'));
+
+    let (code, out, err) = run_line(&["draw", path.to_str().unwrap(), "--output", "svg"]);
+    assert_eq!(code, EXIT_OK, "{err}");
+    let svg = text(out);
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{svg}"
+    );
+    assert!(svg.contains("data-node=\"premium\""), "{svg}");
+    assert!(svg.trim_end().ends_with("</svg>"));
+
+    // The input format flag still applies to the input.
+    let (code, out, _) = run_line(&[
+        "draw",
+        sample("sequence.yaml").to_str().unwrap(),
+        "--format",
+        "yaml",
+    ]);
+    assert_eq!(code, EXIT_OK);
+    assert!(text(out).contains("(ingress)"));
+
+    // Invalid graphs are drawn too; unreadable input is an error.
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, _) = run_line(&["draw", invalid_file(&dir).to_str().unwrap()]);
+    assert_eq!(code, EXIT_OK);
+    assert!(text(out).contains("─▶ ghost  (unknown node)"));
+    let missing = dir.path().join("missing.yaml");
+    let (code, _, err) = run_line(&["draw", missing.to_str().unwrap()]);
+    assert_eq!(code, EXIT_ERROR);
+    assert!(err.contains("cannot read"), "{err}");
+    assert!(Cli::try_parse_from(["raypipe", "dag", "draw", "g.yaml", "--output", "png"]).is_err());
+}
+
 /// A chain whose middle node has resources of its own: the other two fuse.
 fn fusable_chain(dir: &tempfile::TempDir) -> PathBuf {
     let path = dir.path().join("chain.yaml");

@@ -9,6 +9,7 @@ pub mod dag;
 pub mod dev;
 pub mod history;
 pub mod oci;
+pub mod plugin;
 pub mod run;
 
 use std::process::ExitCode;
@@ -52,6 +53,9 @@ pub enum Command {
     /// rollout's timeline), cluster sessions, their events and logs; or serve it over HTTP.
     #[command(subcommand)]
     History(history::HistoryCommand),
+    /// The `kubectl raypipe` plugin's verbs (get, graph, rollout), for when it is not
+    /// installed as `kubectl-raypipe`.
+    Ctl(Box<plugin::PluginCli>),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -69,6 +73,13 @@ pub struct RunArgs {
 
 pub fn main() -> ExitCode {
     startup::init_crypto();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .first()
+        .is_some_and(|argv0| plugin::invoked_as_plugin(std::path::Path::new(argv0)))
+    {
+        return plugin::main(args);
+    }
     let argv = with_default_command(std::env::args_os().collect(), |name| {
         std::env::var_os(name).is_some_and(|v| !v.is_empty())
     });
@@ -86,6 +97,7 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Dag(cmd) => dag::run(cmd),
+        Command::Ctl(cli) => plugin::run_parsed(*cli),
         Command::History(command) => runtime_block_on(history::run(command)),
         Command::Collector(args) => {
             startup::init_tracing(LogFormat::Json, "info");

@@ -22,6 +22,18 @@ pub const CRD_FIELD_MANAGER: &str = "raypipe-crds";
 /// The fake Node that kwok manages when kwok runs.
 pub const KWOK_NODE: &str = "kwok-node-0";
 
+/// The kwok kinds served as CRDs when kwok's server runs (`ControlPlaneOptions::kwok_server`),
+/// with the file of each CRD under `kustomize/crd/bases/` in kwok's Go module.
+pub const KWOK_SERVER_CRDS: [(&str, &str); 4] = [
+    ("PortForward", "kwok.x-k8s.io_portforwards.yaml"),
+    (
+        "ClusterPortForward",
+        "kwok.x-k8s.io_clusterportforwards.yaml",
+    ),
+    ("Logs", "kwok.x-k8s.io_logs.yaml"),
+    ("ClusterLogs", "kwok.x-k8s.io_clusterlogs.yaml"),
+];
+
 /// What to start beside etcd and kube-apiserver.
 #[derive(Clone, Debug)]
 pub struct ControlPlaneOptions {
@@ -31,6 +43,12 @@ pub struct ControlPlaneOptions {
     pub scheduler: bool,
     /// Fake Node + Pods that become Running/Ready (and Job Pods that complete).
     pub kwok: bool,
+    /// With `kwok`: also run kwok's kubelet-like server on 127.0.0.1 (HTTPS, the plane's own
+    /// serving certificate), so the API server's Pod `portforward` and `log` subresources reach
+    /// it. What it forwards to and which files it serves as logs come from kwok's `PortForward`,
+    /// `ClusterPortForward`, `Logs` and `ClusterLogs` objects (group `kwok.x-k8s.io`), whose
+    /// CRDs are installed from kwok's Go module (see [`KWOK_SERVER_CRDS`]).
+    pub kwok_server: bool,
     /// Install raypipe's CRDs and wait until they are Established.
     pub install_crds: bool,
     /// How long the servers may take to become ready, counted from when the binaries are found:
@@ -44,6 +62,7 @@ impl Default for ControlPlaneOptions {
             controller_manager: false,
             scheduler: false,
             kwok: false,
+            kwok_server: false,
             install_crds: true,
             startup_timeout: Duration::from_secs(180),
         }
@@ -77,6 +96,8 @@ pub struct ControlPlane {
     /// Kubeconfig for the admin user (`system:masters`).
     pub kubeconfig: PathBuf,
     pub binaries: Binaries,
+    /// The port of kwok's kubelet-like server on 127.0.0.1, when it runs.
+    pub kwok_server_port: Option<u16>,
     processes: Vec<ManagedProcess>,
     keep_dir: bool,
 }
@@ -154,6 +175,7 @@ impl ControlPlane {
             ca_pem: pki.ca_cert.clone(),
             kubeconfig: kubeconfig.clone(),
             binaries: binaries.clone(),
+            kwok_server_port: None,
             processes: Vec::new(),
             keep_dir: std::env::var_os("RAYPIPE_TESTENV_KEEP").is_some(),
         };
@@ -179,31 +201,38 @@ impl ControlPlane {
             &p("etcd.log"),
         )?);
 
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            // Advertising loopback needs the endpoint reconciler off (it rejects loopback).
+            "--advertise-address=127.0.0.1".into(),
+            "--endpoint-reconciler-type=none".into(),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", d("certs")),
+            format!("--tls-cert-file={}", d("apiserver.crt")),
+            format!("--tls-private-key-file={}", d("apiserver.key")),
+            format!("--client-ca-file={}", d("ca.crt")),
+            format!("--token-auth-file={}", d("tokens.csv")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", d("sa.pub")),
+            format!("--service-account-signing-key-file={}", d("sa.key")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            // Pods may be created right after their namespace, before any default SA exists.
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--v=1".into(),
+        ];
+        let kwok_server = options.kwok && options.kwok_server;
+        if kwok_server {
+            // kwok's Node also reports its name as a Hostname address, which nothing resolves:
+            // the API server must dial the kubelet (kwok's server) at the InternalIP, 127.0.0.1.
+            apiserver_args.push("--kubelet-preferred-address-types=InternalIP".into());
+        }
         plane.processes.push(ManagedProcess::start(
             "kube-apiserver",
             &binaries.kube_apiserver,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                // Advertising loopback needs the endpoint reconciler off (it rejects loopback).
-                "--advertise-address=127.0.0.1".into(),
-                "--endpoint-reconciler-type=none".into(),
-                format!("--secure-port={api_port}"),
-                format!("--cert-dir={}", d("certs")),
-                format!("--tls-cert-file={}", d("apiserver.crt")),
-                format!("--tls-private-key-file={}", d("apiserver.key")),
-                format!("--client-ca-file={}", d("ca.crt")),
-                format!("--token-auth-file={}", d("tokens.csv")),
-                "--authorization-mode=RBAC".into(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", d("sa.pub")),
-                format!("--service-account-signing-key-file={}", d("sa.key")),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--allow-privileged=true".into(),
-                // Pods may be created right after their namespace, before any default SA exists.
-                "--disable-admission-plugins=ServiceAccount".into(),
-                "--v=1".into(),
-            ],
+            &apiserver_args,
             &p("kube-apiserver.log"),
         )?);
 
@@ -271,6 +300,23 @@ impl ControlPlane {
                     .iter()
                     .map(|f| format!("--config={}", f.display())),
             );
+            if kwok_server {
+                // kwok watches the objects of the kinds it serves as CRDs from its start.
+                install_crds(&client, &kwok_server_crds()?, options.startup_timeout).await?;
+                let port = free_port()?;
+                let kinds: Vec<&str> = KWOK_SERVER_CRDS.iter().map(|(kind, _)| *kind).collect();
+                args.extend([
+                    format!("--server-address=127.0.0.1:{port}"),
+                    // The Node's kubelet endpoint (`status.daemonEndpoints`) the API server dials.
+                    format!("--node-port={port}"),
+                    // Signed by the plane's CA for 127.0.0.1; the API server, started without
+                    // `--kubelet-certificate-authority`, does not verify it anyway.
+                    format!("--tls-cert-file={}", d("apiserver.crt")),
+                    format!("--tls-private-key-file={}", d("apiserver.key")),
+                    format!("--enable-crds={}", kinds.join(",")),
+                ]);
+                plane.kwok_server_port = Some(port);
+            }
             plane
                 .processes
                 .push(ManagedProcess::start("kwok", kwok, &args, &p("kwok.log"))?);
@@ -437,6 +483,51 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The CRDs of the kwok kinds in [`KWOK_SERVER_CRDS`], read from kwok's Go module (the one
+/// `provision.sh` builds kwok from): `go mod download` finds it in the module cache, or fetches
+/// it through the Go module proxy when the binaries came from elsewhere.
+pub fn kwok_server_crds() -> Result<Vec<CustomResourceDefinition>, DevEnvError> {
+    let module = format!("sigs.k8s.io/kwok@v{}", super::binaries::KWOK_VERSION);
+    let output = std::process::Command::new("go")
+        .args(["mod", "download", "-json", &module])
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "")
+        // Outside any Go module, whatever directory the caller runs in.
+        .current_dir(std::env::temp_dir())
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| DevEnvError::Spawn("go mod download".into(), e.to_string()))?;
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let dir = match info.get("Dir").and_then(|dir| dir.as_str()) {
+        Some(dir) if output.status.success() => PathBuf::from(dir),
+        _ => {
+            return Err(DevEnvError::Provision(format!(
+                "go mod download {module} ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout).trim()
+            )));
+        }
+    };
+    let bases = dir.join("kustomize").join("crd").join("bases");
+    let mut crds = Vec::new();
+    for (kind, file) in KWOK_SERVER_CRDS {
+        let path = bases.join(file);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| DevEnvError::Io(format!("read {}", path.display()), e))?;
+        let invalid = |e: String| {
+            DevEnvError::Provision(format!("{}: not the CRD of {kind}: {e}", path.display()))
+        };
+        let doc = crate::api::yaml::documents(&text)
+            .map_err(|e| invalid(e.to_string()))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| invalid("empty".into()))?;
+        crds.push(serde_json::from_value(doc).map_err(|e| invalid(e.to_string()))?);
+    }
+    Ok(crds)
 }
 
 /// A fake Node named `name` for kwok to run Pods on (1k CPUs, 1 TiB, 1M Pods from kwok's

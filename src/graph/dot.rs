@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use super::predicate::Text;
-use super::proto::{EdgeMode, JoinMode, PipelineGraph, node};
+use super::proto::{Edge, EdgeMode, JoinMode, Node, PipelineGraph, node};
 
 /// Escapes text for a double-quoted DOT string.
 fn quote(text: &str) -> String {
@@ -22,6 +22,99 @@ fn quote(text: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// A node's Graphviz shape and a short description of its kind (shared with `draw`).
+pub(crate) fn kind_of(node: &Node) -> (&'static str, String) {
+    match &node.kind {
+        None => ("octagon", "no kind".to_string()),
+        Some(node::Kind::Input(_)) => ("cds", "ingress".to_string()),
+        Some(node::Kind::Output(_)) => ("doubleoctagon", "output".to_string()),
+        Some(node::Kind::Model(model)) => ("box", model.import_path.clone()),
+        Some(node::Kind::Switch(_)) => ("diamond", "switch".to_string()),
+        Some(node::Kind::Split(split)) if split.sticky_key.is_empty() => {
+            ("trapezium", "split".to_string())
+        }
+        Some(node::Kind::Split(split)) => {
+            ("trapezium", format!("split, sticky {}", split.sticky_key))
+        }
+    }
+}
+
+/// What edge labels say (guards, switch defaults, split weights as shares, data selection),
+/// and which edges touch a node that does not exist; shared with `draw` so both drawings
+/// agree.
+pub(crate) struct EdgeLabels<'a> {
+    known: HashMap<&'a str, &'a node::Kind>,
+    split_totals: HashMap<&'a str, u64>,
+}
+
+impl<'a> EdgeLabels<'a> {
+    pub(crate) fn new(graph: &'a PipelineGraph) -> Self {
+        let mut known: HashMap<&str, &node::Kind> = HashMap::new();
+        for node in &graph.nodes {
+            if let Some(kind) = &node.kind {
+                known.insert(node.name.as_str(), kind);
+            }
+        }
+        // Split weights as shares of their split's total.
+        let mut split_totals: HashMap<&str, u64> = HashMap::new();
+        for edge in &graph.edges {
+            if let Some(weight) = edge.weight {
+                *split_totals.entry(edge.source.as_str()).or_default() += u64::from(weight);
+            }
+        }
+        EdgeLabels {
+            known,
+            split_totals,
+        }
+    }
+
+    /// An end of the edge names no node with a kind (drawn red).
+    pub(crate) fn is_dangling(&self, edge: &Edge) -> bool {
+        !self.known.contains_key(edge.source.as_str())
+            || !self.known.contains_key(edge.target.as_str())
+    }
+
+    /// The label lines of an edge (none for a plain DATA edge).
+    pub(crate) fn parts(&self, edge: &Edge) -> Vec<String> {
+        let mut parts = Vec::new();
+        if let Some(when) = &edge.when {
+            parts.push(format!("when {}", Text(when)));
+        }
+        let from_switch = matches!(
+            self.known.get(edge.source.as_str()),
+            Some(node::Kind::Switch(_))
+        );
+        if from_switch && edge.when.is_none() {
+            parts.push("default".to_string());
+        }
+        if let Some(weight) = edge.weight {
+            let total = self
+                .split_totals
+                .get(edge.source.as_str())
+                .copied()
+                .unwrap_or(0);
+            if total > 0 {
+                parts.push(format!(
+                    "{weight} ({:.0}%)",
+                    100.0 * f64::from(weight) / total as f64
+                ));
+            } else {
+                parts.push(format!("weight {weight}"));
+            }
+        }
+        if !edge.select.is_empty() {
+            parts.push(format!("select {}", edge.select));
+        }
+        if let Some(tensors) = &edge.tensors {
+            parts.push(format!("tensors {}", tensors.names.join(",")));
+        }
+        if !edge.into.is_empty() {
+            parts.push(format!("into {}", edge.into));
+        }
+        parts
+    }
 }
 
 /// The graph as a DOT digraph (left to right, shapes by node kind, edge labels for guards,
@@ -58,24 +151,9 @@ pub fn to_dot_fused(graph: &PipelineGraph, fused: Option<FusedInto<'_>>) -> Stri
         );
     }
 
-    let mut known: HashMap<&str, &node::Kind> = HashMap::new();
+    let labels = EdgeLabels::new(graph);
     for node in &graph.nodes {
-        let (shape, detail) = match &node.kind {
-            None => ("octagon", "no kind".to_string()),
-            Some(node::Kind::Input(_)) => ("cds", "ingress".to_string()),
-            Some(node::Kind::Output(_)) => ("doubleoctagon", "output".to_string()),
-            Some(node::Kind::Model(model)) => ("box", model.import_path.clone()),
-            Some(node::Kind::Switch(_)) => ("diamond", "switch".to_string()),
-            Some(node::Kind::Split(split)) if split.sticky_key.is_empty() => {
-                ("trapezium", "split".to_string())
-            }
-            Some(node::Kind::Split(split)) => {
-                ("trapezium", format!("split, sticky {}", split.sticky_key))
-            }
-        };
-        if let Some(kind) = &node.kind {
-            known.insert(node.name.as_str(), kind);
-        }
+        let (shape, detail) = kind_of(node);
         let mut label = format!("{}\n{detail}", node.name);
         if node.join == JoinMode::Any as i32 {
             label.push_str("\njoin: ANY");
@@ -109,43 +187,8 @@ pub fn to_dot_fused(graph: &PipelineGraph, fused: Option<FusedInto<'_>>) -> Stri
         let _ = writeln!(out, "  }}");
     }
 
-    // Split weights as shares of their split's total.
-    let mut split_totals: HashMap<&str, u64> = HashMap::new();
     for edge in &graph.edges {
-        if let Some(weight) = edge.weight {
-            *split_totals.entry(edge.source.as_str()).or_default() += u64::from(weight);
-        }
-    }
-
-    for edge in &graph.edges {
-        let mut parts = Vec::new();
-        if let Some(when) = &edge.when {
-            parts.push(format!("when {}", Text(when)));
-        }
-        let from_switch = matches!(known.get(edge.source.as_str()), Some(node::Kind::Switch(_)));
-        if from_switch && edge.when.is_none() {
-            parts.push("default".to_string());
-        }
-        if let Some(weight) = edge.weight {
-            let total = split_totals.get(edge.source.as_str()).copied().unwrap_or(0);
-            if total > 0 {
-                parts.push(format!(
-                    "{weight} ({:.0}%)",
-                    100.0 * f64::from(weight) / total as f64
-                ));
-            } else {
-                parts.push(format!("weight {weight}"));
-            }
-        }
-        if !edge.select.is_empty() {
-            parts.push(format!("select {}", edge.select));
-        }
-        if let Some(tensors) = &edge.tensors {
-            parts.push(format!("tensors {}", tensors.names.join(",")));
-        }
-        if !edge.into.is_empty() {
-            parts.push(format!("into {}", edge.into));
-        }
+        let parts = labels.parts(edge);
         let mut attributes = Vec::new();
         if !parts.is_empty() {
             attributes.push(format!("label={}", quote(&parts.join("\n"))));
@@ -160,7 +203,7 @@ pub fn to_dot_fused(graph: &PipelineGraph, fused: Option<FusedInto<'_>>) -> Stri
         if !styles.is_empty() {
             attributes.push(format!("style={}", quote(&styles.join(","))));
         }
-        if !known.contains_key(edge.source.as_str()) || !known.contains_key(edge.target.as_str()) {
+        if labels.is_dangling(edge) {
             attributes.push("color=red".to_string());
         }
         let attributes = if attributes.is_empty() {

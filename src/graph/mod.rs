@@ -23,6 +23,7 @@ pub mod proto {
 pub(crate) mod depth;
 pub mod diff;
 pub mod dot;
+pub mod draw;
 mod errors;
 pub mod options;
 pub mod pointer;

@@ -85,6 +85,89 @@ async fn start_urgent_work(client: &kube::Client, ns: &str) {
         .expect("create the urgent cluster");
 }
 
+/// What Kueue and the controllers hold in `ns`, for a failure message: each Workload with its
+/// priority and conditions, the RayServices' suspend, each RayCluster's suspend and Pods.
+async fn queue_state(client: &kube::Client, ns: &str) -> String {
+    let mut out = String::new();
+    let workloads = kueue::workload_api(client, ns)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    for w in workloads {
+        let conditions: Vec<String> = w.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                format!(
+                    "{}={} ({}: {})",
+                    c["type"], c["status"], c["reason"], c["message"]
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "Workload {} owner {} priority {} {}: {}\n",
+            w.name_any(),
+            w.metadata
+                .owner_references
+                .as_ref()
+                .and_then(|o| o.first())
+                .map(|o| format!("{}/{}", o.kind, o.name))
+                .unwrap_or_default(),
+            w.data["spec"]["priorityClassName"],
+            w.data["spec"]["priority"],
+            conditions.join("; ")
+        ));
+    }
+    let services = Api::<raypipe::api::rayservice::RayService>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    for rs in services {
+        out.push_str(&format!(
+            "RayService {} suspend {:?} labels {:?} status {:?} conditions {:?}\n",
+            rs.name_any(),
+            rs.spec.ray_cluster_config.suspend,
+            rs.labels(),
+            rs.status.as_ref().map(|s| (
+                &s.service_status,
+                s.active_service_status
+                    .as_ref()
+                    .map(|a| &a.ray_cluster_name),
+                s.pending_service_status
+                    .as_ref()
+                    .map(|a| &a.ray_cluster_name)
+            )),
+            rs.status.as_ref().map(|s| s
+                .conditions
+                .iter()
+                .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+                .collect::<Vec<_>>())
+        ));
+    }
+    for c in clusters_of(client, ns).await {
+        let pods = pods_of(client, ns, &c.name_any()).await;
+        out.push_str(&format!(
+            "RayCluster {} suspend {:?} pods {pods} labels {:?} written by {:?}\n",
+            c.name_any(),
+            c.spec.suspend,
+            c.labels(),
+            c.managed_fields()
+                .iter()
+                .map(|f| format!(
+                    "{:?} {:?} {:?}",
+                    f.manager,
+                    f.operation,
+                    f.time.as_ref().map(|t| t.0)
+                ))
+                .collect::<Vec<_>>()
+        ));
+    }
+    out
+}
+
 /// Waits until the pipeline's `Admitted` condition satisfies `accept`; returns the pipeline.
 async fn admitted_where(
     e2e: &E2e,
@@ -374,18 +457,30 @@ async fn a_queued_rayservice_is_admitted_as_a_whole_and_its_cluster_follows_kueu
     let cluster_where = |what: &'static str, accept: fn(&RayCluster, usize) -> bool| {
         let (client, ns) = (client.clone(), ns.clone());
         async move {
-            eventually(WAIT, what, || {
-                let (client, ns) = (&client, &ns);
-                async move {
-                    let cluster = clusters_of(client, ns)
-                        .await
-                        .into_iter()
-                        .find(|c| c.name_any().starts_with("echo-"))?;
-                    let pods = pods_of(client, ns, &cluster.name_any()).await;
-                    accept(&cluster, pods).then_some(cluster.name_any())
-                }
-            })
-            .await
+            // Waits without `eventually`'s panic, so a timeout can say what Kueue and the
+            // controllers left behind.
+            let waited = tokio::time::timeout(
+                WAIT,
+                eventually(WAIT * 2, what, || {
+                    let (client, ns) = (&client, &ns);
+                    async move {
+                        let cluster = clusters_of(client, ns)
+                            .await
+                            .into_iter()
+                            .find(|c| c.name_any().starts_with("echo-"))?;
+                        let pods = pods_of(client, ns, &cluster.name_any()).await;
+                        accept(&cluster, pods).then_some(cluster.name_any())
+                    }
+                }),
+            )
+            .await;
+            match waited {
+                Ok(name) => name,
+                Err(_) => panic!(
+                    "timed out after {WAIT:?} waiting for {what}:\n{}",
+                    queue_state(&client, &ns).await
+                ),
+            }
         }
     };
     // Admitted: the cluster made before admission (suspended) is resumed.
@@ -398,6 +493,16 @@ async fn a_queued_rayservice_is_admitted_as_a_whole_and_its_cluster_follows_kueu
         .await
         .expect("the RayService's Workload");
     assert!(condition_is(&workload, "Admitted", "True"), "{workload}");
+    // Serving from that cluster (it is the active one) before anything preempts it.
+    eventually(WAIT, "the RayService serving from its cluster", || {
+        let (services, name) = (&services, &name);
+        async move {
+            let rs = services.get("echo").await.ok()?;
+            let active = rs.status?.active_service_status?.ray_cluster_name?;
+            (active == *name).then_some(())
+        }
+    })
+    .await;
 
     // Preempted by higher-priority work: the cluster follows, its Pods go.
     start_urgent_work(&client, &ns).await;

@@ -367,7 +367,52 @@ async fn canary_rollouts_promote_good_versions_and_roll_back_bad_ones_with_no_fa
     let (b, a) = (before.canary.unwrap(), after.canary.unwrap());
     assert_eq!(a.started_at, b.started_at, "the rollout was not restarted");
     assert!(a.step >= b.step);
-    outcome(&e2e, &resumed, "Promoted", Instant::now()).await;
+    // Steered with `kubectl raypipe`: paused, it holds its step past the step's 8 s; promoted
+    // by command, it skips what is left. Every verb ran as the plugin binary.
+    let ns = e2e.namespace.clone();
+    let paused = crate::plugin::kubectl_raypipe(&ns, &["rollout", "pause", PIPELINE]).await;
+    assert!(paused.ok, "{paused:?}");
+    let held = eventually(e2e::WAIT, "the canary held", || {
+        let pipelines = e2e.pipelines.clone();
+        async move {
+            let canary = rollout_of(&pipelines.get(PIPELINE).await.ok()?)?.canary?;
+            canary.paused_at.is_some().then_some(canary)
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let still = rollout_of(&e2e.pipeline().await).unwrap().canary.unwrap();
+    assert_eq!((still.step, still.weight), (held.step, held.weight), "held");
+    let status = crate::plugin::kubectl_raypipe(
+        &ns,
+        &["rollout", "status", PIPELINE, "--watch=false", "-o", "json"],
+    )
+    .await
+    .json();
+    assert_eq!(status["canary"]["paused"], true);
+    assert_eq!(status["canary"]["digest"], digest(&resumed));
+    let drawn = crate::plugin::kubectl_raypipe(
+        &ns,
+        &["graph", PIPELINE, "--version", "canary", "-o", "json"],
+    )
+    .await
+    .json();
+    assert!(
+        drawn["nodeStatus"]
+            .as_object()
+            .is_some_and(|s| s.values().any(|v| v == "HEALTHY")),
+        "Serve's node statuses: {drawn}"
+    );
+    let promoted = crate::plugin::kubectl_raypipe(&ns, &["rollout", "promote", PIPELINE]).await;
+    assert!(promoted.ok, "{promoted:?}");
+    let (by_command, _) = outcome(&e2e, &resumed, "Promoted", Instant::now()).await;
+    assert_eq!(by_command.reason, "PromotedByCommand", "{by_command:?}");
+    let resumed_ok = crate::plugin::kubectl_raypipe(&ns, &["rollout", "resume", PIPELINE]).await;
+    assert!(resumed_ok.ok, "{resumed_ok:?}");
+    let done =
+        crate::plugin::kubectl_raypipe(&ns, &["rollout", "status", PIPELINE, "--timeout", "60s"])
+            .await;
+    assert!(done.ok, "a promoted rollout is done: {done:?}");
 
     let (ok, failed) = client.stop().await;
     let (ok2, failed2) = second_client.stop().await;

@@ -60,7 +60,8 @@ and Events.
 {{- if has "servepipeline" $c }}
 - apiGroups: [raypipe.dev]
   resources: [servepipelines]
-  verbs: [get, list, watch]
+  # patch: removing a rollout command (annotation) once it is carried out.
+  verbs: [get, list, watch, patch]
 - apiGroups: [raypipe.dev]
   resources: [servepipelines/status]
   verbs: [get, patch, update]

@@ -711,6 +711,17 @@ mod tests {
             panic!("one in-place update expected");
         };
         assert_eq!(built.as_ref().expect("builds").spec.suspend, Some(true));
+        // Preempted before its first cluster took traffic (still pending): suspended too.
+        let first = desired(
+            &svc,
+            &status(None, Some("svc-old")),
+            &running,
+            &BuildOptions::default(),
+        );
+        let [(_, built)] = &first.update_in_place[..] else {
+            panic!("one in-place update of the pending cluster expected");
+        };
+        assert_eq!(built.as_ref().expect("builds").spec.suspend, Some(true));
         // Without a queue label the cluster's own suspend is left alone (KubeRay's rule).
         svc.labels_mut().remove(kueue::QUEUE_NAME_LABEL);
         let plain = desired(

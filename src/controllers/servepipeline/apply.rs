@@ -103,3 +103,45 @@ async fn write(
         }
     }
 }
+
+/// Removes the rollout command the pass acted on (or found not to apply), after its effect is
+/// in the status. Only that command goes: the annotation is read fresh and the removal is
+/// conditional on that read's resourceVersion, so a command written meanwhile stays for the
+/// next pass. A failure is only logged: the next pass finds the command carried out and drops
+/// it silently.
+pub(super) async fn consume_rollout_command(pipeline: &ServePipeline, ctx: &Context) {
+    use crate::api::servepipeline::ROLLOUT_COMMAND_ANNOTATION;
+    let Some(seen) = pipeline.annotations().get(ROLLOUT_COMMAND_ANNOTATION) else {
+        return;
+    };
+    let api: Api<ServePipeline> = Api::namespaced(
+        ctx.client.clone(),
+        &pipeline.namespace().unwrap_or_default(),
+    );
+    let name = pipeline.name_any();
+    let fresh = match api.get_metadata_opt(&name).await {
+        Ok(Some(fresh)) => fresh,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the pipeline to remove its rollout command");
+            return;
+        }
+    };
+    if fresh.annotations().get(ROLLOUT_COMMAND_ANNOTATION) != Some(seen) {
+        return;
+    }
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": fresh.resource_version(),
+        "annotations": {ROLLOUT_COMMAND_ANNOTATION: null},
+    }});
+    if let Err(e) = api
+        .patch_metadata(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        tracing::info!(error = %e, "the rollout command stays for the next pass");
+    }
+}

@@ -17,7 +17,9 @@ use super::memory::GoodGraph;
 use super::rollout::{self, Announcement, Inputs, Newest, Policy};
 use super::shared;
 use crate::api::rayservice::RayService;
-use crate::api::servepipeline::{RolloutStatus, ServePipeline, condition_types};
+use crate::api::servepipeline::{
+    ROLLOUT_COMMAND_ANNOTATION, RolloutCommand, RolloutStatus, ServePipeline, condition_types,
+};
 use crate::k8s::K8sError;
 use crate::serve::ServeConfig;
 use crate::serve::rollout::{
@@ -57,6 +59,32 @@ pub(super) struct CanaryPlan {
     pub events: Vec<Announcement>,
     /// A rollout this step ended, counted once the RayService carries the outcome.
     pub ended: Option<(&'static str, String)>,
+    /// The pipeline's rollout command was acted on or refused: its annotation can go.
+    pub command_consumed: bool,
+}
+
+/// The pipeline's rollout command: parsed, or a Warning naming what is wrong with it (such a
+/// command is consumed: it can never apply).
+pub(super) fn rollout_command(
+    pipeline: &ServePipeline,
+) -> (Option<RolloutCommand>, Option<Announcement>) {
+    let Some(text) = pipeline.annotations().get(ROLLOUT_COMMAND_ANNOTATION) else {
+        return (None, None);
+    };
+    match RolloutCommand::parse(text) {
+        Ok(command) => (Some(command), None),
+        Err(problem) => (
+            None,
+            Some(Announcement {
+                warning: true,
+                reason: "RolloutCommandInvalid",
+                message: format!(
+                    "annotation {ROLLOUT_COMMAND_ANNOTATION} {:?}: {problem}",
+                    crate::k8s::truncate(text, 100)
+                ),
+            }),
+        ),
+    }
 }
 
 /// The route of the pipeline's router: the newest graph's (as rendering decides it), else the
@@ -224,6 +252,7 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
                 active: false,
                 events: Vec::new(),
                 ended: None,
+                command_consumed: false,
             });
         }
     };
@@ -247,6 +276,7 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
                 .filter_map(|n| Some((n.application["name"].as_str()?, &n.application))),
         );
     shared::fold_node_statuses(&mut serve, versions);
+    let (command, invalid_command) = rollout_command(pipeline);
     let decision = rollout::decide(&Inputs {
         policy: inputs.policy,
         previous: previous.as_ref(),
@@ -258,6 +288,13 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
         serve: &serve,
         stats: inputs.stats,
         suspended: pipeline.spec.suspend.unwrap_or(false),
+        paused: pipeline
+            .spec
+            .rollout
+            .as_ref()
+            .and_then(|r| r.paused)
+            .unwrap_or(false),
+        command: command.as_ref(),
         now: inputs.now,
     });
     let mut rendered_nodes = rendered.nodes;
@@ -325,13 +362,16 @@ pub(super) fn plan(inputs: &CanaryInputs<'_>) -> Result<CanaryPlan, K8sError> {
             transient: true,
         },
     };
+    let mut events = decision.events;
+    events.extend(invalid_command.clone());
     Ok(CanaryPlan {
         desired,
         ended: rollout::newly_ended(previous.as_ref(), &decision.status),
         rollout_if_refused: previous.unwrap_or_else(|| decision.status.clone()),
         rollout: decision.status,
         active: decision.active || !starting.is_empty(),
-        events: decision.events,
+        events,
+        command_consumed: decision.command_consumed || invalid_command.is_some(),
     })
 }
 

@@ -50,6 +50,8 @@ use context::Context;
 pub use error::Error;
 use fetches::FetchQueue;
 pub use fetches::FetchSlots;
+/// How a promoted rollout is recorded in `status.rollout.last.result`.
+pub use rollout::results::PROMOTED as ROLLOUT_PROMOTED;
 
 /// The controller's name in metrics.
 const METRICS_NAME: &str = "servepipeline";

@@ -65,7 +65,23 @@ impl Strategy {
         owned: bool,
     ) -> Result<(Desired, RolloutPlan), K8sError> {
         match self {
-            Strategy::Immediate => immediate(inputs, problem),
+            Strategy::Immediate => {
+                let (desired, mut rollout) = immediate(inputs, problem)?;
+                // A command acts on canaries only: said once, then dropped.
+                if inputs
+                    .pipeline
+                    .annotations()
+                    .contains_key(crate::api::servepipeline::ROLLOUT_COMMAND_ANNOTATION)
+                {
+                    rollout.events.push(Announcement {
+                        warning: true,
+                        reason: "RolloutCommandIgnored",
+                        message: "the pipeline's rollout strategy is Immediate; rollout commands act on canaries".to_owned(),
+                    });
+                    rollout.command_consumed = true;
+                }
+                Ok((desired, rollout))
+            }
             Strategy::Canary => canary_step(inputs, problem, owned),
         }
     }
@@ -84,6 +100,8 @@ pub(super) struct RolloutPlan {
     pub events: Vec<Announcement>,
     /// A rollout this step ended: (result, key), counted once the RayService carries it.
     pub ended: Option<(&'static str, String)>,
+    /// The pipeline's rollout command was acted on or refused.
+    pub command_consumed: bool,
     /// The write only stages the newest graph (Immediate, shared nodes: its new nodes start
     /// while the previous wiring serves): not announced as applied yet.
     pub staging: bool,
@@ -277,6 +295,7 @@ fn canary_step(
         active: step.active,
         events: step.events,
         ended: step.ended,
+        command_consumed: step.command_consumed,
         staging: false,
     };
     Ok((step.desired, rollout))
@@ -292,6 +311,8 @@ pub(super) struct Settled {
     pub newly_applied: Option<GoodGraph>,
     pub rollout_active: bool,
     pub rollout_ended: Option<(&'static str, String)>,
+    /// The rollout command is done with (its effect, if any, is in `status`): remove it.
+    pub command_consumed: bool,
     /// What the pipeline's memory keeps (the announced problem is the status stage's).
     pub memory: MemoryUpdate,
 }
@@ -312,6 +333,7 @@ impl Plan {
         let staging = rollout.staging;
         let wrote = matches!(desired, Desired::Write(_));
         let (mut rollout_status, mut rollout_active) = (rollout.status, rollout.active);
+        let mut command_consumed = rollout.command_consumed;
         let mut rollout_ended = None;
         let mut newly_applied = false;
         match applied {
@@ -334,6 +356,8 @@ impl Plan {
                 if canary && wrote {
                     rollout_status = rollout.if_refused;
                     rollout_active = true;
+                    // The command's effect was not written: it is carried out again.
+                    command_consumed = false;
                 }
             }
         }
@@ -372,6 +396,7 @@ impl Plan {
             transient,
             rollout_active,
             rollout_ended,
+            command_consumed,
             memory,
         }
     }

@@ -152,6 +152,9 @@ impl Stages<ServePipeline> for Context {
     ) -> Result<Action, Error> {
         let Passed(mut settled) = passed?;
         let pipeline = &*seen.pipeline;
+        if settled.command_consumed {
+            apply::consume_rollout_command(pipeline, self).await;
+        }
         let announced = seen
             .observed
             .previous

@@ -19,8 +19,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use crate::api::servepipeline::{
-    ApplicationStatus, CanaryStatus, GateReadings, RolloutOutcome, RolloutPolicy, RolloutStatus,
-    VersionStatus,
+    ApplicationStatus, CanaryStatus, GateReadings, RolloutCommand, RolloutOutcome, RolloutPolicy,
+    RolloutStatus, RolloutVerb, VersionStatus,
 };
 use crate::serve::rollout::{
     CanaryTarget, RouteTarget, RouterConfig, RouterStats, SIGNIFICANT_SHIFT_Z, VersionCounters,
@@ -53,6 +53,8 @@ pub mod reasons {
     pub const REVERTED: &str = "Reverted";
     pub const SUPERSEDED: &str = "Superseded";
     pub const SUSPENDED: &str = "Suspended";
+    pub const PROMOTED_BY_COMMAND: &str = "PromotedByCommand";
+    pub const ABORTED_BY_COMMAND: &str = "AbortedByCommand";
 }
 
 /// A rollout that `next` records as ended and `previous` did not: its result, one of the fixed
@@ -187,6 +189,10 @@ pub struct Inputs<'a> {
     /// The routers' counters, when they could be read.
     pub stats: Option<&'a RouterStats>,
     pub suspended: bool,
+    /// `rollout.paused`: the canary holds its step and its clocks stand still.
+    pub paused: bool,
+    /// The pipeline's rollout command, when its annotation parses.
+    pub command: Option<&'a RolloutCommand>,
     pub now: &'a Time,
 }
 
@@ -211,6 +217,8 @@ pub struct Decision {
     /// A version the config needs cannot be produced (its application is gone and its graph
     /// is not in memory); the RayService is then left as it is.
     pub missing: Option<String>,
+    /// The command was acted on, or found not to apply: its annotation can go.
+    pub command_consumed: bool,
 }
 
 fn elapsed(now: &Time, since: &Time) -> Duration {
@@ -218,12 +226,7 @@ fn elapsed(now: &Time, since: &Time) -> Duration {
 }
 
 fn short(digest: &str) -> String {
-    digest
-        .strip_prefix("sha256:")
-        .unwrap_or(digest)
-        .chars()
-        .take(12)
-        .collect()
+    crate::api::servepipeline::short_digest(digest)
 }
 
 /// `<n+1>.<short digest>.<step>`: a new generation restarts the routers' counters.
@@ -381,18 +384,141 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         ..Default::default()
     });
     let mut events = Vec::new();
+    let mut consumed = false;
     finishing_step(&mut status, inputs);
+    if let Some(command) = inputs.command.filter(|c| c.verb == RolloutVerb::Retry) {
+        retry(&mut status, command, &mut events);
+        consumed = true;
+    }
     if let Some(canary) = status.canary.clone() {
-        progressing_step(&mut status, canary, inputs, &mut events);
+        let canary = held_or_released(canary, inputs, &mut events);
+        consumed |= progressing_step(&mut status, canary, inputs, &mut events);
     }
     if inputs.suspended {
         // Nothing serves while suspended: no version waits for routers to move on.
         status.retiring = None;
         status.retiring_since = None;
     }
+    if let Some(command) = inputs.command
+        && !consumed
+        && !waits_for_its_canary(&status, command)
+    {
+        ignored(&status, command, &mut events);
+        consumed = true;
+    }
     stable_step(&mut status, inputs, &mut events);
     status.phase = phase_of(&status).to_owned();
-    deployment(status, events, inputs)
+    let mut decision = deployment(status, events, inputs);
+    decision.command_consumed = consumed;
+    decision
+}
+
+/// A promote command waits while its canary's application starts (nothing to promote yet).
+fn waits_for_its_canary(status: &RolloutStatus, command: &RolloutCommand) -> bool {
+    command.verb == RolloutVerb::Promote
+        && status
+            .canary
+            .as_ref()
+            .is_some_and(|c| c.version.digest == command.digest)
+}
+
+/// `retry`: a digest remembered as failed may start a canary again.
+fn retry(status: &mut RolloutStatus, command: &RolloutCommand, events: &mut Vec<Announcement>) {
+    if !status.failed_digests.contains(&command.digest) {
+        ignored(status, command, events);
+        return;
+    }
+    status.failed_digests.retain(|d| d != &command.digest);
+    events.push(Announcement {
+        warning: false,
+        reason: "RolloutRetry",
+        message: format!(
+            "graph {} may be rolled out again (by command)",
+            command.digest
+        ),
+    });
+}
+
+/// A command that names no canary in progress: a Warning, unless it was already carried out
+/// (the annotation outlived the pass that acted on it).
+fn ignored(status: &RolloutStatus, command: &RolloutCommand, events: &mut Vec<Announcement>) {
+    let done = status.last.as_ref().is_some_and(|last| {
+        last.digest == command.digest
+            && match command.verb {
+                RolloutVerb::Promote => last.reason == reasons::PROMOTED_BY_COMMAND,
+                RolloutVerb::Abort => last.reason == reasons::ABORTED_BY_COMMAND,
+                RolloutVerb::Retry => false,
+            }
+    });
+    if done {
+        return;
+    }
+    let why = match command.verb {
+        RolloutVerb::Retry => "it is not remembered as rolled back or aborted".to_owned(),
+        _ => match &status.canary {
+            Some(c) => format!("the canary in progress is {}", c.version.digest),
+            None => "no canary is in progress".to_owned(),
+        },
+    };
+    events.push(Announcement {
+        warning: true,
+        reason: "RolloutCommandIgnored",
+        message: format!("{} {}: {why}", command.verb.as_str(), command.digest),
+    });
+}
+
+/// `rollout.paused`: the canary's clocks stop when it is paused and, when it is resumed, move
+/// on by the time it was held, so neither its step's pause nor the deadline counts the hold.
+fn held_or_released(
+    mut canary: CanaryStatus,
+    inputs: &Inputs<'_>,
+    events: &mut Vec<Announcement>,
+) -> CanaryStatus {
+    let label = label_of(&canary.version);
+    match (&canary.paused_at, inputs.paused) {
+        (None, true) => {
+            canary.paused_at = Some(inputs.now.clone());
+            events.push(Announcement {
+                warning: false,
+                reason: "RolloutPaused",
+                message: format!(
+                    "graph {label} holds at step {} of {} ({} %) while rollout.paused is true",
+                    canary.step, canary.steps, canary.weight
+                ),
+            });
+        }
+        (Some(since), false) => {
+            let held = elapsed(inputs.now, since);
+            let later = |t: &Time| {
+                Time(
+                    t.0.checked_add(jiff::SignedDuration::try_from(held).unwrap_or_default())
+                        .unwrap_or(t.0),
+                )
+            };
+            canary.started_at = later(&canary.started_at);
+            canary.step_started_at = later(&canary.step_started_at);
+            canary.paused_at = None;
+            events.push(Announcement {
+                warning: false,
+                reason: "RolloutResumed",
+                message: format!(
+                    "graph {label} goes on from step {} of {} after {} s held",
+                    canary.step,
+                    canary.steps,
+                    held.as_secs()
+                ),
+            });
+        }
+        _ => {}
+    }
+    canary
+}
+
+fn label_of(version: &VersionStatus) -> String {
+    version
+        .version
+        .clone()
+        .unwrap_or_else(|| short(&version.digest))
 }
 
 /// The phase a rollout status is in.
@@ -431,7 +557,7 @@ fn progressing_step(
     canary: CanaryStatus,
     inputs: &Inputs<'_>,
     events: &mut Vec<Announcement>,
-) {
+) -> bool {
     let newest = inputs.newest;
     let is_newest = |digest: &str| newest.is_some_and(|n| n.digest == digest);
     let stable_digest = status.stable.as_ref().map(|s| s.digest.clone());
@@ -459,11 +585,48 @@ fn progressing_step(
             message,
         })
     } else {
-        None
+        commanded_ending(&canary, inputs)
     };
+    let consumed = ending.as_ref().is_some_and(|e| {
+        matches!(
+            e.reason,
+            reasons::PROMOTED_BY_COMMAND | reasons::ABORTED_BY_COMMAND
+        )
+    });
     match ending {
         Some(ending) => end(status, &canary, ending, inputs.now, events),
         None => judged_step(status, canary, inputs, events),
+    }
+    consumed
+}
+
+/// The ending a promote or abort command for this canary asks for (promote only once the
+/// canary's application runs: before that it has nothing to answer with).
+fn commanded_ending(canary: &CanaryStatus, inputs: &Inputs<'_>) -> Option<Ending> {
+    let command = inputs
+        .command
+        .filter(|c| c.digest == canary.version.digest)?;
+    let at_step = format!("at step {} of {}", canary.step, canary.steps);
+    match command.verb {
+        RolloutVerb::Abort => Some(Ending {
+            result: results::ABORTED,
+            reason: reasons::ABORTED_BY_COMMAND,
+            node: None,
+            message: format!(
+                "aborted by command {at_step}; the digest is not rolled out again unless retried"
+            ),
+        }),
+        RolloutVerb::Promote
+            if canary.step > 0 || running(inputs.serve.get(&canary.version.application)) =>
+        {
+            Some(Ending {
+                result: results::PROMOTED,
+                reason: reasons::PROMOTED_BY_COMMAND,
+                node: None,
+                message: format!("promoted by command {at_step}"),
+            })
+        }
+        _ => None,
     }
 }
 
@@ -503,13 +666,16 @@ fn judged_step(
     events: &mut Vec<Announcement>,
 ) {
     let (policy, now) = (inputs.policy, inputs.now);
+    // A held canary's clocks stand at the moment it was paused.
+    let clock = canary.paused_at.clone().unwrap_or_else(|| now.clone());
+    let held = canary.paused_at.is_some();
     let readings = readings(inputs.stats, &status.generation, policy);
-    let over_deadline = elapsed(now, &canary.started_at) >= policy.progress_deadline;
+    let over_deadline = elapsed(&clock, &canary.started_at) >= policy.progress_deadline;
     let step_over = canary.step > 0
         && usize::try_from(canary.step - 1)
             .ok()
             .and_then(|i| policy.steps.get(i))
-            .is_none_or(|(_, pause)| elapsed(now, &canary.step_started_at) >= *pause);
+            .is_none_or(|(_, pause)| elapsed(&clock, &canary.step_started_at) >= *pause);
     let verdict = if canary.step == 0 {
         Verdict::NoEvidence
     } else {
@@ -528,6 +694,7 @@ fn judged_step(
             let ending = deadline_ending(&canary, &verdict, &readings, policy);
             end(status, &canary, ending, now, events);
         }
+        _ if held => status.canary = Some(canary),
         _ if canary.step == 0 => {
             if running(inputs.serve.get(&canary.version.application)) {
                 advance(status, &mut canary, policy, now, events);
@@ -612,7 +779,7 @@ fn end(
     };
     if promoted {
         status.stable = Some(canary.version.clone());
-    } else if result == results::ROLLED_BACK {
+    } else if result == results::ROLLED_BACK || reason == reasons::ABORTED_BY_COMMAND {
         remember_failed(status, &canary.version.digest);
     }
     status.canary = None;
@@ -713,6 +880,7 @@ fn stable_step(status: &mut RolloutStatus, inputs: &Inputs<'_>, events: &mut Vec
                 step_started_at: inputs.now.clone(),
                 readings: None,
                 plan: n.plan.clone(),
+                paused_at: None,
             });
             status.generation = next_generation(&status.generation, &n.digest, "0");
         }
@@ -773,6 +941,7 @@ fn deployment(status: RolloutStatus, events: Vec<Announcement>, inputs: &Inputs<
         applications,
         events,
         missing,
+        command_consumed: false,
     }
 }
 

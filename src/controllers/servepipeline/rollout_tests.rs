@@ -10,7 +10,8 @@ use super::{
     readings, reasons, results,
 };
 use crate::api::servepipeline::{
-    ApplicationStatus, NodeStatus, RolloutGates, RolloutPolicy, RolloutStatus, RolloutStep,
+    ApplicationStatus, NodeStatus, RolloutCommand, RolloutGates, RolloutPolicy, RolloutStatus,
+    RolloutStep, RolloutVerb,
 };
 use crate::serve::rollout::{RouterReplica, RouterStats, SIGNIFICANT_SHIFT_Z, VersionCounters};
 
@@ -59,6 +60,8 @@ struct World {
     serve: BTreeMap<String, ApplicationStatus>,
     stats: Option<RouterStats>,
     suspended: bool,
+    paused: bool,
+    command: Option<RolloutCommand>,
     stable_rendered: Option<Newest>,
 }
 
@@ -71,6 +74,8 @@ impl World {
             serve: BTreeMap::new(),
             stats: None,
             suspended: false,
+            paused: false,
+            command: None,
             stable_rendered: None,
         }
     }
@@ -89,6 +94,8 @@ impl World {
             serve: &self.serve,
             stats: self.stats.as_ref(),
             suspended: self.suspended,
+            paused: self.paused,
+            command: self.command.as_ref(),
             now: &now,
         });
         self.status = Some(decision.status.clone());
@@ -408,6 +415,176 @@ fn a_canary_without_traffic_is_not_promoted_and_the_deadline_rolls_it_back() {
         w.pass(21, Some(&newest(NEW))).status.canary.unwrap().step,
         2
     );
+}
+
+fn command(verb: RolloutVerb, digest: &str) -> Option<RolloutCommand> {
+    Some(RolloutCommand {
+        verb,
+        digest: digest.to_owned(),
+    })
+}
+
+#[test]
+fn a_paused_canary_holds_its_step_and_its_clocks_then_goes_on_where_it_stood() {
+    let mut w = canary_at_step_one();
+    w.paused = true;
+    w.traffic((20, 0, 0), (100, 0));
+    let d = w.pass(12, Some(&newest(NEW)));
+    assert_eq!(d.events[0].reason, "RolloutPaused");
+    let c = d.status.canary.clone().unwrap();
+    assert_eq!((c.step, c.weight), (1, 10));
+    assert_eq!(c.paused_at, Some(at(12)));
+    // Long past the step's pause and the 5 min deadline: held, neither advanced nor rolled back.
+    let d = w.pass(1_000, Some(&newest(NEW)));
+    assert!(d.events.is_empty(), "{:?}", d.events);
+    let c = d.status.canary.clone().unwrap();
+    assert_eq!((c.step, c.weight), (1, 10));
+    assert_eq!(
+        d.router.unwrap().canary.unwrap().weight,
+        10.0,
+        "still takes its share"
+    );
+    // Resumed: the 989 s held are added to its clocks; 2 s of the step's 10 s had passed.
+    w.paused = false;
+    let d = w.pass(1_001, Some(&newest(NEW)));
+    assert_eq!(d.events[0].reason, "RolloutResumed");
+    let c = d.status.canary.clone().unwrap();
+    assert_eq!(c.paused_at, None);
+    assert_eq!(c.step_started_at, at(10 + 989));
+    assert_eq!(c.started_at, at(1 + 989));
+    assert_eq!(
+        w.pass(1_008, Some(&newest(NEW)))
+            .status
+            .canary
+            .unwrap()
+            .step,
+        1
+    );
+    let d = w.pass(1_009, Some(&newest(NEW)));
+    assert_eq!(d.status.canary.unwrap().step, 2, "the rest of the step ran");
+}
+
+#[test]
+fn a_paused_canary_with_failing_gates_is_still_rolled_back() {
+    let mut w = canary_at_step_one();
+    w.paused = true;
+    w.pass(11, Some(&newest(NEW)));
+    w.traffic((20, 10, 0), (100, 0));
+    let d = w.pass(12, Some(&newest(NEW)));
+    assert!(d.status.canary.is_none());
+    assert_eq!(d.status.last.unwrap().reason, reasons::ERROR_RATE);
+}
+
+#[test]
+fn a_new_graph_while_paused_starts_its_canary_but_takes_no_traffic() {
+    let mut w = serving_old();
+    w.paused = true;
+    w.pass(1, Some(&newest(NEW)));
+    w.set_serve("pipe--bbbbbbbbbbbb", "RUNNING");
+    let d = w.pass(10, Some(&newest(NEW)));
+    let c = d.status.canary.unwrap();
+    assert_eq!((c.step, c.weight), (0, 0));
+    assert!(c.paused_at.is_some());
+}
+
+#[test]
+fn promote_by_command_skips_the_remaining_steps_once_the_canary_runs() {
+    // At step 0 and still deploying: the command waits (not consumed).
+    let mut w = serving_old();
+    w.pass(1, Some(&newest(NEW)));
+    w.set_serve("pipe--bbbbbbbbbbbb", "DEPLOYING");
+    w.command = command(RolloutVerb::Promote, NEW);
+    let d = w.pass(2, Some(&newest(NEW)));
+    assert!(!d.command_consumed);
+    assert_eq!(d.status.canary.unwrap().step, 0);
+    w.set_serve("pipe--bbbbbbbbbbbb", "RUNNING");
+    let d = w.pass(3, Some(&newest(NEW)));
+    assert!(d.command_consumed);
+    assert!(d.status.canary.is_none());
+    assert_eq!(d.status.stable.as_ref().unwrap().digest, NEW);
+    let last = d.status.last.clone().unwrap();
+    assert_eq!(
+        (last.result.as_str(), last.reason.as_str()),
+        (results::PROMOTED, reasons::PROMOTED_BY_COMMAND)
+    );
+    assert_eq!(d.events[0].reason, "RolloutPromoted");
+    // The annotation outlives the pass (a cached copy): dropped without a word.
+    let d = w.pass(4, Some(&newest(NEW)));
+    assert!(d.command_consumed);
+    assert!(d.events.is_empty(), "{:?}", d.events);
+    // Paused does not stop an explicit promote.
+    let mut w = canary_at_step_one();
+    w.paused = true;
+    w.command = command(RolloutVerb::Promote, NEW);
+    let d = w.pass(11, Some(&newest(NEW)));
+    assert_eq!(d.status.stable.unwrap().digest, NEW);
+}
+
+#[test]
+fn abort_by_command_remembers_the_digest_until_retried() {
+    let mut w = canary_at_step_one();
+    w.command = command(RolloutVerb::Abort, NEW);
+    let d = w.pass(11, Some(&newest(NEW)));
+    assert!(d.command_consumed);
+    assert!(d.status.canary.is_none());
+    assert_eq!(d.status.stable.as_ref().unwrap().digest, OLD);
+    let last = d.status.last.clone().unwrap();
+    assert_eq!(
+        (last.result.as_str(), last.reason.as_str()),
+        (results::ABORTED, reasons::ABORTED_BY_COMMAND)
+    );
+    assert_eq!(d.status.failed_digests, vec![NEW.to_owned()]);
+    assert_eq!(d.events[0].reason, "RolloutAborted");
+    // The registry still serves NEW: no new canary.
+    w.command = None;
+    w.traffic((0, 0, 0), (5, 0));
+    let d = w.pass(12, Some(&newest(NEW)));
+    assert!(d.status.canary.is_none());
+    // Retried: it starts again in the same pass.
+    w.command = command(RolloutVerb::Retry, NEW);
+    let d = w.pass(13, Some(&newest(NEW)));
+    assert!(d.command_consumed);
+    assert_eq!(d.events[0].reason, "RolloutRetry");
+    assert!(d.status.failed_digests.is_empty());
+    assert_eq!(d.status.canary.unwrap().version.digest, NEW);
+}
+
+#[test]
+fn a_command_for_another_digest_or_without_a_canary_is_ignored_with_a_warning() {
+    let mut w = canary_at_step_one();
+    w.command = command(RolloutVerb::Promote, NEWER);
+    let d = w.pass(11, Some(&newest(NEW)));
+    assert!(d.command_consumed);
+    assert_eq!(d.status.canary.unwrap().version.digest, NEW, "untouched");
+    assert!(d.events[0].warning);
+    assert_eq!(d.events[0].reason, "RolloutCommandIgnored");
+    assert!(d.events[0].message.contains(NEW), "{}", d.events[0].message);
+    let mut w = serving_old();
+    w.command = command(RolloutVerb::Abort, NEW);
+    let d = w.pass(1, Some(&newest(OLD)));
+    assert!(d.command_consumed);
+    assert!(d.events[0].message.contains("no canary is in progress"));
+    w.command = command(RolloutVerb::Retry, NEW);
+    let d = w.pass(2, Some(&newest(OLD)));
+    assert!(d.events[0].message.contains("not remembered"));
+}
+
+#[test]
+fn rollout_commands_parse_only_a_verb_and_a_full_digest() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let parsed = RolloutCommand::parse(&format!("promote {digest}")).unwrap();
+    assert_eq!(parsed.verb, RolloutVerb::Promote);
+    assert_eq!(RolloutCommand::parse(&parsed.annotation()).unwrap(), parsed);
+    for bad in [
+        "",
+        "promote",
+        "promote sha256:abc",
+        "launch sha256:aaaa",
+        &format!("abort {digest} now"),
+        &format!("abort md5:{}", "ab".repeat(32)),
+    ] {
+        assert!(RolloutCommand::parse(bad).is_err(), "{bad:?}");
+    }
 }
 
 #[test]

@@ -802,6 +802,7 @@ mod tests {
                     step_started_at: crate::k8s::now(),
                     readings: None,
                     plan: Vec::new(),
+                    paused_at: None,
                 }),
                 ..Default::default()
             }),

@@ -10,6 +10,7 @@ mod beside_kuberay;
 mod chart;
 mod history_values;
 mod image;
+mod krew;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,6 +12,7 @@ pub mod e2e;
 pub mod fixture;
 pub mod flux;
 pub mod kueue;
+pub mod kwok;
 pub mod oci;
 pub mod prometheus;
 pub mod s3;

@@ -19,6 +19,9 @@ pub const KUEUE_VERSION: &str = "v0.17.0";
 pub const APPWRAPPER_VERSION: &str = "v1.2.0";
 /// The AppWrapper module.
 pub const APPWRAPPER_MODULE: &str = "github.com/project-codeflare/appwrapper";
+/// The KubeRay release whose `kubectl ray` plugin the kubectl-ray tests run (see
+/// [`kubectl_ray`]).
+pub const KUBECTL_RAY_VERSION: &str = "v1.7.0";
 
 /// One provisioning at a time in this process (two tests asking for the same tool build once).
 fn provisioning() -> std::sync::MutexGuard<'static, ()> {
@@ -249,6 +252,29 @@ pub fn appwrapper() -> &'static Path {
             APPWRAPPER_VERSION,
         )
     })
+}
+
+/// KubeRay's `kubectl ray` plugin of [`KUBECTL_RAY_VERSION`]: `$RAYPIPE_KUBECTL_RAY`, else
+/// `<raypipe cache>/kubectl-ray/<version>/kubectl-ray` when one was put there; `None` otherwise
+/// (never one on `PATH`: the tests pin its output). Unlike the tools above it cannot be built
+/// from a Go module: since KubeRay v1.4 the plugin is a package of KubeRay's root module
+/// (`github.com/ray-project/kuberay`; no `kubectl-plugin` module of its own is tagged), whose
+/// `replace … => ./ray-operator` makes `go install module@version` refuse it, and the module
+/// proxy this project's machines reach serves none of those modules' versions.
+pub fn kubectl_ray() -> Option<&'static Path> {
+    static KUBECTL_RAY: OnceLock<Option<PathBuf>> = OnceLock::new();
+    KUBECTL_RAY
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("RAYPIPE_KUBECTL_RAY") {
+                return Some(PathBuf::from(path));
+            }
+            let cached = raypipe::devenv::binaries::cache_root()
+                .join("kubectl-ray")
+                .join(KUBECTL_RAY_VERSION)
+                .join("kubectl-ray");
+            cached.is_file().then_some(cached)
+        })
+        .as_deref()
 }
 
 /// `runc`: `$RAYPIPE_RUNC`, `runc` on `PATH`, or Debian's package (it needs only libseccomp,
