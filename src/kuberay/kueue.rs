@@ -86,6 +86,21 @@ pub fn without_admission_marks(
             {
                 map.retain(|key, _| !key.starts_with("kueue.x-k8s.io/"));
             }
+            // What Kueue hands back after taking its marks out: empty maps, or an empty
+            // `metadata`, mean the same as none.
+            if meta.labels.as_ref().is_some_and(|m| m.is_empty()) {
+                meta.labels = None;
+            }
+            if meta.annotations.as_ref().is_some_and(|m| m.is_empty()) {
+                meta.annotations = None;
+            }
+        }
+        if template
+            .metadata
+            .as_ref()
+            .is_some_and(|m| *m == Default::default())
+        {
+            template.metadata = None;
         }
     };
     strip(&mut spec.head_group_spec.template);
@@ -183,7 +198,28 @@ mod tests {
         let clean = without_admission_marks(spec);
         let meta = clean.head_group_spec.template.metadata.unwrap();
         assert_eq!(meta.labels.unwrap().len(), 1);
-        assert!(meta.annotations.unwrap().is_empty());
+        assert!(meta.annotations.is_none(), "an emptied map is no map");
+        // A template Kueue hands back with an empty `metadata` is the one without it.
+        let bare = |metadata: serde_json::Value| -> crate::api::raycluster::RayClusterSpec {
+            let mut template =
+                json!({"spec": {"containers": [{"name": "ray-head", "image": "ray"}]}});
+            if !metadata.is_null() {
+                template["metadata"] = metadata;
+            }
+            serde_json::from_value(json!({"headGroupSpec": {"template": template}})).unwrap()
+        };
+        let none = without_admission_marks(bare(serde_json::Value::Null));
+        for handed_back in [
+            json!({}),
+            json!({"labels": {}}),
+            json!({"labels": {"kueue.x-k8s.io/podset": "head"}, "annotations": {}}),
+        ] {
+            assert_eq!(
+                without_admission_marks(bare(handed_back.clone())),
+                none,
+                "{handed_back}"
+            );
+        }
     }
 
     #[test]

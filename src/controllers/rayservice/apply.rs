@@ -76,6 +76,12 @@ pub(super) async fn clusters(
         return Ok(ClustersApplied::PendingCreated);
     }
     for (cluster, built) in std::mem::take(&mut desired.update_in_place) {
+        if crate::controllers::rayservice::build::admitted_as_a_whole(service)
+            && let Ok(goal) = &built
+            && goal.spec.suspend.unwrap_or(false) != cluster.spec.suspend.unwrap_or(false)
+        {
+            follow_suspend(service, ctx, &cluster, goal.spec.suspend.unwrap_or(false)).await?;
+        }
         update_cluster(service, ctx, &cluster, built).await?;
     }
     Ok(ClustersApplied::Applied { dangling_left })
@@ -109,6 +115,38 @@ async fn create_cluster(
     if written.is_new() {
         info!(cluster = %name, "created the RayCluster");
     }
+    Ok(())
+}
+
+/// Kueue's gate reaches the cluster on its own: `spec.suspend` alone, patched before the
+/// whole in-place apply, so a preemption stops the cluster even when that apply is refused
+/// (Kueue writes into and takes back from the templates the apply carries).
+async fn follow_suspend(
+    service: &RayService,
+    ctx: &Context,
+    cluster: &RayCluster,
+    suspend: bool,
+) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let api: Api<RayCluster> =
+        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"spec": {"suspend": suspend}});
+    api.patch(
+        &name,
+        &kube::api::PatchParams {
+            field_manager: Some(field_managers::RAYSERVICE.to_owned()),
+            ..Default::default()
+        },
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|e| {
+        Error::Kube(crate::controllers::frame::failure::KubeFailure::new(
+            format!("setting suspend of RayCluster {name}"),
+            e,
+        ))
+    })?;
+    info!(cluster = %name, suspend, "the cluster follows Kueue's admission");
     Ok(())
 }
 

@@ -204,6 +204,19 @@ pub fn cluster(
         None if admitted_per_cluster => spec.suspend = Some(true),
         None => {}
     }
+    // Every Pod template keeps a `metadata` object of ours. Kueue writes its pod-set labels and
+    // node selectors into the RayService's templates on admission and takes them out again;
+    // when an apply then drops the last template label we owned, server-side apply leaves
+    // `template.metadata: null`, which the CRD refuses, and the cluster could no longer be
+    // updated (not even suspended on preemption).
+    for template in std::iter::once(&mut spec.head_group_spec.template).chain(
+        spec.worker_group_specs
+            .iter_mut()
+            .flatten()
+            .map(|group| &mut group.template),
+    ) {
+        template.metadata.get_or_insert_with(ObjectMeta::default);
+    }
     let mut cluster = RayCluster::new(name, spec);
     cluster.metadata = ObjectMeta {
         name: Some(name.to_owned()),
@@ -629,6 +642,19 @@ pub(super) mod tests {
         let plain = cluster(&service(spec("ray:1", 1, 1)), "svc-abcde", None).unwrap();
         assert!(!plain.labels().contains_key(kueue::QUEUE_NAME_LABEL));
         assert_eq!(plain.spec.suspend, None);
+    }
+
+    #[test]
+    fn every_pod_template_of_a_built_cluster_has_a_metadata_object() {
+        let built = cluster(&service(spec("ray:1", 1, 1)), "svc-abcde", None).unwrap();
+        let json = serde_json::to_value(&built).unwrap();
+        assert!(
+            json["spec"]["headGroupSpec"]["template"]["metadata"].is_object(),
+            "{json}"
+        );
+        for group in json["spec"]["workerGroupSpecs"].as_array().unwrap() {
+            assert!(group["template"]["metadata"].is_object(), "{group}");
+        }
     }
 
     #[test]
