@@ -7,6 +7,7 @@ pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod controllers;
 /// The local development environment (`raypipe dev`, tests, benchmarks): left out of the
 /// released operator, which builds without the `dev` feature.
@@ -17,6 +18,7 @@ pub mod history;
 pub mod k8s;
 pub mod kuberay;
 pub mod leader;
+pub mod present;
 pub mod pypackage;
 pub mod ray;
 pub mod serve;

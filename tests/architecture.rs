@@ -22,7 +22,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("cli", 1),         // argument parsing and subcommands; nothing imports it
     ("startup", 2),     // tracing and the rustls crypto provider, set up once by the binary
     ("devenv", 2),      // the dev environment behind the `dev` feature (`raypipe dev`)
+    ("console", 2),     // the web console and dashboard front, served beside the controllers
     ("config", 3),      // every setting; builds each controller's `Config`
+    ("present", 3),     // how a pipeline looks to a person: summaries, the running graph
     ("controllers", 4), // the five reconcilers and their shared frame
     ("webhook", 4),     // admission: turns validation problems into an answer
     ("admin", 4),       // metrics, health and readiness server
@@ -45,6 +47,9 @@ const SAME_LAYER: &[(&str, &str)] = &[
     ("controllers", "admin"), // reconcile metrics and readiness are recorded in the admin server
     ("webhook", "admin"),     // admission metrics
     ("leader", "admin"),      // leadership is reported by the readiness endpoint
+    ("console", "devenv"),    // its tests sign in at the dev environment's OpenID provider
+    ("console", "startup"),   // its tests set up the rustls provider
+    ("devenv", "startup"),    // the OpenID provider's tests set up the rustls provider
     ("serve", "graph"),       // renders a validated graph
     ("source", "graph"),      // bounds a download by the graph size limit
     ("validation", "source"), // validates a ServePipeline's source settings with its own rules

@@ -168,6 +168,27 @@ pub async fn run_with_metrics(
             readiness.clone(),
         )
     };
+    let console_task = match crate::console::config_from_args(
+        &operator.console,
+        settings
+            .rayservice
+            .as_ref()
+            .map(|c| c.dashboard.clone())
+            .or_else(|| settings.dashboard_locator().ok()),
+        &operator.scope.namespaces,
+    )? {
+        Some(config) => {
+            // Every replica serves the console: it only reads, so it needs no leadership.
+            let client = client.clone();
+            let stop = stopped();
+            Some(tokio::spawn(async move {
+                if let Err(e) = crate::console::serve(client, config, stop).await {
+                    tracing::error!(error = %e, "console");
+                }
+            }))
+        }
+        None => None,
+    };
     // A bad dashboard template fails the controllers' start, below, as it always did (the
     // servers are then stopped in order).
     let plan = settings.plan();
@@ -196,6 +217,9 @@ pub async fn run_with_metrics(
     let _ = stop_tx.send(true);
     if let Ok(Err(e)) = admin_task.await {
         tracing::warn!(error = %e, "admin server");
+    }
+    if let Some(task) = console_task {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
     if let Some(task) = webhook_task {
         // It stops on the same signal; in-flight reviews get a moment to finish.

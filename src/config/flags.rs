@@ -34,6 +34,8 @@ pub struct OperatorArgs {
     pub source: SourceArgs,
     #[command(flatten)]
     pub client: ClientArgs,
+    #[command(flatten)]
+    pub console: ConsoleArgs,
     /// A KubeRay operator configuration file (`config.ray.io/v1alpha1` `Configuration`): raypipe
     /// reads the fields KubeRay only takes from that file (`defaultContainerEnvs`,
     /// `defaultPodLabels`, `defaultPodAnnotations`, `headSidecarContainers`,
@@ -261,6 +263,73 @@ impl AdminArgs {
             kuberay: self.kuberay_metrics,
         })
     }
+}
+
+/// The console (docs/console.md): off unless `--console-address` is set.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsoleArgs {
+    /// Serve the console (web UI, JSON API, dashboard front) on this address.
+    #[arg(long, env = "RAYPIPE_CONSOLE_ADDRESS")]
+    pub console_address: Option<SocketAddr>,
+    /// The console's TLS certificate and key (PEM files, re-read when they change); unset:
+    /// plain HTTP, for a TLS-terminating ingress in front.
+    #[arg(long, env = "RAYPIPE_CONSOLE_TLS_CERT", requires = "console_tls_key")]
+    pub console_tls_cert: Option<PathBuf>,
+    #[arg(long, env = "RAYPIPE_CONSOLE_TLS_KEY", requires = "console_tls_cert")]
+    pub console_tls_key: Option<PathBuf>,
+    /// A file holding at least 32 bytes that seal the browser sessions' cookies (a Secret's
+    /// key), so sessions survive restarts and hold on every replica; unset: a random key per
+    /// process (sessions end with it).
+    #[arg(long, env = "RAYPIPE_CONSOLE_COOKIE_KEY_FILE")]
+    pub console_cookie_key_file: Option<PathBuf>,
+    /// Mark cookies `Secure`: the console is reached over HTTPS (here or at an ingress).
+    #[arg(long, env = "RAYPIPE_CONSOLE_SECURE_COOKIES", action = ArgAction::Set, default_value_t = true)]
+    pub console_secure_cookies: bool,
+    /// Audiences bearer tokens must be meant for (comma separated); unset: the API server's.
+    #[arg(long, env = "RAYPIPE_CONSOLE_AUDIENCES", value_delimiter = ',')]
+    pub console_audiences: Vec<String>,
+    /// The history API's base URL, linked from each pipeline's page.
+    #[arg(long, env = "RAYPIPE_CONSOLE_HISTORY_URL")]
+    pub console_history_url: Option<String>,
+    /// Put each RayCluster's Ray dashboard behind the console at `/dashboards/<ns>/<name>/`.
+    #[arg(long, env = "RAYPIPE_CONSOLE_DASHBOARDS", action = ArgAction::Set, default_value_t = true)]
+    pub console_dashboards: bool,
+    /// OpenID Connect issuer for browser sign-in (authorization code with PKCE); unset: bearer
+    /// tokens only. Use the API server's `--oidc-issuer-url`, so the identities match.
+    #[arg(long, env = "RAYPIPE_CONSOLE_OIDC_ISSUER")]
+    pub console_oidc_issuer: Option<String>,
+    #[arg(
+        long,
+        env = "RAYPIPE_CONSOLE_OIDC_CLIENT_ID",
+        default_value = "raypipe-console"
+    )]
+    pub console_oidc_client_id: String,
+    /// A file holding the client secret (confidential clients); unset: a public client.
+    #[arg(long, env = "RAYPIPE_CONSOLE_OIDC_CLIENT_SECRET_FILE")]
+    pub console_oidc_client_secret_file: Option<PathBuf>,
+    /// Where the provider sends the browser back: `https://<console>/oauth2/callback`.
+    #[arg(long, env = "RAYPIPE_CONSOLE_OIDC_REDIRECT_URL")]
+    pub console_oidc_redirect_url: Option<String>,
+    /// As the API server's `--oidc-username-claim`.
+    #[arg(
+        long,
+        env = "RAYPIPE_CONSOLE_OIDC_USERNAME_CLAIM",
+        default_value = "email"
+    )]
+    pub console_oidc_username_claim: String,
+    /// As the API server's `--oidc-username-prefix`.
+    #[arg(long, env = "RAYPIPE_CONSOLE_OIDC_USERNAME_PREFIX", default_value = "")]
+    pub console_oidc_username_prefix: String,
+    /// As the API server's `--oidc-groups-claim`.
+    #[arg(
+        long,
+        env = "RAYPIPE_CONSOLE_OIDC_GROUPS_CLAIM",
+        default_value = "groups"
+    )]
+    pub console_oidc_groups_claim: String,
+    /// As the API server's `--oidc-groups-prefix`.
+    #[arg(long, env = "RAYPIPE_CONSOLE_OIDC_GROUPS_PREFIX", default_value = "")]
+    pub console_oidc_groups_prefix: String,
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -67,7 +67,8 @@ pub async fn client_for(
     Ok(RayDashboardClient::new(url, options)?)
 }
 
-async fn read_token(client: &kube::Client, cluster: &RayCluster) -> Result<BearerToken, Error> {
+/// Ray's auth token of `cluster`, from its Secret.
+pub async fn read_token(client: &kube::Client, cluster: &RayCluster) -> Result<BearerToken, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster
         .spec

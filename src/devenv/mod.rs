@@ -14,10 +14,13 @@
 //! the loopback.
 
 pub mod binaries;
+pub mod browser;
 pub mod control_plane;
 pub mod distribution;
 pub mod oci;
+pub mod oidc;
 pub mod pki;
+pub mod png;
 pub mod process;
 pub mod ray;
 pub mod registry;

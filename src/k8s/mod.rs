@@ -30,6 +30,7 @@ pub const ANNOTATION_GRAPH_DIGEST: &str = "raypipe.dev/graph-digest";
 /// Field managers, one per controller, so `managedFields` tell who wrote what.
 pub mod events;
 pub mod index;
+pub mod review;
 
 pub use events::{Clients, EventRecorder};
 

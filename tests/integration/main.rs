@@ -5,6 +5,7 @@ mod admin;
 mod alerts;
 mod appwrapper;
 mod code;
+mod console;
 mod crds;
 mod dag_oci;
 mod deploy;

@@ -9,7 +9,8 @@
 pub mod graph;
 pub mod rollout;
 pub mod session;
-pub mod view;
+/// The summaries and texts `get` and `rollout status` print (shared with the console).
+pub use crate::present::summary as view;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

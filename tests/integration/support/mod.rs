@@ -8,6 +8,7 @@ use kube::api::{Api, PostParams};
 use raypipe::devenv::control_plane::{ControlPlane, ControlPlaneOptions};
 
 pub mod argocd;
+pub mod browser;
 pub mod e2e;
 pub mod fixture;
 pub mod flux;

@@ -361,5 +361,5 @@ pub fn progress(pipeline: &ServePipeline, waiting_for: Option<&str>) -> Progress
 }
 
 #[cfg(test)]
-#[path = "view_tests.rs"]
+#[path = "summary_tests.rs"]
 mod tests;
