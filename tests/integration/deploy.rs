@@ -1394,3 +1394,311 @@ async fn the_monitoring_options_render_dashboards_of_real_series_and_select_rayp
         true
     );
 }
+
+#[test]
+fn the_console_is_off_by_default_and_one_value_turns_it_on() {
+    let rules_of = |docs: &[Value], role: &str| -> Vec<Value> {
+        of_kind(docs, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == role)
+            .unwrap_or_else(|| panic!("no ClusterRole {role}"))["rules"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let has = |list: &Value, item: &str| list.as_array().is_some_and(|l| l.contains(&json!(item)));
+    let granting = |rules: &[Value], group: &str, resource: &str, verb: &str| {
+        rules
+            .iter()
+            .filter(|r| {
+                has(&r["apiGroups"], group)
+                    && has(&r["resources"], resource)
+                    && has(&r["verbs"], verb)
+            })
+            .count()
+    };
+    let reviews = |docs: &[Value]| {
+        let cluster = rules_of(docs, "rp-raypipe-cluster");
+        (
+            granting(&cluster, "authentication.k8s.io", "tokenreviews", "create"),
+            granting(
+                &cluster,
+                "authorization.k8s.io",
+                "subjectaccessreviews",
+                "create",
+            ),
+        )
+    };
+    let console_service = |docs: &[Value]| {
+        of_kind(docs, "Service")
+            .into_iter()
+            .find(|s| s["metadata"]["name"] == "rp-raypipe-console")
+            .cloned()
+    };
+    let proxy_roles = |docs: &[Value]| -> Vec<String> {
+        of_kind(docs, "ClusterRole")
+            .into_iter()
+            .filter(|r| {
+                r["rules"].as_array().is_some_and(|rules| {
+                    rules
+                        .iter()
+                        .any(|rule| has(&rule["resources"], "rayclusters/proxy"))
+                })
+            })
+            .filter_map(|r| r["metadata"]["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let console_args = |docs: &[Value]| match <raypipe::cli::Cli as clap::Parser>::try_parse_from(
+        operator_command(docs),
+    ) {
+        Ok(raypipe::cli::Cli {
+            command: raypipe::cli::Command::Run(run),
+        }) => run.operator.console,
+        other => panic!("the chart's arguments do not parse: {other:?}"),
+    };
+    let named = |list: &Value, name: &str| -> Value {
+        list.as_array()
+            .and_then(|l| l.iter().find(|e| e["name"] == name).cloned())
+            .unwrap_or(Value::Null)
+    };
+
+    // Off by default: no flag, no Service, no port, no reviews, no proxy grant.
+    let defaults = render("rp", "ops", &[]);
+    let command = operator_command(&defaults);
+    assert!(
+        !command.iter().any(|a| a.starts_with("--console")),
+        "{command:?}"
+    );
+    assert!(console_args(&defaults).console_address.is_none());
+    assert!(console_service(&defaults).is_none());
+    assert!(named(&operator_container(&defaults)["ports"], "console").is_null());
+    assert_eq!(reviews(&defaults), (0, 0));
+    assert!(proxy_roles(&defaults).is_empty());
+    // The history API alone still grants the reviews; with the console too, once each.
+    let history = [
+        "history.api.enabled=true",
+        "history.storageEnv[0].name=STORAGE_BACKEND",
+        "history.storageEnv[0].value=s3",
+    ];
+    assert_eq!(reviews(&render("rp", "ops", &history)), (1, 1));
+    let both: Vec<&str> = history
+        .iter()
+        .copied()
+        .chain(["console.enabled=true"])
+        .collect();
+    assert_eq!(reviews(&render("rp", "ops", &both)), (1, 1));
+
+    // One value turns it on: plain HTTP on 8081, bearer tokens only, the dashboard front.
+    let on = render("rp", "ops", &["console.enabled=true"]);
+    let args = console_args(&on);
+    assert_eq!(
+        args.console_address,
+        Some("0.0.0.0:8081".parse().expect("an address"))
+    );
+    assert!(args.console_tls_cert.is_none() && args.console_cookie_key_file.is_none());
+    assert!(args.console_oidc_issuer.is_none());
+    assert!(args.console_secure_cookies && args.console_dashboards);
+    assert!(args.console_audiences.is_empty() && args.console_history_url.is_none());
+    let port = named(&operator_container(&on)["ports"], "console");
+    assert_eq!(port["containerPort"], 8081);
+    let service = console_service(&on).expect("the console Service");
+    assert_eq!(service["spec"]["ports"][0]["port"], 8081);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "console");
+    assert_eq!(
+        service["spec"]["selector"],
+        of_kind(&on, "Deployment")[0]["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(reviews(&on), (1, 1));
+    // The console lists Events (core group), which no controller does.
+    let controllers = rules_of(&on, "rp-raypipe-controllers");
+    assert_eq!(granting(&controllers, "", "events", "list"), 1);
+    // The dashboard front: every verb on rayclusters/proxy in the RayCluster editor (aggregated
+    // into edit and admin), none in any viewer (as Kubernetes' services/proxy).
+    assert_eq!(proxy_roles(&on), ["rp-raypipe-raycluster-editor"]);
+    let editor = rules_of(&on, "rp-raypipe-raycluster-editor");
+    for verb in ["get", "create", "update", "patch", "delete"] {
+        assert_eq!(
+            granting(&editor, "ray.io", "rayclusters/proxy", verb),
+            1,
+            "{verb}"
+        );
+    }
+    // With the ServePipeline controller alone, the console still may read RayClusters (for the
+    // dashboard front) and their auth token Secrets.
+    let alone = render(
+        "rp",
+        "ops",
+        &["console.enabled=true", "controllers={servepipeline}"],
+    );
+    let controllers = rules_of(&alone, "rp-raypipe-controllers");
+    assert!(granting(&controllers, "ray.io", "rayclusters", "get") >= 1);
+    assert!(granting(&controllers, "", "secrets", "get") >= 1);
+    // Without the dashboard front: no proxy grant.
+    let no_front = render(
+        "rp",
+        "ops",
+        &["console.enabled=true", "console.dashboards=false"],
+    );
+    assert!(!console_args(&no_front).console_dashboards);
+    assert!(proxy_roles(&no_front).is_empty());
+
+    // Everything set: TLS, a sealed-cookie key, browser sign-in with a confidential client.
+    let full = render(
+        "rp",
+        "ops",
+        &[
+            "console.enabled=true",
+            "console.port=9443",
+            "webhook.port=9444",
+            "console.tls.secretName=console-tls",
+            "console.cookieKeySecret=console-cookie",
+            "console.secureCookies=true",
+            "console.historyUrl=https://history.example.com",
+            "console.audiences={raypipe\\,kubernetes}",
+            "console.oidc.issuer=https://dex.example.com",
+            "console.oidc.clientId=raypipe",
+            "console.oidc.clientSecretSecret=console-oidc",
+            "console.oidc.redirectUrl=https://raypipe.example.com/oauth2/callback",
+            "console.oidc.usernameClaim=sub",
+            "console.oidc.usernamePrefix=oidc:",
+            "console.oidc.groupsPrefix=oidc:",
+        ],
+    );
+    let args = console_args(&full);
+    assert_eq!(
+        args.console_address,
+        Some("0.0.0.0:9443".parse().expect("an address"))
+    );
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    assert_eq!(
+        path(&args.console_tls_cert).as_deref(),
+        Some("/etc/raypipe/console-tls/tls.crt")
+    );
+    assert_eq!(
+        path(&args.console_tls_key).as_deref(),
+        Some("/etc/raypipe/console-tls/tls.key")
+    );
+    assert_eq!(
+        path(&args.console_cookie_key_file).as_deref(),
+        Some("/etc/raypipe/console-cookie/cookie-key")
+    );
+    assert_eq!(
+        path(&args.console_oidc_client_secret_file).as_deref(),
+        Some("/etc/raypipe/console-oidc/client-secret")
+    );
+    assert_eq!(args.console_audiences, ["raypipe", "kubernetes"]);
+    assert_eq!(
+        args.console_history_url.as_deref(),
+        Some("https://history.example.com")
+    );
+    assert_eq!(
+        args.console_oidc_issuer.as_deref(),
+        Some("https://dex.example.com")
+    );
+    assert_eq!(args.console_oidc_client_id, "raypipe");
+    assert_eq!(
+        args.console_oidc_redirect_url.as_deref(),
+        Some("https://raypipe.example.com/oauth2/callback")
+    );
+    assert_eq!(args.console_oidc_username_claim, "sub");
+    assert_eq!(args.console_oidc_username_prefix, "oidc:");
+    assert_eq!(args.console_oidc_groups_claim, "groups");
+    assert_eq!(args.console_oidc_groups_prefix, "oidc:");
+    // Each Secret is mounted read-only where its flag points, with only the key it needs.
+    let container = operator_container(&full);
+    let pod = &of_kind(&full, "Deployment")[0]["spec"]["template"]["spec"];
+    for (volume, secret, dir, keys) in [
+        (
+            "console-tls",
+            "console-tls",
+            "/etc/raypipe/console-tls",
+            &["tls.crt", "tls.key"][..],
+        ),
+        (
+            "console-cookie",
+            "console-cookie",
+            "/etc/raypipe/console-cookie",
+            &["cookie-key"][..],
+        ),
+        (
+            "console-oidc",
+            "console-oidc",
+            "/etc/raypipe/console-oidc",
+            &["client-secret"][..],
+        ),
+    ] {
+        let mount = named(&container["volumeMounts"], volume);
+        assert_eq!(mount["mountPath"], dir, "{volume}");
+        assert_eq!(mount["readOnly"], true, "{volume}");
+        let source = &named(&pod["volumes"], volume)["secret"];
+        assert_eq!(source["secretName"], secret, "{volume}");
+        let items: Vec<&str> = source["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|i| i["key"].as_str())
+            .collect();
+        assert_eq!(items, keys, "{volume}");
+    }
+    let service = console_service(&full).expect("the console Service");
+    assert_eq!(service["spec"]["ports"][0]["port"], 9443);
+    assert_eq!(service["spec"]["ports"][0]["name"], "https");
+    // The rendered settings are ones the console starts with (the mounted files stand in).
+    let dir = std::env::temp_dir().join(format!("raypipe-console-chart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let cookie_key = dir.join("cookie-key");
+    let client_secret = dir.join("client-secret");
+    std::fs::write(
+        &cookie_key,
+        "c2VhbGVkLWNvb2tpZXMtbmVlZC0zMi1ieXRlcy1vci1tb3JlCg==\n",
+    )
+    .expect("write the cookie key");
+    std::fs::write(&client_secret, "s3cr3t\n").expect("write the client secret");
+    let mut started = args.clone();
+    started.console_cookie_key_file = Some(cookie_key);
+    started.console_oidc_client_secret_file = Some(client_secret);
+    let config = raypipe::console::config_from_args(&started, None, &[])
+        .unwrap_or_else(|e| panic!("the console refuses the chart's settings: {e}"))
+        .expect("the console is on");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(config.tls.is_some() && config.secure_cookies);
+    let oidc = config.oidc.expect("browser sign-in");
+    assert_eq!(oidc.client_secret.as_deref(), Some("s3cr3t"));
+
+    // Refused: browser sign-in without a redirect URL or a cookie key; a port already taken.
+    for (values, says) in [
+        (
+            &[
+                "console.enabled=true",
+                "console.oidc.issuer=https://dex.example.com",
+                "console.cookieKeySecret=k",
+            ][..],
+            "redirectUrl",
+        ),
+        (
+            &[
+                "console.enabled=true",
+                "console.oidc.issuer=https://dex.example.com",
+                "console.oidc.redirectUrl=https://raypipe.example.com/oauth2/callback",
+            ][..],
+            "cookieKeySecret",
+        ),
+        (
+            &["console.enabled=true", "console.port=8080"][..],
+            "console.port",
+        ),
+        (&["console.enabeld=true"][..], "schema"),
+    ] {
+        let mut command = Command::new(helm());
+        command
+            .args(["template", "rp"])
+            .arg(repo().join("deploy/raypipe"));
+        for value in values {
+            command.args(["--set", value]);
+        }
+        let output = command.output().expect("run helm");
+        assert!(!output.status.success(), "{values:?} was accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{values:?}: {stderr}");
+    }
+}

@@ -198,6 +198,37 @@ and Events.
   resources: [rayjobs]
   verbs: [get, list, watch, create, delete]
 {{- end }}
+{{- $console := .Values.console | default dict }}
+{{- if $console.enabled }}
+# The console (console.enabled) reads in the same namespaces: the pipelines (a watch), their
+# RayServices and Events, and for the dashboard front each RayCluster and its Ray auth token
+# Secret. Only what the controllers above do not grant already.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [list]
+{{- if not (has "servepipeline" $c) }}
+- apiGroups: [raypipe.dev]
+  resources: [servepipelines]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if not (or (has "servepipeline" $c) (has "rayservice" $c)) }}
+- apiGroups: [ray.io]
+  resources: [rayservices]
+  verbs: [get]
+{{- end }}
+{{- if ne (toString $console.dashboards) "false" }}
+{{- if not (or (has "raycluster" $c) (has "rayservice" $c) (has "rayjob" $c)) }}
+- apiGroups: [ray.io]
+  resources: [rayclusters]
+  verbs: [get]
+{{- end }}
+{{- if not (or (has "servepipeline" $c) (has "raycluster" $c) (has "rayjob" $c)) }}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/*
