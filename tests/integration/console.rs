@@ -887,3 +887,105 @@ async fn a_browser_signs_in_and_sees_the_graph_the_versions_and_the_rollout() {
         std::fs::copy(&shot, out).expect("copy the screenshot");
     }
 }
+
+/// The dashboard front before a head with Ray token auth (run by `ray::a_head_with_token_auth…`
+/// on its second head): the caller's Kubernetes token opens the front, the console sends Ray's
+/// own token (from the cluster's Secret) instead, and Ray answers. Ray reads `Authorization`
+/// before `x-ray-authorization`, so the answer also shows the caller's header was not passed.
+pub(crate) async fn the_dashboard_front_forwards_rays_token(
+    head: &raypipe::devenv::ray::RayHead,
+    ray_token: &raypipe::ray::BearerToken,
+) {
+    let client = support::client().await;
+    let ns = support::namespace(&client, "console-ray-token").await;
+    let dashboard = head.dashboard_url().to_string();
+    let console = start_console(
+        &client,
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        None,
+        CookieKey::generate().unwrap(),
+        Some(DashboardLocator::resolver(move |_| Some(dashboard.clone()))),
+    )
+    .await;
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secured"},
+               "stringData": {"auth_token": ray_token.expose_secret()}}),
+    )
+    .await;
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "secured"},
+               "spec": {"authOptions": {"mode": "token"},
+                        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                   "containers": [{"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}}}}),
+    )
+    .await;
+    let token = service_account_token(&client, &ns, "jobs").await;
+    grant_proxy(&client, &ns, "get").await;
+    let (status, jobs) = get_json(
+        &format!("{}/dashboards/{ns}/secured/api/jobs/", console.url),
+        &token,
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "Ray took the forwarded token: {jobs}"
+    );
+    assert!(jobs.is_array(), "{jobs}");
+    // Without the front, the same call with the caller's token is Ray's 401/403.
+    let direct = http()
+        .get(format!(
+            "{}/api/jobs/",
+            head.dashboard_url().to_string().trim_end_matches('/')
+        ))
+        .header(AUTHORIZATION, format!("Bearer {token}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(direct.status().is_client_error(), "{}", direct.status());
+    let logs = support::captured_logs();
+    assert!(
+        !logs.contains(ray_token.expose_secret()),
+        "Ray's token in the logs"
+    );
+}
+
+/// What a browser with no session would get at `url`: redirects followed by hand (at most
+/// eight), each origin's cookies kept and sent back, as a sign-in at an OpenID provider that
+/// approves without a form needs. Returns the last status and body.
+pub(crate) async fn browse(url: &str) -> (StatusCode, String) {
+    use std::collections::BTreeMap;
+    let origin = |u: &reqwest::Url| format!("{}://{}", u.scheme(), u.authority());
+    let http = http();
+    let mut jar: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut at = reqwest::Url::parse(url).expect("a URL");
+    for _ in 0..8 {
+        let cookies = jar
+            .get(&origin(&at))
+            .map(|c| {
+                c.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+            .unwrap_or_default();
+        let mut request = http.get(at.clone()).header(ACCEPT, "text/html");
+        if !cookies.is_empty() {
+            request = request.header(COOKIE, cookies);
+        }
+        let response = request.send().await.expect("an answer");
+        for (name, value) in set_cookies(&response) {
+            jar.entry(origin(&at)).or_default().insert(name, value);
+        }
+        if response.status() != StatusCode::FOUND {
+            let status = response.status();
+            return (status, response.text().await.unwrap_or_default());
+        }
+        at = at.join(&location(&response)).expect("a Location");
+    }
+    panic!("more than eight redirects from {url}");
+}

@@ -178,6 +178,19 @@ async fn dev_starts_a_working_control_plane_and_ctrl_c_stops_everything() {
     .await;
     assert_eq!(index["namespace"], "default", "{index}");
 
+    // The console it prints: a browser is signed in by the local provider and sees the sample.
+    let console_page = read_until(&rx, deadline, "its console line", |line| {
+        line.trim_start()
+            .strip_prefix("Console: ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+    });
+    let (status, page) = crate::console::browse(&console_page).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{console_page}: {page}");
+    for shown in ["developer@raypipe.dev", digest.as_str(), "data-node="] {
+        assert!(page.contains(shown), "{shown} on {console_page}");
+    }
+
     // A second pipeline gets a Ray head of its own: on one shared head the two RayServices
     // replaced each other's Serve applications on every push, and most requests failed.
     let pipelines: Api<raypipe::api::ServePipeline> = Api::namespaced(client.clone(), "default");

@@ -487,6 +487,8 @@ async fn token_auth_is_enforced_and_a_head_stops_by_its_own_pids(shared: &RayHea
     assert_eq!(version.ray_version.as_deref(), Some(shared.ray_version()));
     authorised.list_jobs().await.expect("jobs with the token");
     assert!(!format!("{secured:?}").contains(token.expose_secret()));
+    // The console's dashboard front reaches this head with Ray's token (issue 35 item 3).
+    crate::console::the_dashboard_front_forwards_rays_token(&secured, &token).await;
 
     assert_eq!(exposed_listeners(&secured), Vec::new());
     let pids = secured.pids();

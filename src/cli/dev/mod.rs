@@ -31,6 +31,13 @@ pub struct DevArgs {
     /// (with another port, `raypipe dev` rewrites its own copy of the sample).
     #[arg(long, env = "RAYPIPE_DEV_REGISTRY_PORT", default_value_t = SAMPLE_REGISTRY_PORT)]
     pub registry_port: u16,
+    /// Port of the console on 127.0.0.1 (a browser is signed in by a local OpenID provider as
+    /// a member of `system:masters`).
+    #[arg(long, env = "RAYPIPE_DEV_CONSOLE_PORT", default_value_t = DEV_CONSOLE_PORT)]
+    pub console_port: u16,
+    /// Do not start the console.
+    #[arg(long)]
+    pub no_console: bool,
     #[command(flatten)]
     pub log_level: crate::config::flags::LogLevelArgs,
 }
@@ -154,6 +161,12 @@ const SAMPLE_GRAPHS: &[(&str, &[u8])] = &[
 const SAMPLE_PIPELINE_YAML: &str = include_str!("../../../samples/servepipeline.yaml");
 /// The registry address written in `samples/servepipeline.yaml`.
 pub const SAMPLE_REGISTRY_PORT: u16 = 8787;
+/// Where `raypipe dev` serves the console.
+pub const DEV_CONSOLE_PORT: u16 = 8788;
+/// Who the dev console's browser sessions are: the local OpenID provider signs every browser
+/// in as this user, in the API server's privileged group, so the console shows everything.
+const DEV_CONSOLE_USER: &str = "developer@raypipe.dev";
+const DEV_CONSOLE_GROUP: &str = "system:masters";
 const SAMPLE_NAMESPACE: &str = "default";
 const SAMPLE_PIPELINE: &str = "demo";
 const SAMPLE_TOKEN_SECRET: &str = "demo-registry-token";
@@ -334,6 +347,70 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     result
 }
 
+/// The dev console and the OpenID provider that signs its browsers in; both stop when dropped.
+struct DevConsole {
+    task: tokio::task::JoinHandle<()>,
+    _issuer: crate::devenv::oidc::TestIssuer,
+}
+
+impl Drop for DevConsole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves the console on 127.0.0.1:`port`, browsers signed in by a local OpenID provider as
+/// [`DEV_CONSOLE_USER`] (bearer tokens work as everywhere).
+async fn start_console(
+    client: &kube::Client,
+    port: u16,
+    dashboards: Option<crate::ray::DashboardLocator>,
+) -> anyhow::Result<DevConsole> {
+    use anyhow::Context;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| {
+            format!("the console cannot listen on 127.0.0.1:{port} (another raypipe dev?); choose another with --console-port or use --no-console")
+        })?;
+    let url = format!("http://127.0.0.1:{port}");
+    let client_id = "raypipe-console";
+    let issuer =
+        crate::devenv::oidc::TestIssuer::start(client_id, None, &format!("{url}/oauth2/callback"))
+            .await?;
+    issuer.set_user(DEV_CONSOLE_USER, &[DEV_CONSOLE_GROUP]);
+    let config = crate::console::ConsoleConfig {
+        listen: listener.local_addr()?,
+        tls: None,
+        audiences: Vec::new(),
+        oidc: Some(crate::console::oidc::OidcSettings::new(
+            &issuer.issuer(),
+            client_id,
+            &format!("{url}/oauth2/callback"),
+        )),
+        cookie_key: crate::console::cookie::CookieKey::generate()
+            .map_err(|e| anyhow::anyhow!("the console's cookie key: {e}"))?,
+        secure_cookies: false,
+        history_url: None,
+        dashboards,
+        namespaces: Vec::new(),
+    };
+    let client = client.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) =
+            crate::console::serve_on(listener, client, config, std::future::pending()).await
+        {
+            eprintln!("raypipe dev: the console stopped: {e}");
+        }
+    });
+    println!(
+        "\nConsole: {url}/pipelines/{SAMPLE_NAMESPACE}/{SAMPLE_PIPELINE} (a local OpenID provider signs your browser in as {DEV_CONSOLE_USER}, group {DEV_CONSOLE_GROUP}); the JSON API takes Kubernetes bearer tokens:\n  curl -s -H \"Authorization: Bearer $(kubectl create token default)\" {url}/api/v1/pipelines   # lists what RBAC lets that account get"
+    );
+    Ok(DevConsole {
+        task,
+        _issuer: issuer,
+    })
+}
+
 /// Starts everything and runs the controllers until `shutdown`.
 async fn serve(
     args: DevArgs,
@@ -454,10 +531,17 @@ async fn serve(
         settings.serve_locator_override = Some(pool.serve_locator());
         Some(pool)
     };
+    let console = if args.no_console {
+        None
+    } else {
+        let dashboards = settings.rayservice.as_ref().map(|c| c.dashboard.clone());
+        Some(start_console(&client, args.console_port, dashboards).await?)
+    };
     // However `serve` ends, the heads stop before the control plane.
     let stop_heads = ray_heads.map(heads::StopOnDrop);
     controllers_running.store(true, std::sync::atomic::Ordering::SeqCst);
     let result = crate::controllers::run(client, settings.plan()?, shutdown).await;
+    drop(console);
     drop(stop_heads);
     eprintln!("raypipe dev: stopping the control plane …");
     drop(plane);
