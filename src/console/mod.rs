@@ -3,7 +3,7 @@
 //! Events), and each RayCluster's Ray dashboard behind the same sign-in. Who asks is
 //! established by Kubernetes (TokenReview for bearer tokens) or by an OpenID Connect provider
 //! (authorization code with PKCE, for browsers); what they see is what a SubjectAccessReview
-//! lets them `get`. Off unless `--console-listen` is set (the chart's `console.enabled`).
+//! lets them `get`. Off unless `--console-address` is set (the chart's `console.enabled`).
 
 pub mod cookie;
 pub mod oidc;
