@@ -291,6 +291,17 @@ pub struct ConsoleArgs {
     /// The history API's base URL, linked from each pipeline's page.
     #[arg(long, env = "RAYPIPE_CONSOLE_HISTORY_URL")]
     pub console_history_url: Option<String>,
+    /// A Prometheus that scrapes the Ray Pods: each pipeline page shows its nodes' calls,
+    /// failures and p95 latency from the graph runtime's metrics; unset: no metrics.
+    #[arg(long, env = "RAYPIPE_CONSOLE_PROMETHEUS_URL")]
+    pub console_prometheus_url: Option<String>,
+    /// The label that scrape puts the Pod's namespace in (empty: none).
+    #[arg(
+        long,
+        env = "RAYPIPE_CONSOLE_PROMETHEUS_NAMESPACE_LABEL",
+        default_value = "namespace"
+    )]
+    pub console_prometheus_namespace_label: String,
     /// Put each RayCluster's Ray dashboard behind the console at `/dashboards/<ns>/<name>/`.
     #[arg(long, env = "RAYPIPE_CONSOLE_DASHBOARDS", action = ArgAction::Set, default_value_t = true)]
     pub console_dashboards: bool,

@@ -6,6 +6,7 @@
 //! lets them `get`. Off unless `--console-address` is set (the chart's `console.enabled`).
 
 pub mod cookie;
+pub mod metrics;
 pub mod oidc;
 mod page;
 mod proxy;
@@ -104,5 +105,9 @@ pub fn config_from_args(
         history_url: args.console_history_url.clone(),
         dashboards: dashboards.filter(|_| args.console_dashboards),
         namespaces: namespaces.to_vec(),
+        prometheus: args
+            .console_prometheus_url
+            .clone()
+            .map(|url| (url, args.console_prometheus_namespace_label.clone())),
     }))
 }

@@ -202,6 +202,45 @@ fn graph_block(graph: &DrawnGraph) -> String {
     out
 }
 
+fn metrics_block(detail: &PipelineDetail) -> String {
+    if detail.metrics.is_empty() && detail.metrics_problem.is_none() {
+        return String::new();
+    }
+    let mut out = String::from("<h2>Per node</h2>");
+    for version in &detail.metrics {
+        let _ = write!(
+            out,
+            "<p>{} ({}), last {}:</p><table class=\"metrics\" id=\"metrics-{}\"><tr>\
+             <th>Node</th><th>Calls</th><th>Failed</th><th>Failure %</th><th>p95 ms</th></tr>",
+            escape(version.role),
+            escape(&version.application),
+            escape(version.window),
+            escape(version.role),
+        );
+        if version.nodes.is_empty() {
+            out.push_str("<tr><td colspan=\"5\" class=\"muted\">no calls recorded</td></tr>");
+        }
+        for node in &version.nodes {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td></tr>",
+                escape(&node.node),
+                node.calls,
+                node.failed,
+                node.failure_rate
+                    .map(|r| format!("{:.1}", r * 100.0))
+                    .unwrap_or_default(),
+                node.p95_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
+            );
+        }
+        out.push_str("</table>");
+    }
+    if let Some(problem) = &detail.metrics_problem {
+        let _ = write!(out, "<p class=\"problem\">{}</p>", escape(problem));
+    }
+    out
+}
+
 /// One pipeline's page.
 pub fn pipeline_page(user: &str, detail: &PipelineDetail, history_url: Option<&str>) -> String {
     let s = &detail.summary;
@@ -257,6 +296,7 @@ pub fn pipeline_page(user: &str, detail: &PipelineDetail, history_url: Option<&s
     for graph in &detail.graphs {
         body.push_str(&graph_block(graph));
     }
+    body.push_str(&metrics_block(detail));
     body.push_str("<h2>Rollout</h2>");
     if detail.timeline.is_empty() {
         body.push_str("<p class=\"muted\">No rollout yet.</p>");

@@ -87,6 +87,9 @@ pub struct ConsoleConfig {
     pub dashboards: Option<DashboardLocator>,
     /// Namespaces whose pipelines are shown; empty: every namespace.
     pub namespaces: Vec<String>,
+    /// Where the runtime's per-node metrics are queried: a Prometheus base URL and the label
+    /// its scrape puts the Pod's namespace in (empty: none); `None`: no metrics on the page.
+    pub prometheus: Option<(String, String)>,
 }
 
 pub(super) struct Console {
@@ -99,6 +102,7 @@ pub(super) struct Console {
     pub(super) dashboards: Option<DashboardLocator>,
     pub(super) http: reqwest::Client,
     stores: Vec<Store<ServePipeline>>,
+    prometheus: Option<super::metrics::Prometheus>,
 }
 
 /// Binds `config.listen` and serves there (see [`serve_on`]).
@@ -172,6 +176,13 @@ pub async fn serve_on(
         Some(settings) => Some(OidcProvider::discover(settings, http.clone()).await?),
         None => None,
     };
+    let prometheus = match &config.prometheus {
+        Some((url, label)) => Some(
+            super::metrics::Prometheus::new(url, label, http.clone())
+                .map_err(ConsoleError::Settings)?,
+        ),
+        None => None,
+    };
     let (stores, tasks) = pipeline_stores(&client, &config.namespaces);
     let console = Arc::new(Console {
         reviewer: Reviewer::new(client.clone(), config.audiences),
@@ -183,6 +194,7 @@ pub async fn serve_on(
         dashboards: config.dashboards,
         http,
         stores,
+        prometheus,
     });
     let app = Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
@@ -571,7 +583,21 @@ impl Console {
                 tracing::debug!(error = %e, "console: listing Events failed");
                 Vec::new()
             });
-        Ok(view::detail(&pipeline, rayservice.as_ref(), &events))
+        let mut detail = view::detail(&pipeline, rayservice.as_ref(), &events);
+        if let Some(prometheus) = &self.prometheus {
+            let versions = detail
+                .versions
+                .iter()
+                .filter(|v| v.role != "retiring" && !v.application.is_empty())
+                .map(|v| prometheus.version(namespace, v.role, &v.application));
+            for answer in futures::future::join_all(versions).await {
+                match answer {
+                    Ok(version) => detail.metrics.push(version),
+                    Err(problem) => detail.metrics_problem = Some(problem),
+                }
+            }
+        }
+        Ok(detail)
     }
 
     fn login_start(&self, return_to: &str) -> Result<Response, Refusal> {

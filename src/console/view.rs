@@ -92,6 +92,9 @@ pub struct DrawnGraph {
     pub problem: Option<String>,
     /// Serve's status per node.
     pub nodes: std::collections::BTreeMap<String, String>,
+    /// The Serve application that runs it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub application: Option<String>,
 }
 
 /// Everything the pipeline page shows.
@@ -110,6 +113,13 @@ pub struct PipelineDetail {
     pub graphs: Vec<DrawnGraph>,
     pub conditions: Vec<ConditionRow>,
     pub events: Vec<EventRow>,
+    /// Calls, failures and latency per node of each version, from Prometheus (when the
+    /// console has one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<super::metrics::VersionMetrics>,
+    /// Why the metrics are missing, when they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_problem: Option<String>,
     /// The RayCluster serving the pipeline (for the dashboard link), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ray_cluster: Option<String>,
@@ -283,6 +293,7 @@ pub fn graphs(pipeline: &ServePipeline, rayservice: Option<&RayService>) -> Vec<
                     svg: None,
                     problem: Some(format!("ServePipeline {name} has no RayService yet")),
                     nodes: Default::default(),
+                    application: None,
                 };
             };
             match running_graph(pipeline, rayservice, which) {
@@ -291,12 +302,14 @@ pub fn graphs(pipeline: &ServePipeline, rayservice: Option<&RayService>) -> Vec<
                     svg: Some(to_svg(&running.graph, &running.marks(&name))),
                     problem: None,
                     nodes: running.node_status,
+                    application: Some(running.application),
                 },
                 Err(e) => DrawnGraph {
                     which,
                     svg: None,
                     problem: Some(format!("{e:#}")),
                     nodes: Default::default(),
+                    application: None,
                 },
             }
         })
@@ -312,13 +325,25 @@ pub fn detail(
     let status = pipeline.status.clone().unwrap_or_default();
     let events = event_rows(events);
     let canary = status.rollout.as_ref().and_then(|r| r.canary.as_ref());
+    let graphs = graphs(pipeline, rayservice);
+    let mut versions = versions(pipeline);
+    // Strategy Immediate: the status names no application; the one carrying the graph runs it.
+    for version in versions.iter_mut().filter(|v| v.application.is_empty()) {
+        if let Some(application) = graphs
+            .iter()
+            .find(|g| g.which == version.role)
+            .and_then(|g| g.application.clone())
+        {
+            version.application = application;
+        }
+    }
     PipelineDetail {
         summary: summary(pipeline),
-        versions: versions(pipeline),
+        versions,
         readings: canary.and_then(|c| c.readings.clone()),
         plan: canary.map(|c| c.plan.clone()).unwrap_or_default(),
         timeline: timeline(pipeline, &events),
-        graphs: graphs(pipeline, rayservice),
+        graphs,
         conditions: status
             .conditions
             .iter()
@@ -330,6 +355,8 @@ pub fn detail(
             })
             .collect(),
         events,
+        metrics: Vec::new(),
+        metrics_problem: None,
         ray_cluster: rayservice
             .and_then(|rs| rs.status.as_ref())
             .and_then(|s| s.active_service_status.as_ref())

@@ -351,6 +351,18 @@ async fn start_console(
     key: CookieKey,
     dashboards: Option<DashboardLocator>,
 ) -> Console {
+    start_console_with(client, listener, issuer, key, dashboards, None).await
+}
+
+/// [`start_console`] with per-node metrics from the Prometheus at `prometheus`.
+async fn start_console_with(
+    client: &kube::Client,
+    listener: tokio::net::TcpListener,
+    issuer: Option<&TestIssuer>,
+    key: CookieKey,
+    dashboards: Option<DashboardLocator>,
+    prometheus: Option<String>,
+) -> Console {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let config = ConsoleConfig {
         listen: listener.local_addr().unwrap(),
@@ -363,6 +375,7 @@ async fn start_console(
         history_url: Some("http://127.0.0.1:9".into()),
         dashboards,
         namespaces: Vec::new(),
+        prometheus: prometheus.map(|url| (url, "namespace".to_owned())),
     };
     let client = client.clone();
     let task = tokio::spawn(async move {
@@ -988,4 +1001,284 @@ pub(crate) async fn browse(url: &str) -> (StatusCode, String) {
         at = at.join(&location(&response)).expect("a Location");
     }
     panic!("more than eight redirects from {url}");
+}
+
+/// Percentiles of `samples` (milliseconds): (p50, p95, max).
+fn percentiles(mut samples: Vec<f64>) -> (f64, f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.95), at(1.0))
+}
+
+/// Page load and API latency with 1,000 pipelines in 50 namespaces (issue 35): the console
+/// on the shared API server, each pipeline with a canary's status; a cluster-wide reader and
+/// a one-namespace reader. Times one request after another from this process (loopback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; results in BENCHMARKS.md"]
+async fn bench_page_and_api_with_1000_pipelines() {
+    use std::time::Instant;
+    const NAMESPACES: usize = 50;
+    const PER_NAMESPACE: usize = 20;
+    const REQUESTS: usize = 30;
+    let client = support::client().await;
+    let mut namespaces = Vec::new();
+    let sample_status: Value = json!({
+        "phase": "Ready",
+        "source": {"digest": format!("sha256:{}", "a".repeat(64)), "bytes": 591},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Serving",
+                        "message": "the RayService is serving the graph",
+                        "lastTransitionTime": "2026-12-02T10:00:00Z"}],
+        "rollout": {"phase": "Progressing", "generation": "1.1.s",
+                    "stable": {"digest": format!("sha256:{}", "a".repeat(64)), "version": "1",
+                               "application": "p--aaaaaaaaaaaa"},
+                    "canary": {"digest": format!("sha256:{}", "b".repeat(64)), "version": "2",
+                               "application": "p--bbbbbbbbbbbb", "step": 1, "steps": 2,
+                               "weight": 20, "startedAt": "2026-12-02T10:01:00Z",
+                               "stepStartedAt": "2026-12-02T10:02:00Z",
+                               "readings": {"canaryRequests": 40, "canaryErrors": 0,
+                                            "retriedOnStable": 0, "stableRequests": 160}}}
+    });
+    let created = Instant::now();
+    for n in 0..NAMESPACES {
+        let ns = support::namespace(&client, &format!("bench-console-{n}")).await;
+        let api: Api<ServePipeline> = Api::namespaced(client.clone(), &ns);
+        let creates = (0..PER_NAMESPACE).map(|i| {
+            let api = api.clone();
+            let status = sample_status.clone();
+            async move {
+                let pipeline = fixture::servepipeline(
+                    &format!("p{i:02}"),
+                    fixture::token_source("http://127.0.0.1:9/g.pb", json!({})),
+                );
+                api.create(&PostParams::default(), &pipeline).await.unwrap();
+                api.patch_status(
+                    &format!("p{i:02}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": status })),
+                )
+                .await
+                .unwrap();
+            }
+        });
+        futures::future::join_all(creates).await;
+        namespaces.push(ns);
+    }
+    eprintln!(
+        "created {} pipelines in {:.1}s",
+        NAMESPACES * PER_NAMESPACE,
+        created.elapsed().as_secs_f64()
+    );
+    let all_ns = support::namespace(&client, "bench-console-readers").await;
+    let all_reader = service_account_token(&client, &all_ns, "all").await;
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": format!("{all_ns}-view")},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "cluster-admin"},
+               "subjects": [{"kind": "ServiceAccount", "name": "all", "namespace": all_ns}]}),
+    )
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("the ClusterRoleBinding");
+    let one_ns = &namespaces[0];
+    let one_reader = service_account_token(&client, one_ns, "reader").await;
+    grant(
+        &client,
+        one_ns,
+        "console-reader",
+        json!([{"apiGroups": ["raypipe.dev"], "resources": ["servepipelines"],
+                "verbs": ["get", "list"]}]),
+        json!([{"kind": "ServiceAccount", "name": "reader", "namespace": one_ns}]),
+    )
+    .await;
+    until_rbac(
+        &client,
+        (&sa_user(one_ns, "reader"), SA_GROUPS),
+        ("get", "servepipelines", None),
+        one_ns,
+    )
+    .await;
+    until_rbac(
+        &client,
+        (&sa_user(&all_ns, "all"), SA_GROUPS),
+        ("get", "servepipelines", None),
+        one_ns,
+    )
+    .await;
+
+    let started = Instant::now();
+    let console = start_console(
+        &client,
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        None,
+        CookieKey::generate().unwrap(),
+        None,
+    )
+    .await;
+    let list = format!("{}/api/v1/pipelines", console.url);
+    let total = NAMESPACES * PER_NAMESPACE;
+    eventually(WAIT, "every pipeline listed", || {
+        let list = list.clone();
+        let token = all_reader.clone();
+        async move {
+            let (status, body) = get_json(&list, &token).await;
+            (status == StatusCode::OK
+                && body["pipelines"].as_array().map(Vec::len).unwrap_or(0) >= total)
+                .then_some(())
+        }
+    })
+    .await;
+    eprintln!(
+        "console start to all {total} listed: {:.2}s",
+        started.elapsed().as_secs_f64()
+    );
+    let time = |url: String, token: String, html: bool| async move {
+        let started = Instant::now();
+        let mut request = http()
+            .get(&url)
+            .header(AUTHORIZATION, format!("Bearer {token}"));
+        if html {
+            request = request.header(ACCEPT, "text/html");
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{url}");
+        let bytes = response.bytes().await.unwrap().len();
+        (started.elapsed().as_secs_f64() * 1000.0, bytes)
+    };
+    let page = format!("{}/pipelines/{}/p00", console.url, one_ns);
+    let index = format!("{}/", console.url);
+    for (what, url, token, html) in [
+        ("API list, cluster-wide reader", &list, &all_reader, false),
+        ("HTML list, cluster-wide reader", &index, &all_reader, true),
+        ("API list, one-namespace reader", &list, &one_reader, false),
+        ("HTML list, one-namespace reader", &index, &one_reader, true),
+        (
+            "pipeline page, one-namespace reader",
+            &page,
+            &one_reader,
+            true,
+        ),
+    ] {
+        // After the review cache's lifetime: the first request pays the reviews.
+        tokio::time::sleep(raypipe::history::api::REVIEW_TTL).await;
+        let (cold, bytes) = time(url.clone(), token.clone(), html).await;
+        let mut warm = Vec::new();
+        for _ in 0..REQUESTS {
+            warm.push(time(url.clone(), token.clone(), html).await.0);
+        }
+        let (p50, p95, max) = percentiles(warm);
+        eprintln!(
+            "CONSOLE-BENCH {what}: {bytes} bytes; first (reviews) {cold:.1} ms; then p50 {p50:.1} ms, p95 {p95:.1} ms, max {max:.1} ms ({REQUESTS} requests)"
+        );
+    }
+}
+
+/// Per-node calls, failures and latency on a pipeline's page come from the graph runtime's
+/// metrics as a real Prometheus scrapes them from the real Ray head (Ray's metrics export
+/// port), while a client sends requests.
+#[tokio::test]
+async fn a_pipeline_page_shows_each_nodes_calls_failures_and_latency_from_prometheus() {
+    let head = support::ray_head();
+    let _serve = support::ray_serve_lock().await;
+    let e2e = crate::support::e2e::ready_pipeline(head, "console-metrics").await;
+    let traffic = crate::support::e2e::Client::start(e2e.url.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prometheus.yml");
+    let scrape = json!({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [{
+            "job_name": "ray",
+            "static_configs": [{
+                "targets": [format!("127.0.0.1:{}", head.ports().metrics_export)],
+                "labels": {"namespace": e2e.namespace}
+            }]
+        }]
+    });
+    std::fs::write(&config, scrape.to_string()).unwrap();
+    let prometheus = crate::support::prometheus::Server::start(dir.path(), &config);
+    let console = start_console_with(
+        &e2e.client,
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        None,
+        CookieKey::generate().unwrap(),
+        None,
+        Some(format!("http://{}", prometheus.address)),
+    )
+    .await;
+    let reader = service_account_token(&e2e.client, &e2e.namespace, "reader").await;
+    grant(
+        &e2e.client,
+        &e2e.namespace,
+        "console-reader",
+        json!([{"apiGroups": ["raypipe.dev"], "resources": ["servepipelines"],
+                "verbs": ["get", "list"]}]),
+        json!([{"kind": "ServiceAccount", "name": "reader", "namespace": e2e.namespace}]),
+    )
+    .await;
+    until_rbac(
+        &e2e.client,
+        (&sa_user(&e2e.namespace, "reader"), SA_GROUPS),
+        ("get", "servepipelines", None),
+        &e2e.namespace,
+    )
+    .await;
+    let url = format!(
+        "{}/api/v1/namespaces/{}/pipelines/{}",
+        console.url,
+        e2e.namespace,
+        crate::support::e2e::PIPELINE
+    );
+    let detail = eventually(
+        Duration::from_secs(180),
+        "every node's calls and latency on the page",
+        || {
+            let (url, reader) = (url.clone(), reader.clone());
+            async move {
+                let (status, detail) = get_json(&url, &reader).await;
+                let nodes = detail["metrics"][0]["nodes"].as_array()?.clone();
+                let called = nodes
+                    .iter()
+                    .filter(|n| n["calls"].as_f64() > Some(0.0) && n["p95Ms"].is_number())
+                    .count();
+                (status == StatusCode::OK && called >= 2).then_some(detail)
+            }
+        },
+    )
+    .await;
+    let (answered, failed) = traffic.stop().await;
+    let version = &detail["metrics"][0];
+    assert_eq!(version["role"], "stable", "{detail}");
+    assert_eq!(version["window"], "5m");
+    assert_eq!(
+        version["application"], detail["versions"][0]["application"],
+        "{detail}"
+    );
+    for node in version["nodes"].as_array().unwrap() {
+        assert_eq!(node["failed"], 0.0, "{node}");
+    }
+    assert!(detail.get("metricsProblem").is_none(), "{detail}");
+    eprintln!(
+        "{answered} answers, {failed} failed; per node: {}",
+        version["nodes"]
+    );
+    assert!(answered > 0 && failed == 0);
+    // The page shows the same table.
+    let page = http()
+        .get(format!(
+            "{}/pipelines/{}/{}",
+            console.url,
+            e2e.namespace,
+            crate::support::e2e::PIPELINE
+        ))
+        .header(AUTHORIZATION, format!("Bearer {reader}"))
+        .header(ACCEPT, "text/html")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("id=\"metrics-stable\""), "{page}");
 }

@@ -1554,6 +1554,8 @@ fn the_console_is_off_by_default_and_one_value_turns_it_on() {
             "console.cookieKeySecret=console-cookie",
             "console.secureCookies=true",
             "console.historyUrl=https://history.example.com",
+            "console.prometheusUrl=http://prometheus.monitoring:9090",
+            "console.prometheusNamespaceLabel=kubernetes_namespace",
             "console.audiences={raypipe\\,kubernetes}",
             "console.oidc.issuer=https://dex.example.com",
             "console.oidc.clientId=raypipe",
@@ -1590,6 +1592,14 @@ fn the_console_is_off_by_default_and_one_value_turns_it_on() {
     assert_eq!(
         args.console_history_url.as_deref(),
         Some("https://history.example.com")
+    );
+    assert_eq!(
+        args.console_prometheus_url.as_deref(),
+        Some("http://prometheus.monitoring:9090")
+    );
+    assert_eq!(
+        args.console_prometheus_namespace_label,
+        "kubernetes_namespace"
     );
     assert_eq!(
         args.console_oidc_issuer.as_deref(),

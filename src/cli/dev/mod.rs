@@ -393,6 +393,7 @@ async fn start_console(
         history_url: None,
         dashboards,
         namespaces: Vec::new(),
+        prometheus: None,
     };
     let client = client.clone();
     let task = tokio::spawn(async move {
