@@ -28,19 +28,10 @@ code{font:12px ui-monospace,monospace;background:#f1f3f4;padding:1px 4px;border-
 .problem{color:#a50e0e}.muted{color:#5f6368}\
 h1{font-size:20px}h2{font-size:16px;margin-top:24px}";
 
-/// `text` safe as HTML text and attribute values.
+/// `text` safe as HTML text and attribute values (controls become spaces).
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
+    crate::graph::draw::push_xml(&mut out, text);
     out
 }
 

@@ -325,9 +325,10 @@ fn clip(text: &str, max: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 // SVG
 
-/// Appends text escaped for XML content and attribute values. Characters XML 1.0 forbids even
-/// escaped (most C0 controls, U+FFFE, U+FFFF) and other controls become spaces.
-fn push_xml(out: &mut String, text: &str) {
+/// Appends text escaped for XML content and attribute values (and HTML's: the console's pages
+/// use it too). Characters XML 1.0 forbids even escaped (most C0 controls, U+FFFE, U+FFFF) and
+/// other controls become spaces.
+pub fn push_xml(out: &mut String, text: &str) {
     for c in text.chars() {
         match c {
             '&' => out.push_str("&amp;"),
