@@ -422,7 +422,12 @@ pub(super) fn route(path: &str) -> Result<Route, Refusal> {
         ["dashboards", ns, cluster, rest @ ..] => Route::Dashboard {
             namespace: name_part(ns)?,
             cluster: name_part(cluster)?,
-            rest: format!("/{}", rest.join("/")),
+            // Empty for the root without its slash, which is redirected (below).
+            rest: if rest.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", rest.join("/"))
+            },
         },
         _ => return Err(not_found()),
     })
@@ -741,6 +746,14 @@ async fn handle(console: &Console, request: Request) -> Result<Response, Failure
         rest,
     } = route
     {
+        // The dashboard's page links its assets relative to its root: the root needs its slash.
+        if rest.is_empty() {
+            let to = match &query {
+                Some(q) => format!("{path}/?{q}"),
+                None => format!("{path}/"),
+            };
+            return Ok(redirect(&to, &[]));
+        }
         return proxy::forward(console, &caller, key, &namespace, &cluster, &rest, request)
             .await
             .map_err(fail);
@@ -851,11 +864,20 @@ mod tests {
             })
         );
         assert_eq!(
-            route("/dashboards/ml/c1").ok(),
+            route("/dashboards/ml/c1/").ok(),
             Some(Route::Dashboard {
                 namespace: "ml".into(),
                 cluster: "c1".into(),
                 rest: "/".into()
+            })
+        );
+        // Without its slash: redirected to it.
+        assert_eq!(
+            route("/dashboards/ml/c1").ok(),
+            Some(Route::Dashboard {
+                namespace: "ml".into(),
+                cluster: "c1".into(),
+                rest: String::new()
             })
         );
         for bad in [

@@ -793,6 +793,15 @@ async fn dashboards_sit_behind_the_console_for_browsers_and_bearer_token_clients
     let (status, listed) = get_json(&jobs, &token_a).await;
     assert_eq!(status, StatusCode::OK, "{listed}");
     assert!(listed.is_array(), "Ray's job list: {listed}");
+    // The root without its slash is sent to it (the dashboard's page links relative to it).
+    let root = http()
+        .get(format!("{}/dashboards/{a}/c1", console.url))
+        .header(AUTHORIZATION, format!("Bearer {token_a}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(root.status(), StatusCode::FOUND);
+    assert_eq!(location(&root), format!("/dashboards/{a}/c1/"));
     let submit = json!({"entrypoint": "python -c \"print('through the console')\"",
                         "submission_id": format!("console-{a}")});
     let refused = post_json(&jobs, &token_a, &submit).await;
